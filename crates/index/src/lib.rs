@@ -1,0 +1,1 @@
+//! poolkeeper-index
