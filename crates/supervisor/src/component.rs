@@ -6,6 +6,8 @@ use parking_lot::Mutex;
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
+use crate::watchdog::Watchdog;
+
 /// Any error a component ends with.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
@@ -27,6 +29,10 @@ pub struct Context {
     cancel: CancellationToken,
     activity: Activity,
     ready: tokio::sync::watch::Sender<bool>,
+    /// Set when the supervisor runs the component, so that components which
+    /// start components of their own (leader gating) get stall detection for
+    /// them too.
+    watchdog: Option<Watchdog>,
 }
 
 impl Context {
@@ -39,7 +45,26 @@ impl Context {
             cancel,
             activity,
             ready,
+            watchdog: None,
         }
+    }
+
+    pub(crate) fn supervised(
+        cancel: CancellationToken,
+        activity: Activity,
+        ready: tokio::sync::watch::Sender<bool>,
+        watchdog: Option<Watchdog>,
+    ) -> Self {
+        Self {
+            cancel,
+            activity,
+            ready,
+            watchdog,
+        }
+    }
+
+    pub(crate) fn watchdog(&self) -> Option<&Watchdog> {
+        self.watchdog.as_ref()
     }
 
     /// Completes when the component must stop.
@@ -59,6 +84,10 @@ impl Context {
     /// for every component of this one to say so.
     pub fn mark_ready(&self) {
         self.ready.send_replace(true);
+    }
+
+    pub fn is_ready(&self) -> bool {
+        *self.ready.borrow()
     }
 
     /// Stall detection: hold the returned guard while handling one unit of

@@ -89,7 +89,8 @@ impl Gate {
     }
 
     pub fn fail(&self, reason: impl Into<String>) {
-        self.health.set(self.liveness, &self.name, Err(reason.into()));
+        self.health
+            .set(self.liveness, &self.name, Err(reason.into()));
     }
 
     pub fn name(&self) -> &str {

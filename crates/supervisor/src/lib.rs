@@ -2,7 +2,22 @@
 //! detection, graceful shutdown in reverse order, leader gating.
 
 mod component;
+mod error;
 mod health;
+mod leader;
+mod lease;
+mod signal;
+mod supervisor;
+mod tasks;
+mod watchdog;
 
 pub use component::{Activity, BoxError, BusyGuard, Component, Context};
+pub use error::SupervisorError;
 pub use health::{CheckResult, Gate, Health};
+pub use leader::{DEFAULT_STOP_TIMEOUT, LeaderElector, LeaderGated, LeadershipReporter};
+pub use lease::{LeaseAction, LeaseDecider, LeaseElector, LeaseRecord, LeaseSettings};
+pub use signal::shutdown_signal;
+pub use supervisor::{SHUTDOWN_CHECK, StageBuilder, Supervisor, SupervisorSettings};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,334 @@
+//! The configuration schema: one struct per YAML section.
+//!
+//! Every struct rejects unknown keys and takes its defaults from its
+//! `Default` impl, so a partial file only overrides what it names.
+//! `config/poolkeeper.yaml` documents every field with its default.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::formats::{duration, listen_addr, or_default};
+
+/// The whole configuration file.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Config {
+    /// Namespace of the MachineClasses and Machines.
+    pub namespace: String,
+    #[serde(deserialize_with = "or_default")]
+    pub leader_election: LeaderElectionConfig,
+    #[serde(deserialize_with = "or_default")]
+    pub watchers: WatchersConfig,
+    #[serde(deserialize_with = "or_default")]
+    pub reconciler: ReconcilerConfig,
+    #[serde(deserialize_with = "or_default")]
+    pub executor: ExecutorConfig,
+    #[serde(deserialize_with = "or_default")]
+    pub machine_classes: MachineClassesConfig,
+    #[serde(deserialize_with = "or_default")]
+    pub placement: PlacementConfig,
+    #[serde(deserialize_with = "or_default")]
+    pub webhook: WebhookConfig,
+    #[serde(deserialize_with = "or_default")]
+    pub health: HealthConfig,
+    #[serde(deserialize_with = "or_default")]
+    pub bus: BusConfig,
+    #[serde(deserialize_with = "or_default")]
+    pub shutdown: ShutdownConfig,
+    #[serde(deserialize_with = "or_default")]
+    pub logging: LoggingConfig,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            namespace: "machine-system".to_owned(),
+            leader_election: LeaderElectionConfig::default(),
+            watchers: WatchersConfig::default(),
+            reconciler: ReconcilerConfig::default(),
+            executor: ExecutorConfig::default(),
+            machine_classes: MachineClassesConfig::default(),
+            placement: PlacementConfig::default(),
+            webhook: WebhookConfig::default(),
+            health: HealthConfig::default(),
+            bus: BusConfig::default(),
+            shutdown: ShutdownConfig::default(),
+            logging: LoggingConfig::default(),
+        }
+    }
+}
+
+/// `leaderElection`: the Lease that makes one replica the writer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct LeaderElectionConfig {
+    /// Without leader election this replica always acts as the leader.
+    pub enabled: bool,
+    pub lease_name: String,
+    pub lease_namespace: String,
+    /// How long a lease stays valid without renewal (whole seconds: the Lease stores seconds).
+    #[serde(with = "duration")]
+    pub lease_duration: Duration,
+    /// The leader gives up leadership when it could not renew for this long.
+    #[serde(with = "duration")]
+    pub renew_deadline: Duration,
+    /// Interval between acquire/renew attempts.
+    #[serde(with = "duration")]
+    pub retry_period: Duration,
+}
+
+impl Default for LeaderElectionConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            lease_name: "poolkeeper".to_owned(),
+            lease_namespace: "poolkeeper-system".to_owned(),
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+        }
+    }
+}
+
+/// `watchers`: Kubernetes list/watch tuning.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct WatchersConfig {
+    /// Objects per page of the initial list.
+    pub page_size: u32,
+    /// How long startup waits for every watched kind to be listed (`IndexSynchronized`).
+    #[serde(with = "duration")]
+    pub sync_timeout: Duration,
+}
+
+impl Default for WatchersConfig {
+    fn default() -> Self {
+        Self {
+            page_size: 500,
+            sync_timeout: Duration::from_secs(5 * 60),
+        }
+    }
+}
+
+/// `reconciler`: the debouncer between change events and reconciliation passes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct ReconcilerConfig {
+    /// Quiet period after the last change before a pass is triggered.
+    #[serde(with = "duration")]
+    pub debounce_interval: Duration,
+    /// Upper bound on how long continuous changes can postpone a pass.
+    #[serde(with = "duration")]
+    pub max_delay: Duration,
+}
+
+impl Default for ReconcilerConfig {
+    fn default() -> Self {
+        Self {
+            debounce_interval: Duration::from_millis(500),
+            max_delay: Duration::from_secs(5),
+        }
+    }
+}
+
+/// `executor`: reconciliation passes and per-key requeues.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct ExecutorConfig {
+    /// MachineClasses reconciled at the same time.
+    pub concurrency: usize,
+    /// Requeue delay after an API error, or while a deleted class is still in use.
+    #[serde(with = "duration")]
+    pub short_retry: Duration,
+    /// Periodic requeue delay of a class in a steady state.
+    #[serde(with = "duration")]
+    pub long_retry: Duration,
+    /// Requeue delay after a write conflict (HTTP 409).
+    #[serde(with = "duration")]
+    pub conflict_retry: Duration,
+}
+
+impl Default for ExecutorConfig {
+    fn default() -> Self {
+        Self {
+            concurrency: 4,
+            short_retry: Duration::from_secs(5),
+            long_retry: Duration::from_secs(10 * 60),
+            conflict_retry: Duration::from_millis(200),
+        }
+    }
+}
+
+/// `machineClasses`: MachineClass finalizer protection.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct MachineClassesConfig {
+    pub enabled: bool,
+    /// Finalizer kept on every MachineClass that Machines still use.
+    pub finalizer: String,
+}
+
+impl Default for MachineClassesConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            finalizer: "machine.sapcloud.io/machine-controller-manager".to_owned(),
+        }
+    }
+}
+
+/// `placement`: NodePool placement of Pods.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct PlacementConfig {
+    pub enabled: bool,
+    /// Label naming the pool of a Node, and of a Pod that picks its pool itself.
+    pub pool_label: String,
+    #[serde(deserialize_with = "or_default")]
+    pub policy_config_map: PolicyConfigMapRef,
+}
+
+impl Default for PlacementConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            pool_label: "apps.openyurt.io/nodepool".to_owned(),
+            policy_config_map: PolicyConfigMapRef::default(),
+        }
+    }
+}
+
+/// `placement.policyConfigMap`: where the namespace bindings and edge tolerations live.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct PolicyConfigMapRef {
+    pub namespace: String,
+    pub name: String,
+    /// Data key holding the policy document.
+    pub key: String,
+}
+
+impl Default for PolicyConfigMapRef {
+    fn default() -> Self {
+        Self {
+            namespace: "poolkeeper-system".to_owned(),
+            name: "poolkeeper-placement".to_owned(),
+            key: "placement.yaml".to_owned(),
+        }
+    }
+}
+
+/// `webhook`: the HTTPS admission server.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct WebhookConfig {
+    pub enabled: bool,
+    #[serde(with = "listen_addr")]
+    pub listen: SocketAddr,
+    /// Directory holding `tls.crt` and `tls.key`; reloaded when they change.
+    pub cert_dir: PathBuf,
+    pub mutate_path: String,
+    pub validate_path: String,
+    /// Larger request bodies are refused.
+    pub max_body_bytes: usize,
+}
+
+impl Default for WebhookConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            listen: SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 9443),
+            cert_dir: PathBuf::from("/tmp/k8s-webhook-server/serving-certs"),
+            mutate_path: "/mutate-pods".to_owned(),
+            validate_path: "/validate-pods".to_owned(),
+            max_body_bytes: 3 * 1024 * 1024,
+        }
+    }
+}
+
+/// `health`: the admin server (`/healthz`, `/readyz`, `/metrics`, `/debug/events`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct HealthConfig {
+    #[serde(with = "listen_addr")]
+    pub listen: SocketAddr,
+    /// A component busy with one unit of work for longer than this is reported stalled.
+    #[serde(with = "duration")]
+    pub stall_timeout: Duration,
+    /// Bus events kept for `/debug/events`.
+    pub debug_events: usize,
+}
+
+impl Default for HealthConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 8081),
+            stall_timeout: Duration::from_secs(2 * 60),
+            debug_events: 256,
+        }
+    }
+}
+
+/// `bus`: the in-process event bus.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct BusConfig {
+    /// Events a subscriber may fall behind before it is told it lagged.
+    pub capacity: usize,
+}
+
+impl Default for BusConfig {
+    fn default() -> Self {
+        Self { capacity: 8192 }
+    }
+}
+
+/// `shutdown`: graceful termination.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct ShutdownConfig {
+    /// Time for in-flight work to finish after SIGTERM before the process exits.
+    #[serde(with = "duration")]
+    pub grace_period: Duration,
+}
+
+impl Default for ShutdownConfig {
+    fn default() -> Self {
+        Self {
+            grace_period: Duration::from_secs(25),
+        }
+    }
+}
+
+/// `logging`: log output.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct LoggingConfig {
+    /// A level (`trace`, `debug`, `info`, `warn`, `error`, `off`) or a
+    /// `tracing` filter such as `info,kube=warn`.
+    pub level: String,
+    pub format: LogFormat,
+}
+
+impl Default for LoggingConfig {
+    fn default() -> Self {
+        Self {
+            level: "info".to_owned(),
+            format: LogFormat::Json,
+        }
+    }
+}
+
+/// `logging.format`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// One JSON object per line, for log collectors.
+    #[default]
+    Json,
+    /// Human-readable lines, for a terminal.
+    Text,
+}

@@ -1,0 +1,446 @@
+//! Semantic rules: values that parse but cannot work.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use crate::schema::Config;
+
+/// One broken rule. `related` names the other fields the rule compares
+/// against, so the rule can be skipped when one of them failed to parse.
+#[derive(Debug)]
+pub(crate) struct Violation {
+    pub(crate) path: &'static str,
+    pub(crate) related: &'static [&'static str],
+    pub(crate) reason: String,
+}
+
+impl Violation {
+    pub(crate) fn paths(&self) -> impl Iterator<Item = &'static str> + '_ {
+        std::iter::once(self.path).chain(self.related.iter().copied())
+    }
+}
+
+const MAX_CONCURRENCY: usize = 1024;
+const MIN_BODY_BYTES: usize = 1024;
+const MIN_BUS_CAPACITY: usize = 16;
+const MAX_BUS_CAPACITY: usize = 1 << 20;
+const MAX_DEBUG_EVENTS: usize = 1 << 16;
+
+pub(crate) fn validate(config: &Config) -> Vec<Violation> {
+    let mut v = Rules::default();
+
+    v.check("namespace", dns1123_label(&config.namespace));
+
+    let le = &config.leader_election;
+    v.check("leaderElection.leaseName", dns1123_subdomain(&le.lease_name));
+    v.check("leaderElection.leaseNamespace", dns1123_label(&le.lease_namespace));
+    v.positive("leaderElection.leaseDuration", le.lease_duration);
+    v.positive("leaderElection.renewDeadline", le.renew_deadline);
+    v.positive("leaderElection.retryPeriod", le.retry_period);
+    if le.lease_duration.subsec_nanos() != 0 {
+        v.fail(
+            "leaderElection.leaseDuration",
+            format!(
+                "must be a whole number of seconds (a Lease stores seconds), got {}",
+                show(le.lease_duration)
+            ),
+        );
+    }
+    if !le.renew_deadline.is_zero() && le.renew_deadline >= le.lease_duration {
+        v.fail_related(
+            "leaderElection.renewDeadline",
+            &["leaderElection.leaseDuration"],
+            format!(
+                "must be shorter than leaderElection.leaseDuration ({}), got {}",
+                show(le.lease_duration),
+                show(le.renew_deadline)
+            ),
+        );
+    }
+    if !le.retry_period.is_zero() && le.retry_period >= le.renew_deadline {
+        v.fail_related(
+            "leaderElection.retryPeriod",
+            &["leaderElection.renewDeadline"],
+            format!(
+                "must be shorter than leaderElection.renewDeadline ({}), got {}",
+                show(le.renew_deadline),
+                show(le.retry_period)
+            ),
+        );
+    }
+
+    let watchers = &config.watchers;
+    if watchers.page_size == 0 {
+        v.fail("watchers.pageSize", "must be at least 1".to_owned());
+    }
+    v.positive("watchers.syncTimeout", watchers.sync_timeout);
+
+    let reconciler = &config.reconciler;
+    v.positive("reconciler.debounceInterval", reconciler.debounce_interval);
+    v.positive("reconciler.maxDelay", reconciler.max_delay);
+    if !reconciler.max_delay.is_zero() && reconciler.max_delay < reconciler.debounce_interval {
+        v.fail_related(
+            "reconciler.maxDelay",
+            &["reconciler.debounceInterval"],
+            format!(
+                "must be at least reconciler.debounceInterval ({}), got {}",
+                show(reconciler.debounce_interval),
+                show(reconciler.max_delay)
+            ),
+        );
+    }
+
+    let executor = &config.executor;
+    v.range("executor.concurrency", executor.concurrency, 1, MAX_CONCURRENCY);
+    v.positive("executor.shortRetry", executor.short_retry);
+    v.positive("executor.longRetry", executor.long_retry);
+    v.positive("executor.conflictRetry", executor.conflict_retry);
+    if !executor.long_retry.is_zero() && executor.long_retry < executor.short_retry {
+        v.fail_related(
+            "executor.longRetry",
+            &["executor.shortRetry"],
+            format!(
+                "must be at least executor.shortRetry ({}), got {}",
+                show(executor.short_retry),
+                show(executor.long_retry)
+            ),
+        );
+    }
+
+    v.check(
+        "machineClasses.finalizer",
+        qualified_name(&config.machine_classes.finalizer, PrefixRequired::Yes),
+    );
+
+    let placement = &config.placement;
+    v.check("placement.poolLabel", qualified_name(&placement.pool_label, PrefixRequired::No));
+    let policy = &placement.policy_config_map;
+    v.check("placement.policyConfigMap.namespace", dns1123_label(&policy.namespace));
+    v.check("placement.policyConfigMap.name", dns1123_subdomain(&policy.name));
+    v.check("placement.policyConfigMap.key", config_map_key(&policy.key));
+
+    let webhook = &config.webhook;
+    v.fixed_port("webhook.listen", webhook.listen);
+    if webhook.cert_dir.as_os_str().is_empty() {
+        v.fail("webhook.certDir", "must not be empty".to_owned());
+    }
+    v.check("webhook.mutatePath", http_path(&webhook.mutate_path));
+    v.check("webhook.validatePath", http_path(&webhook.validate_path));
+    if webhook.mutate_path == webhook.validate_path {
+        v.fail_related(
+            "webhook.validatePath",
+            &["webhook.mutatePath"],
+            format!("must differ from webhook.mutatePath (both are {:?})", webhook.validate_path),
+        );
+    }
+    if webhook.max_body_bytes < MIN_BODY_BYTES {
+        v.fail(
+            "webhook.maxBodyBytes",
+            format!("must be at least {MIN_BODY_BYTES}, got {}", webhook.max_body_bytes),
+        );
+    }
+
+    let health = &config.health;
+    v.fixed_port("health.listen", health.listen);
+    if webhook.enabled && webhook.listen.port() != 0 && addresses_collide(webhook.listen, health.listen) {
+        v.fail_related(
+            "health.listen",
+            &["webhook.listen", "webhook.enabled"],
+            format!(
+                "{} collides with webhook.listen {}: the two servers need different ports",
+                health.listen, webhook.listen
+            ),
+        );
+    }
+    v.positive("health.stallTimeout", health.stall_timeout);
+    v.range("health.debugEvents", health.debug_events, 1, MAX_DEBUG_EVENTS);
+
+    v.range("bus.capacity", config.bus.capacity, MIN_BUS_CAPACITY, MAX_BUS_CAPACITY);
+
+    v.positive("shutdown.gracePeriod", config.shutdown.grace_period);
+
+    v.check("logging.level", log_filter(&config.logging.level));
+
+    v.violations
+}
+
+#[derive(Default)]
+struct Rules {
+    violations: Vec<Violation>,
+}
+
+impl Rules {
+    fn fail(&mut self, path: &'static str, reason: String) {
+        self.fail_related(path, &[], reason);
+    }
+
+    fn fail_related(&mut self, path: &'static str, related: &'static [&'static str], reason: String) {
+        self.violations.push(Violation { path, related, reason });
+    }
+
+    fn check(&mut self, path: &'static str, result: Result<(), String>) {
+        if let Err(reason) = result {
+            self.fail(path, reason);
+        }
+    }
+
+    fn positive(&mut self, path: &'static str, value: Duration) {
+        if value.is_zero() {
+            self.fail(path, "must be greater than 0".to_owned());
+        }
+    }
+
+    fn range(&mut self, path: &'static str, value: usize, min: usize, max: usize) {
+        if value < min {
+            self.fail(path, format!("must be at least {min}, got {value}"));
+        } else if value > max {
+            self.fail(path, format!("must be at most {max}, got {value}"));
+        }
+    }
+
+    /// Probes, Services and webhook configurations point at a known port, so
+    /// an OS-chosen one (0) cannot be reached.
+    fn fixed_port(&mut self, path: &'static str, addr: SocketAddr) {
+        if addr.port() == 0 {
+            self.fail(path, format!("port must not be 0 in {addr}: probes and Services need a fixed port"));
+        }
+    }
+}
+
+fn show(duration: Duration) -> humantime::FormattedDuration {
+    humantime::format_duration(duration)
+}
+
+/// Two listeners on the same port conflict unless both bind distinct specific IPs.
+fn addresses_collide(a: SocketAddr, b: SocketAddr) -> bool {
+    a.port() == b.port() && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
+}
+
+const DNS1123_LABEL_MAX: usize = 63;
+const DNS1123_SUBDOMAIN_MAX: usize = 253;
+
+fn is_label_text(label: &str) -> bool {
+    let bytes = label.as_bytes();
+    let alnum = |b: &u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+    match (bytes.first(), bytes.last()) {
+        (Some(first), Some(last)) => {
+            alnum(first) && alnum(last) && bytes.iter().all(|b| alnum(b) || *b == b'-')
+        }
+        _ => false,
+    }
+}
+
+pub(crate) fn dns1123_label(value: &str) -> Result<(), String> {
+    if value.is_empty() {
+        return Err("must not be empty".to_owned());
+    }
+    if value.len() > DNS1123_LABEL_MAX {
+        return Err(format!("{value:?} is longer than {DNS1123_LABEL_MAX} characters"));
+    }
+    if !is_label_text(value) {
+        return Err(format!(
+            "{value:?} is not a valid DNS-1123 label: lowercase letters, digits and '-', \
+             starting and ending with a letter or digit"
+        ));
+    }
+    Ok(())
+}
+
+pub(crate) fn dns1123_subdomain(value: &str) -> Result<(), String> {
+    if value.is_empty() {
+        return Err("must not be empty".to_owned());
+    }
+    if value.len() > DNS1123_SUBDOMAIN_MAX {
+        return Err(format!("{value:?} is longer than {DNS1123_SUBDOMAIN_MAX} characters"));
+    }
+    if !value.split('.').all(is_label_text) {
+        return Err(format!(
+            "{value:?} is not a valid DNS-1123 subdomain: lowercase letters, digits, '-' and '.', \
+             each dot-separated part starting and ending with a letter or digit"
+        ));
+    }
+    Ok(())
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum PrefixRequired {
+    Yes,
+    No,
+}
+
+const QUALIFIED_NAME_MAX: usize = 63;
+
+/// A Kubernetes qualified name (label key, finalizer): `[prefix/]name`.
+fn qualified_name(value: &str, prefix_required: PrefixRequired) -> Result<(), String> {
+    if value.is_empty() {
+        return Err("must not be empty".to_owned());
+    }
+    let (prefix, name) = match value.split_once('/') {
+        Some((prefix, name)) => (Some(prefix), name),
+        None => (None, value),
+    };
+    match prefix {
+        Some(prefix) => dns1123_subdomain(prefix)
+            .map_err(|reason| format!("{value:?} has an invalid prefix: {reason}"))?,
+        None if prefix_required == PrefixRequired::Yes => {
+            return Err(format!("{value:?} must be domain-qualified, e.g. example.com/{value}"));
+        }
+        None => {}
+    }
+    let bytes = name.as_bytes();
+    let valid = !bytes.is_empty()
+        && bytes.len() <= QUALIFIED_NAME_MAX
+        && bytes.first().is_some_and(u8::is_ascii_alphanumeric)
+        && bytes.last().is_some_and(u8::is_ascii_alphanumeric)
+        && bytes.iter().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    if !valid {
+        return Err(format!(
+            "{value:?} is not a valid qualified name: the name part must be 1-{QUALIFIED_NAME_MAX} \
+             letters, digits, '-', '_' or '.', starting and ending with a letter or digit"
+        ));
+    }
+    Ok(())
+}
+
+const CONFIG_MAP_KEY_MAX: usize = 253;
+
+fn config_map_key(value: &str) -> Result<(), String> {
+    if value.is_empty() {
+        return Err("must not be empty".to_owned());
+    }
+    if value.len() > CONFIG_MAP_KEY_MAX {
+        return Err(format!("{value:?} is longer than {CONFIG_MAP_KEY_MAX} characters"));
+    }
+    if value == "." || value == ".." {
+        return Err(format!("{value:?} is not a valid ConfigMap key"));
+    }
+    if !value.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.')) {
+        return Err(format!(
+            "{value:?} is not a valid ConfigMap key: letters, digits, '-', '_' and '.' only"
+        ));
+    }
+    Ok(())
+}
+
+fn http_path(value: &str) -> Result<(), String> {
+    if !value.starts_with('/') {
+        return Err(format!("{value:?} must start with '/'"));
+    }
+    if let Some(c) = value.chars().find(|c| c.is_whitespace() || c.is_control() || matches!(c, '?' | '#')) {
+        return Err(format!("{value:?} must be a plain URL path without {c:?}"));
+    }
+    Ok(())
+}
+
+const LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"];
+
+/// A level, or comma-separated `tracing` directives `[target=]level`.
+fn log_filter(value: &str) -> Result<(), String> {
+    let is_level = |s: &str| LEVELS.iter().any(|level| level.eq_ignore_ascii_case(s.trim()));
+    if value.trim().is_empty() {
+        return Err(format!("must not be empty; use one of {}", LEVELS.join(", ")));
+    }
+    for directive in value.split(',').map(str::trim) {
+        let ok = match directive.rsplit_once('=') {
+            Some((target, level)) => !target.trim().is_empty() && is_level(level),
+            None => is_level(directive),
+        };
+        if !ok {
+            return Err(format!(
+                "{directive:?} is not a log level or a target=level directive; levels: {}",
+                LEVELS.join(", ")
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dns1123_labels() {
+        for ok in ["a", "machine-system", "x1", &"a".repeat(63)] {
+            assert_eq!(dns1123_label(ok), Ok(()), "{ok}");
+        }
+        for bad in ["", "Machine", "-a", "a-", "a.b", "a_b", &"a".repeat(64)] {
+            assert!(dns1123_label(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn dns1123_subdomains() {
+        for ok in ["poolkeeper", "a.b-c.d", "poolkeeper-placement"] {
+            assert_eq!(dns1123_subdomain(ok), Ok(()), "{ok}");
+        }
+        for bad in ["", "a..b", ".a", "a.", "A.b", "a_b", &"a".repeat(254)] {
+            assert!(dns1123_subdomain(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn qualified_names() {
+        let ok = [
+            ("apps.openyurt.io/nodepool", PrefixRequired::No),
+            ("nodepool", PrefixRequired::No),
+            ("Node_Pool.v1", PrefixRequired::No),
+            ("machine.sapcloud.io/machine-controller-manager", PrefixRequired::Yes),
+        ];
+        for (value, prefix) in ok {
+            assert_eq!(qualified_name(value, prefix), Ok(()), "{value}");
+        }
+        let bad = [
+            ("", PrefixRequired::No),
+            ("a/", PrefixRequired::No),
+            ("/a", PrefixRequired::No),
+            ("Example.com/a", PrefixRequired::No),
+            ("a/b/c", PrefixRequired::No),
+            ("-a", PrefixRequired::No),
+            ("a b", PrefixRequired::No),
+            ("finalizer", PrefixRequired::Yes),
+        ];
+        for (value, prefix) in bad {
+            assert!(qualified_name(value, prefix).is_err(), "{value}");
+        }
+        let long_name = "a".repeat(64);
+        assert!(qualified_name(&long_name, PrefixRequired::No).is_err());
+    }
+
+    #[test]
+    fn config_map_keys() {
+        for ok in ["placement.yaml", "a", "_x-y.z"] {
+            assert_eq!(config_map_key(ok), Ok(()), "{ok}");
+        }
+        for bad in ["", ".", "..", "a/b", "a b"] {
+            assert!(config_map_key(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn http_paths() {
+        assert_eq!(http_path("/mutate-pods"), Ok(()));
+        for bad in ["mutate", "", "/a b", "/a?b", "/a#b"] {
+            assert!(http_path(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn log_filters() {
+        for ok in ["info", "DEBUG", "info,kube=warn", "poolkeeper=trace, kube_runtime=off"] {
+            assert_eq!(log_filter(ok), Ok(()), "{ok}");
+        }
+        for bad in ["", "verbose", "info,", "kube=loud", "=info"] {
+            assert!(log_filter(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn listener_collisions() {
+        let addr = |s: &str| s.parse::<SocketAddr>().unwrap();
+        assert!(addresses_collide(addr("0.0.0.0:80"), addr("127.0.0.1:80")));
+        assert!(addresses_collide(addr("127.0.0.1:80"), addr("127.0.0.1:80")));
+        assert!(!addresses_collide(addr("127.0.0.1:80"), addr("10.0.0.1:80")));
+        assert!(!addresses_collide(addr("0.0.0.0:80"), addr("0.0.0.0:81")));
+    }
+}

@@ -1,0 +1,341 @@
+//! Nodes, NodePools and ConfigMaps: the state the admission webhook reads.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+
+use parking_lot::RwLockReadGuard;
+use poolkeeper_bus::{ObjectKey, ResourceKind};
+
+use crate::types::{Node, NodePool, Upsert};
+
+/// Node names by label key, then label value. Sets are never left empty and
+/// share their name strings with the primary map.
+#[derive(Debug, Default)]
+struct LabelIndex {
+    by_key: HashMap<String, BTreeMap<String, BTreeSet<Arc<str>>>>,
+}
+
+impl LabelIndex {
+    fn insert(&mut self, key: &str, value: &str, node: &Arc<str>) {
+        let values = match self.by_key.get_mut(key) {
+            Some(values) => values,
+            None => self.by_key.entry(key.to_owned()).or_default(),
+        };
+        let nodes = match values.get_mut(value) {
+            Some(nodes) => nodes,
+            None => values.entry(value.to_owned()).or_default(),
+        };
+        nodes.insert(Arc::clone(node));
+    }
+
+    fn remove(&mut self, key: &str, value: &str, node: &str) {
+        let Some(values) = self.by_key.get_mut(key) else {
+            return;
+        };
+        if let Some(nodes) = values.get_mut(value) {
+            nodes.remove(node);
+            if nodes.is_empty() {
+                values.remove(value);
+            }
+        }
+        if values.is_empty() {
+            self.by_key.remove(key);
+        }
+    }
+
+    /// Moves `node` from the entries of `old` to those of `new`.
+    fn relabel(
+        &mut self,
+        node: &Arc<str>,
+        old: &BTreeMap<String, String>,
+        new: &BTreeMap<String, String>,
+    ) {
+        for (key, value) in old {
+            if new.get(key) != Some(value) {
+                self.remove(key, value, node);
+            }
+        }
+        for (key, value) in new {
+            if old.get(key) != Some(value) {
+                self.insert(key, value, node);
+            }
+        }
+    }
+
+    fn nodes(&self, key: &str, value: &str) -> Option<&BTreeSet<Arc<str>>> {
+        self.by_key.get(key)?.get(value)
+    }
+
+    fn values(&self, key: &str) -> Option<&BTreeMap<String, BTreeSet<Arc<str>>>> {
+        self.by_key.get(key)
+    }
+
+    #[cfg(test)]
+    fn entries(&self) -> usize {
+        self.by_key
+            .values()
+            .flat_map(|values| values.values())
+            .map(BTreeSet::len)
+            .sum()
+    }
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct PlacementState {
+    pub(crate) nodes: BTreeMap<Arc<str>, Node>,
+    labels: LabelIndex,
+    pub(crate) pools: BTreeMap<String, NodePool>,
+    pub(crate) config_maps: BTreeMap<ObjectKey, BTreeMap<String, String>>,
+    config_maps_generation: u64,
+}
+
+impl PlacementState {
+    pub(crate) fn upsert_node(&mut self, node: Node) -> Upsert {
+        match self.nodes.get_key_value(node.name.as_str()) {
+            Some((_, existing)) if *existing == node => Upsert::Unchanged,
+            Some((name, existing)) => {
+                let name = Arc::clone(name);
+                self.labels.relabel(&name, &existing.labels, &node.labels);
+                self.nodes.insert(name, node);
+                Upsert::Updated
+            }
+            None => {
+                let name: Arc<str> = Arc::from(node.name.as_str());
+                for (key, value) in &node.labels {
+                    self.labels.insert(key, value, &name);
+                }
+                self.nodes.insert(name, node);
+                Upsert::Created
+            }
+        }
+    }
+
+    pub(crate) fn remove_node(&mut self, name: &str) -> bool {
+        let Some(node) = self.nodes.remove(name) else {
+            return false;
+        };
+        for (key, value) in &node.labels {
+            self.labels.remove(key, value, name);
+        }
+        true
+    }
+
+    pub(crate) fn upsert_node_pool(&mut self, pool: NodePool) -> Upsert {
+        match self.pools.get_mut(&pool.name) {
+            Some(existing) if *existing == pool => Upsert::Unchanged,
+            Some(existing) => {
+                *existing = pool;
+                Upsert::Updated
+            }
+            None => {
+                self.pools.insert(pool.name.clone(), pool);
+                Upsert::Created
+            }
+        }
+    }
+
+    pub(crate) fn upsert_config_map(
+        &mut self,
+        key: ObjectKey,
+        data: BTreeMap<String, String>,
+    ) -> Upsert {
+        let outcome = match self.config_maps.get_mut(&key) {
+            Some(existing) if *existing == data => return Upsert::Unchanged,
+            Some(existing) => {
+                *existing = data;
+                Upsert::Updated
+            }
+            None => {
+                self.config_maps.insert(key, data);
+                Upsert::Created
+            }
+        };
+        self.config_maps_generation += 1;
+        outcome
+    }
+
+    pub(crate) fn remove_config_map(&mut self, key: &ObjectKey) -> bool {
+        let removed = self.config_maps.remove(key).is_some();
+        if removed {
+            self.config_maps_generation += 1;
+        }
+        removed
+    }
+
+    pub(crate) fn retain(
+        &mut self,
+        kind: ResourceKind,
+        keep: &HashSet<ObjectKey>,
+    ) -> Vec<ObjectKey> {
+        let mut removed = Vec::new();
+        match kind {
+            ResourceKind::Node => {
+                let gone: Vec<Arc<str>> = self
+                    .nodes
+                    .keys()
+                    .filter(|name| !keep.contains(&ObjectKey::cluster(name.as_ref())))
+                    .cloned()
+                    .collect();
+                for name in gone {
+                    self.remove_node(&name);
+                    removed.push(ObjectKey::cluster(name.as_ref()));
+                }
+            }
+            ResourceKind::NodePool => {
+                self.pools.retain(|name, _| {
+                    let key = ObjectKey::cluster(name.as_str());
+                    let kept = keep.contains(&key);
+                    if !kept {
+                        removed.push(key);
+                    }
+                    kept
+                });
+            }
+            ResourceKind::ConfigMap => {
+                self.config_maps.retain(|key, _| {
+                    let kept = keep.contains(key);
+                    if !kept {
+                        removed.push(key.clone());
+                    }
+                    kept
+                });
+                if !removed.is_empty() {
+                    self.config_maps_generation += 1;
+                }
+            }
+            ResourceKind::MachineClass | ResourceKind::Machine => {}
+        }
+        removed
+    }
+
+    pub(crate) fn keys(&self, kind: ResourceKind) -> Vec<ObjectKey> {
+        match kind {
+            ResourceKind::Node => self
+                .nodes
+                .keys()
+                .map(|name| ObjectKey::cluster(name.as_ref()))
+                .collect(),
+            ResourceKind::NodePool => self.pools.keys().map(ObjectKey::cluster).collect(),
+            ResourceKind::ConfigMap => self.config_maps.keys().cloned().collect(),
+            ResourceKind::MachineClass | ResourceKind::Machine => Vec::new(),
+        }
+    }
+
+    pub(crate) fn count(&self, kind: ResourceKind) -> usize {
+        match kind {
+            ResourceKind::Node => self.nodes.len(),
+            ResourceKind::NodePool => self.pools.len(),
+            ResourceKind::ConfigMap => self.config_maps.len(),
+            ResourceKind::MachineClass | ResourceKind::Machine => 0,
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn label_index_entries(&self) -> usize {
+        self.labels.entries()
+    }
+
+    #[cfg(test)]
+    pub(crate) fn label_index_keys(&self) -> usize {
+        self.labels.by_key.len()
+    }
+}
+
+/// A read view of Nodes, NodePools and ConfigMaps. Iterators yield in name
+/// order (label-key queries: grouped by label value, then name order).
+pub struct PlacementView<'a> {
+    state: RwLockReadGuard<'a, PlacementState>,
+    pool_label: &'a str,
+}
+
+impl<'a> PlacementView<'a> {
+    pub(crate) fn new(state: RwLockReadGuard<'a, PlacementState>, pool_label: &'a str) -> Self {
+        Self { state, pool_label }
+    }
+
+    /// The label that assigns a Node to a pool.
+    pub fn pool_label(&self) -> &str {
+        self.pool_label
+    }
+
+    pub fn node(&self, name: &str) -> Option<&Node> {
+        self.state.nodes.get(name)
+    }
+
+    pub fn nodes(&self) -> impl Iterator<Item = &Node> {
+        self.state.nodes.values()
+    }
+
+    pub fn node_count(&self) -> usize {
+        self.state.nodes.len()
+    }
+
+    /// Nodes carrying `key=value`, in O(result).
+    pub fn nodes_with_label(&self, key: &str, value: &str) -> impl Iterator<Item = &Node> {
+        self.state
+            .labels
+            .nodes(key, value)
+            .into_iter()
+            .flatten()
+            .filter_map(|name| self.state.nodes.get(name.as_ref()))
+    }
+
+    /// Nodes carrying the label `key` with any value, in O(result).
+    pub fn nodes_with_label_key(&self, key: &str) -> impl Iterator<Item = &Node> {
+        self.state
+            .labels
+            .values(key)
+            .into_iter()
+            .flat_map(|values| values.values())
+            .flatten()
+            .filter_map(|name| self.state.nodes.get(name.as_ref()))
+    }
+
+    /// The distinct values of label `key` over all nodes, sorted.
+    pub fn label_values(&self, key: &str) -> impl Iterator<Item = &str> {
+        self.state
+            .labels
+            .values(key)
+            .into_iter()
+            .flat_map(|values| values.keys())
+            .map(String::as_str)
+    }
+
+    /// Nodes whose pool label is `pool`, in O(result).
+    pub fn nodes_in_pool(&self, pool: &str) -> impl Iterator<Item = &Node> {
+        self.nodes_with_label(self.pool_label, pool)
+    }
+
+    /// The pool a Node belongs to by its pool label (whether or not that
+    /// NodePool exists).
+    pub fn pool_of_node(&self, node: &str) -> Option<&str> {
+        self.state
+            .nodes
+            .get(node)?
+            .labels
+            .get(self.pool_label)
+            .map(String::as_str)
+    }
+
+    pub fn node_pool(&self, name: &str) -> Option<&NodePool> {
+        self.state.pools.get(name)
+    }
+
+    pub fn node_pools(&self) -> impl Iterator<Item = &NodePool> {
+        self.state.pools.values()
+    }
+
+    pub fn node_pool_count(&self) -> usize {
+        self.state.pools.len()
+    }
+
+    pub fn config_map(&self, key: &ObjectKey) -> Option<&BTreeMap<String, String>> {
+        self.state.config_maps.get(key)
+    }
+
+    /// Bumps on every ConfigMap change (create, data change, delete), so
+    /// readers can cache what they parse from a ConfigMap.
+    pub fn config_maps_generation(&self) -> u64 {
+        self.state.config_maps_generation
+    }
+}

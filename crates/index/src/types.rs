@@ -1,0 +1,105 @@
+//! The compact projections stored in the index.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use poolkeeper_bus::{Change, ObjectKey};
+
+/// A Node taint.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Taint {
+    pub key: String,
+    pub value: Option<String>,
+    /// `NoSchedule`, `PreferNoSchedule` or `NoExecute`.
+    pub effect: String,
+}
+
+/// What the index keeps of a Node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Node {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub taints: Vec<Taint>,
+    /// The `Ready` condition is `True`.
+    pub ready: bool,
+}
+
+/// `spec.type` of an OpenYurt NodePool.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum PoolType {
+    /// OpenYurt's default when `spec.type` is missing.
+    #[default]
+    Edge,
+    Cloud,
+}
+
+impl PoolType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PoolType::Edge => "Edge",
+            PoolType::Cloud => "Cloud",
+        }
+    }
+}
+
+impl fmt::Display for PoolType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What the index keeps of a NodePool.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodePool {
+    pub name: String,
+    pub pool_type: PoolType,
+    pub labels: BTreeMap<String, String>,
+    pub taints: Vec<Taint>,
+}
+
+/// What the index keeps of a MachineClass.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MachineClass {
+    pub key: ObjectKey,
+    pub finalizers: Vec<String>,
+    /// `metadata.deletionTimestamp` is set.
+    pub deleting: bool,
+    /// Hash of everything but `metadata` and `status`: tells a spec change
+    /// apart from a finalizer or status write.
+    pub spec_hash: u64,
+    pub resource_version: String,
+}
+
+/// What the index keeps of a Machine.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Machine {
+    pub key: ObjectKey,
+    /// `spec.class.name`; the class lives in the Machine's namespace.
+    pub class_name: String,
+    /// `metadata.deletionTimestamp` is set.
+    pub deleting: bool,
+}
+
+/// What an upsert did to the index.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Upsert {
+    Created,
+    Updated,
+    /// The projection is equal to the stored one: nothing to publish.
+    Unchanged,
+}
+
+impl Upsert {
+    pub fn is_changed(self) -> bool {
+        !matches!(self, Upsert::Unchanged)
+    }
+
+    /// The bus change to publish, `None` when nothing changed.
+    pub fn change(self) -> Option<Change> {
+        match self {
+            Upsert::Created => Some(Change::Created),
+            Upsert::Updated => Some(Change::Updated),
+            Upsert::Unchanged => None,
+        }
+    }
+}

@@ -1,0 +1,235 @@
+//! Offline evaluation: an index built from a multi-document YAML file of
+//! Kubernetes objects (as `kubectl get -o yaml` prints them), so a policy can
+//! be checked without a cluster.
+//!
+//! Also the conversions from Kubernetes Node and NodePool objects to the
+//! index projections.
+
+use std::collections::{BTreeMap, HashMap};
+
+use k8s_openapi::api::core::v1::{ConfigMap, Node as K8sNode, Taint as K8sTaint};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use poolkeeper_index::{Index, Node, NodePool, PoolType, Taint};
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::error::PlacementError;
+use crate::policy::{PlacementSettings, yaml_error_message};
+
+/// OpenYurt's API group for NodePools (every version has `spec.type`,
+/// `spec.labels` and `spec.taints`).
+pub const NODE_POOL_GROUP: &str = "apps.openyurt.io";
+
+/// The index projection of a Node: name, labels, taints and whether its
+/// `Ready` condition is `True`.
+pub fn node_projection(node: &K8sNode) -> Node {
+    let spec = node.spec.as_ref();
+    Node {
+        name: node.metadata.name.clone().unwrap_or_default(),
+        labels: node.metadata.labels.clone().unwrap_or_default(),
+        taints: spec
+            .and_then(|spec| spec.taints.as_deref())
+            .unwrap_or_default()
+            .iter()
+            .map(taint_projection)
+            .collect(),
+        ready: node
+            .status
+            .as_ref()
+            .and_then(|status| status.conditions.as_deref())
+            .unwrap_or_default()
+            .iter()
+            .any(|condition| condition.type_ == "Ready" && condition.status == "True"),
+    }
+}
+
+/// An empty taint value is the same as none.
+pub fn taint_projection(taint: &K8sTaint) -> Taint {
+    Taint {
+        key: taint.key.clone(),
+        value: taint.value.clone().filter(|value| !value.is_empty()),
+        effect: taint.effect.clone(),
+    }
+}
+
+#[derive(Deserialize)]
+struct NodePoolObject {
+    #[serde(default)]
+    metadata: ObjectMeta,
+    #[serde(default)]
+    spec: Option<NodePoolSpec>,
+}
+
+#[derive(Default, Deserialize)]
+struct NodePoolSpec {
+    #[serde(default, rename = "type")]
+    pool_type: Option<String>,
+    #[serde(default)]
+    labels: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    taints: Option<Vec<K8sTaint>>,
+}
+
+/// The index projection of an OpenYurt NodePool object given as JSON. A
+/// missing `spec.type` is `Edge`, OpenYurt's default.
+pub fn node_pool_projection(object: &Value) -> Result<NodePool, String> {
+    let pool = NodePoolObject::deserialize(object).map_err(|e| format!("invalid NodePool: {e}"))?;
+    let name = pool
+        .metadata
+        .name
+        .filter(|name| !name.is_empty())
+        .ok_or_else(|| "NodePool without metadata.name".to_owned())?;
+    let spec = pool.spec.unwrap_or_default();
+    let pool_type = match spec.pool_type.as_deref() {
+        None | Some("") | Some("Edge") => PoolType::Edge,
+        Some("Cloud") => PoolType::Cloud,
+        Some(other) => {
+            return Err(format!(
+                "NodePool {name:?}: spec.type {other:?} is neither Edge nor Cloud"
+            ));
+        }
+    };
+    Ok(NodePool {
+        name,
+        pool_type,
+        labels: spec.labels.unwrap_or_default(),
+        taints: spec
+            .taints
+            .unwrap_or_default()
+            .iter()
+            .map(taint_projection)
+            .collect(),
+    })
+}
+
+/// An index filled from an objects file, with what was skipped.
+#[derive(Debug)]
+pub struct OfflineObjects {
+    pub index: Index,
+    /// One line per object that was ignored (other kinds, other ConfigMaps).
+    pub notes: Vec<String>,
+}
+
+/// Reads Nodes, NodePools and the placement ConfigMap (the one named by
+/// `settings.policy`) from multi-document YAML; `v1 List` documents are
+/// expanded. Other objects are ignored with a note. A duplicate object or
+/// one that does not parse is an error naming its document (1-based).
+pub fn build_index_from_objects(
+    yaml: &str,
+    settings: &PlacementSettings,
+) -> Result<OfflineObjects, PlacementError> {
+    let documents: Vec<Value> =
+        serde_saphyr::from_multiple(yaml).map_err(|e| PlacementError::ObjectsSyntax {
+            message: yaml_error_message(&e),
+        })?;
+    let index = Index::new(&settings.pool_label);
+    let mut notes = Vec::new();
+    let mut seen: HashMap<(String, String), usize> = HashMap::new();
+    let policy_key = settings.policy.config_map_key();
+
+    let mut objects = Vec::new();
+    for (i, document) in documents.into_iter().enumerate() {
+        let number = i + 1;
+        match document {
+            Value::Null => {}
+            Value::Object(ref map) if is_list(map) => match map.get("items") {
+                Some(Value::Array(items)) => {
+                    objects.extend(items.iter().cloned().map(|item| (number, item)))
+                }
+                None | Some(Value::Null) => {}
+                Some(_) => {
+                    return Err(PlacementError::Object {
+                        document: number,
+                        message: "List items must be a sequence".to_owned(),
+                    });
+                }
+            },
+            Value::Object(_) => objects.push((number, document)),
+            _ => {
+                return Err(PlacementError::Object {
+                    document: number,
+                    message: "not a Kubernetes object (expected a mapping)".to_owned(),
+                });
+            }
+        }
+    }
+
+    for (document, object) in objects {
+        let error = |message: String| PlacementError::Object { document, message };
+        let api_version = object.get("apiVersion").and_then(Value::as_str).unwrap_or_default();
+        let kind = object.get("kind").and_then(Value::as_str).unwrap_or_default();
+        let name = object
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let group = api_version.rsplit_once('/').map_or("", |(group, _)| group);
+
+        let identity = match (group, kind) {
+            ("", "Node") => "Node",
+            (NODE_POOL_GROUP, "NodePool") => "NodePool",
+            ("", "ConfigMap") => "ConfigMap",
+            _ => {
+                notes.push(format!(
+                    "document {document}: ignored {kind} {name:?} ({api_version})"
+                ));
+                continue;
+            }
+        };
+        match identity {
+            "Node" => {
+                let node: K8sNode = serde_json::from_value(object)
+                    .map_err(|e| error(format!("invalid Node {name:?}: {e}")))?;
+                let projection = node_projection(&node);
+                if projection.name.is_empty() {
+                    return Err(error("Node without metadata.name".to_owned()));
+                }
+                check_duplicate(&mut seen, "Node", &projection.name, document)?;
+                index.upsert_node(projection);
+            }
+            "NodePool" => {
+                let pool = node_pool_projection(&object).map_err(error)?;
+                check_duplicate(&mut seen, "NodePool", &pool.name, document)?;
+                index.upsert_node_pool(pool);
+            }
+            _ => {
+                let config_map: ConfigMap = serde_json::from_value(object)
+                    .map_err(|e| error(format!("invalid ConfigMap {name:?}: {e}")))?;
+                let namespace = config_map.metadata.namespace.clone().unwrap_or_default();
+                if namespace != policy_key.namespace.clone().unwrap_or_default()
+                    || name != policy_key.name
+                {
+                    notes.push(format!(
+                        "document {document}: ignored ConfigMap {namespace}/{name} (the placement policy is {})",
+                        settings.policy
+                    ));
+                    continue;
+                }
+                check_duplicate(&mut seen, "ConfigMap", &format!("{namespace}/{name}"), document)?;
+                index.upsert_config_map(policy_key.clone(), config_map.data.unwrap_or_default());
+            }
+        }
+    }
+    Ok(OfflineObjects { index, notes })
+}
+
+fn is_list(map: &serde_json::Map<String, Value>) -> bool {
+    map.get("kind")
+        .and_then(Value::as_str)
+        .is_some_and(|kind| kind == "List" || (kind.ends_with("List") && map.contains_key("items")))
+}
+
+fn check_duplicate(
+    seen: &mut HashMap<(String, String), usize>,
+    kind: &str,
+    name: &str,
+    document: usize,
+) -> Result<(), PlacementError> {
+    match seen.insert((kind.to_owned(), name.to_owned()), document) {
+        Some(first) => Err(PlacementError::Object {
+            document,
+            message: format!("duplicate {kind} {name:?} (first in document {first})"),
+        }),
+        None => Ok(()),
+    }
+}

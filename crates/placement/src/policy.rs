@@ -1,0 +1,299 @@
+//! The placement policy: namespace -> NodePool bindings and the tolerations
+//! every Pod on an Edge pool must carry, read from one key of the placement
+//! ConfigMap.
+//!
+//! ```yaml
+//! bindings:
+//!   - namespace: shop-hangzhou
+//!     nodePool: hangzhou
+//! edgeTolerations:
+//!   - {key: node-role.kubernetes.io/edge, operator: Exists, effect: NoSchedule}
+//! ```
+
+use std::collections::BTreeMap;
+use std::collections::btree_map::Entry;
+use std::fmt;
+
+use k8s_openapi::api::core::v1::Toleration;
+use poolkeeper_index::{ObjectKey, PlacementView};
+use serde::Deserialize;
+
+use crate::error::PlacementError;
+use crate::names::{is_dns1123_label, label_value_errors, qualified_name_errors};
+use crate::tolerations::TAINT_EFFECTS;
+
+/// OpenYurt's pool label, on Nodes and on Pods.
+pub const DEFAULT_POOL_LABEL: &str = "apps.openyurt.io/nodepool";
+pub const DEFAULT_POLICY_NAMESPACE: &str = "poolkeeper-system";
+pub const DEFAULT_POLICY_NAME: &str = "poolkeeper-placement";
+pub const DEFAULT_POLICY_KEY: &str = "placement.yaml";
+
+/// Where the placement policy lives: one data key of one ConfigMap.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PolicySource {
+    pub namespace: String,
+    pub name: String,
+    pub key: String,
+}
+
+impl Default for PolicySource {
+    fn default() -> Self {
+        Self {
+            namespace: DEFAULT_POLICY_NAMESPACE.to_owned(),
+            name: DEFAULT_POLICY_NAME.to_owned(),
+            key: DEFAULT_POLICY_KEY.to_owned(),
+        }
+    }
+}
+
+impl PolicySource {
+    pub fn config_map_key(&self) -> ObjectKey {
+        ObjectKey::namespaced(&self.namespace, &self.name)
+    }
+}
+
+impl fmt::Display for PolicySource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "ConfigMap {}/{} key {}",
+            self.namespace, self.name, self.key
+        )
+    }
+}
+
+/// What placement decisions need from the configuration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlacementSettings {
+    /// The label that puts a Node into a pool and binds a Pod to one
+    /// (`placement.poolLabel`).
+    pub pool_label: String,
+    /// `placement.policyConfigMap`.
+    pub policy: PolicySource,
+}
+
+impl Default for PlacementSettings {
+    fn default() -> Self {
+        Self {
+            pool_label: DEFAULT_POOL_LABEL.to_owned(),
+            policy: PolicySource::default(),
+        }
+    }
+}
+
+/// A parsed, validated placement policy. The default is the empty policy:
+/// no namespace is bound and Edge pools need no tolerations.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PlacementPolicy {
+    bindings: BTreeMap<String, String>,
+    edge_tolerations: Vec<Toleration>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct PolicyDocument {
+    #[serde(default)]
+    bindings: Option<Vec<BindingEntry>>,
+    #[serde(default)]
+    edge_tolerations: Option<Vec<TolerationEntry>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct BindingEntry {
+    namespace: String,
+    node_pool: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct TolerationEntry {
+    #[serde(default)]
+    key: Option<String>,
+    #[serde(default)]
+    operator: Option<String>,
+    #[serde(default)]
+    value: Option<String>,
+    #[serde(default)]
+    effect: Option<String>,
+    #[serde(default)]
+    toleration_seconds: Option<i64>,
+}
+
+impl PlacementPolicy {
+    /// Parses a policy document. Empty input (or only comments) is the
+    /// empty policy.
+    pub fn parse(yaml: &str) -> Result<Self, PlacementError> {
+        Self::parse_from(yaml, "placement policy")
+    }
+
+    /// The policy in `data[key]` of a ConfigMap; a missing ConfigMap or key
+    /// is the empty policy.
+    pub fn from_config_map_data(
+        data: Option<&BTreeMap<String, String>>,
+        source: &PolicySource,
+    ) -> Result<Self, PlacementError> {
+        match data.and_then(|data| data.get(&source.key)) {
+            Some(yaml) => Self::parse_from(yaml, &source.to_string()),
+            None => Ok(Self::default()),
+        }
+    }
+
+    /// The policy as the index currently holds it.
+    pub fn load(view: &PlacementView<'_>, source: &PolicySource) -> Result<Self, PlacementError> {
+        Self::from_config_map_data(view.config_map(&source.config_map_key()), source)
+    }
+
+    fn parse_from(yaml: &str, origin: &str) -> Result<Self, PlacementError> {
+        let document: Option<PolicyDocument> =
+            serde_saphyr::from_str(yaml).map_err(|e| PlacementError::PolicySyntax {
+                origin: origin.to_owned(),
+                message: yaml_error_message(&e),
+            })?;
+        let Some(document) = document else {
+            return Ok(Self::default());
+        };
+
+        let mut problems = Vec::new();
+        let mut bindings = BTreeMap::new();
+        let mut first_seen: BTreeMap<&str, usize> = BTreeMap::new();
+        let entries = document.bindings.as_deref().unwrap_or_default();
+        for (i, entry) in entries.iter().enumerate() {
+            let path = format!("bindings[{i}]");
+            if !is_dns1123_label(&entry.namespace) {
+                problems.push(format!(
+                    "{path}.namespace: {:?} is not a valid namespace name (lowercase RFC 1123 label)",
+                    entry.namespace
+                ));
+            }
+            if entry.node_pool.is_empty() {
+                problems.push(format!("{path}.nodePool: must not be empty"));
+            } else {
+                let errors = label_value_errors(&entry.node_pool);
+                if !errors.is_empty() {
+                    problems.push(format!(
+                        "{path}.nodePool: {:?} cannot be a pool label value: {}",
+                        entry.node_pool,
+                        errors.join("; ")
+                    ));
+                }
+            }
+            match first_seen.entry(&entry.namespace) {
+                Entry::Occupied(first) => problems.push(format!(
+                    "{path}.namespace: duplicate binding for namespace {:?} (first bound at bindings[{}])",
+                    entry.namespace,
+                    first.get()
+                )),
+                Entry::Vacant(slot) => {
+                    slot.insert(i);
+                    bindings.insert(entry.namespace.clone(), entry.node_pool.clone());
+                }
+            }
+        }
+
+        let mut edge_tolerations = Vec::new();
+        let entries = document.edge_tolerations.unwrap_or_default();
+        for (i, entry) in entries.into_iter().enumerate() {
+            let toleration = Toleration {
+                key: entry.key.filter(|k| !k.is_empty()),
+                operator: entry.operator.filter(|o| !o.is_empty()),
+                value: entry.value.filter(|v| !v.is_empty()),
+                effect: entry.effect.filter(|e| !e.is_empty()),
+                toleration_seconds: entry.toleration_seconds,
+            };
+            problems.extend(toleration_problems(&toleration, &format!("edgeTolerations[{i}]")));
+            edge_tolerations.push(toleration);
+        }
+
+        if problems.is_empty() {
+            Ok(Self {
+                bindings,
+                edge_tolerations,
+            })
+        } else {
+            Err(PlacementError::PolicyInvalid {
+                origin: origin.to_owned(),
+                problems,
+            })
+        }
+    }
+
+    /// The pool `namespace` is bound to.
+    pub fn pool_for_namespace(&self, namespace: &str) -> Option<&str> {
+        self.bindings.get(namespace).map(String::as_str)
+    }
+
+    /// `(namespace, pool)` pairs, by namespace.
+    pub fn bindings(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.bindings.iter().map(|(ns, pool)| (ns.as_str(), pool.as_str()))
+    }
+
+    /// The tolerations a Pod needs to run on an Edge pool, in policy order.
+    pub fn edge_tolerations(&self) -> &[Toleration] {
+        &self.edge_tolerations
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.bindings.is_empty() && self.edge_tolerations.is_empty()
+    }
+}
+
+/// The API server's `ValidateTolerations`, so that a toleration the policy
+/// adds to a Pod never makes the Pod invalid.
+fn toleration_problems(toleration: &Toleration, path: &str) -> Vec<String> {
+    let mut problems = Vec::new();
+    let key = toleration.key.as_deref().unwrap_or_default();
+    let operator = toleration.operator.as_deref().unwrap_or_default();
+    let value = toleration.value.as_deref().unwrap_or_default();
+    let effect = toleration.effect.as_deref().unwrap_or_default();
+
+    if !key.is_empty() {
+        let errors = qualified_name_errors(key);
+        if !errors.is_empty() {
+            problems.push(format!("{path}.key: {key:?}: {}", errors.join("; ")));
+        }
+    } else if operator != "Exists" {
+        problems.push(format!(
+            "{path}.operator: must be Exists when `key` is empty, which means \"match all values and all keys\""
+        ));
+    }
+    if toleration.toleration_seconds.is_some() && effect != "NoExecute" {
+        problems.push(format!(
+            "{path}.effect: must be 'NoExecute' when `tolerationSeconds` is set"
+        ));
+    }
+    match operator {
+        "" | "Equal" => {
+            let errors = label_value_errors(value);
+            if !errors.is_empty() {
+                problems.push(format!("{path}.value: {value:?}: {}", errors.join("; ")));
+            }
+        }
+        "Exists" => {
+            if !value.is_empty() {
+                problems.push(format!(
+                    "{path}.value: must be empty when `operator` is 'Exists'"
+                ));
+            }
+        }
+        other => problems.push(format!(
+            "{path}.operator: unsupported value {other:?}: supported values: \"Equal\", \"Exists\""
+        )),
+    }
+    if !effect.is_empty() && !TAINT_EFFECTS.contains(&effect) {
+        problems.push(format!(
+            "{path}.effect: unsupported value {effect:?}: supported values: \"NoExecute\", \"NoSchedule\", \"PreferNoSchedule\""
+        ));
+    }
+    problems
+}
+
+/// serde-saphyr's one-line rendering (`line L column C: problem`), without
+/// the source snippet, so it fits an admission message and a log line.
+pub(crate) fn yaml_error_message(error: &serde_saphyr::Error) -> String {
+    let text = error.without_snippet().to_string();
+    match text.strip_prefix("error: ") {
+        Some(rest) => rest.to_owned(),
+        None => text,
+    }
+}

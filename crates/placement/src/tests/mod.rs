@@ -1,0 +1,148 @@
+//! Table tests of the placement logic.
+
+mod affinity;
+mod candidates;
+mod mutate;
+mod objects;
+mod policy;
+mod tolerations;
+mod validate;
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Pod;
+use poolkeeper_index::{Index, Node, NodePool, PoolType, Taint};
+use serde_json::{Value, json};
+
+use crate::{DEFAULT_POOL_LABEL, PlacementPolicy};
+
+pub(crate) const POOL: &str = DEFAULT_POOL_LABEL;
+
+pub(crate) fn node(name: &str, labels: &[(&str, &str)]) -> Node {
+    Node {
+        name: name.to_owned(),
+        labels: labels
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect::<BTreeMap<_, _>>(),
+        taints: Vec::new(),
+        ready: true,
+    }
+}
+
+pub(crate) fn pool_node(name: &str, pool: &str) -> Node {
+    node(name, &[(POOL, pool)])
+}
+
+pub(crate) fn taint(key: &str, value: Option<&str>, effect: &str) -> Taint {
+    Taint {
+        key: key.to_owned(),
+        value: value.map(str::to_owned),
+        effect: effect.to_owned(),
+    }
+}
+
+pub(crate) fn node_pool(name: &str, pool_type: PoolType) -> NodePool {
+    NodePool {
+        name: name.to_owned(),
+        pool_type,
+        labels: BTreeMap::new(),
+        taints: Vec::new(),
+    }
+}
+
+/// An index with `nodes` and the pools `(name, type)`.
+pub(crate) fn index(nodes: Vec<Node>, pools: &[(&str, PoolType)]) -> Index {
+    let index = Index::new(POOL);
+    for n in nodes {
+        index.upsert_node(n);
+    }
+    for (name, pool_type) in pools {
+        index.upsert_node_pool(node_pool(name, *pool_type));
+    }
+    index
+}
+
+/// The cluster most decision tests use:
+/// - pool `hangzhou` (Edge): hz-1, hz-2 (zone a), hz-3 (zone b)
+/// - pool `beijing` (Cloud): bj-1, bj-2 (zone a)
+/// - pool `empty` (Edge): no nodes
+/// - unpooled: free-1 (zone a), free-2
+pub(crate) fn cluster() -> Index {
+    index(
+        vec![
+            node("hz-1", &[(POOL, "hangzhou"), ("zone", "a"), ("disk", "ssd")]),
+            node("hz-2", &[(POOL, "hangzhou"), ("zone", "a")]),
+            node("hz-3", &[(POOL, "hangzhou"), ("zone", "b"), ("disk", "ssd")]),
+            node("bj-1", &[(POOL, "beijing"), ("zone", "a"), ("disk", "ssd")]),
+            node("bj-2", &[(POOL, "beijing"), ("zone", "a")]),
+            node("free-1", &[("zone", "a")]),
+            node("free-2", &[]),
+        ],
+        &[
+            ("hangzhou", PoolType::Edge),
+            ("beijing", PoolType::Cloud),
+            ("empty", PoolType::Edge),
+        ],
+    )
+}
+
+pub(crate) const POLICY: &str = "
+bindings:
+  - namespace: shop-hangzhou
+    nodePool: hangzhou
+  - namespace: shop-beijing
+    nodePool: beijing
+  - namespace: shop-empty
+    nodePool: empty
+  - namespace: shop-gone
+    nodePool: gone
+edgeTolerations:
+  - {key: node-role.kubernetes.io/edge, operator: Exists, effect: NoSchedule}
+  - {key: edge.example.com/link, operator: Equal, value: flaky, effect: NoExecute}
+";
+
+pub(crate) fn policy() -> PlacementPolicy {
+    PlacementPolicy::parse(POLICY).expect("test policy parses")
+}
+
+/// A Pod from `spec` (merged into a minimal valid Pod) and `labels`.
+pub(crate) fn pod_json(labels: Value, spec: Value) -> Value {
+    let mut pod = json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "labels": labels},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]}
+    });
+    if let (Some(target), Value::Object(extra)) = (pod["spec"].as_object_mut(), spec) {
+        for (k, v) in extra {
+            target.insert(k, v);
+        }
+    }
+    pod
+}
+
+pub(crate) fn pod(spec: Value) -> Pod {
+    to_pod(&pod_json(json!({}), spec))
+}
+
+pub(crate) fn labelled_pod(labels: Value, spec: Value) -> Pod {
+    to_pod(&pod_json(labels, spec))
+}
+
+pub(crate) fn to_pod(value: &Value) -> Pod {
+    serde_json::from_value(value.clone()).expect("test pod parses")
+}
+
+/// `spec` with required node affinity `terms`.
+pub(crate) fn required(terms: Value) -> Value {
+    json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}})
+}
+
+pub(crate) fn expr(key: &str, operator: &str, values: &[&str]) -> Value {
+    json!({"key": key, "operator": operator, "values": values})
+}
+
+pub(crate) fn expr_no_values(key: &str, operator: &str) -> Value {
+    json!({"key": key, "operator": operator})
+}

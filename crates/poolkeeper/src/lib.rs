@@ -1,0 +1,7 @@
+//! The poolkeeper binary: command line, logging and the wiring of every
+//! component into the supervisor's stages.
+
+pub mod admit;
+pub mod cli;
+pub mod controller;
+pub mod logging;

@@ -1,0 +1,278 @@
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use poolkeeper_bus::{Change, ObjectKey};
+use poolkeeper_supervisor::Activity;
+use prometheus_client::encoding::text::encode;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::*;
+
+/// A running reconciler on a real bus, with every trigger recorded at the
+/// virtual time it was published.
+struct Harness {
+    bus: Bus,
+    start: Instant,
+    cancel: CancellationToken,
+    task: JoinHandle<Result<(), BoxError>>,
+    triggers: Arc<Mutex<Vec<(Duration, TriggerReason)>>>,
+}
+
+impl Harness {
+    fn start(capacity: usize) -> Self {
+        Self::start_with(capacity, ReconcilerSettings::default(), None)
+    }
+
+    fn start_with(capacity: usize, settings: ReconcilerSettings, registry: Option<&mut Registry>) -> Self {
+        let bus = Bus::new(capacity);
+        let mut watcher = bus.subscribe("test");
+        let reconciler = Reconciler::new(&bus, settings).unwrap();
+        if let Some(registry) = registry {
+            reconciler.register_metrics(registry);
+        }
+        bus.start();
+        let start = Instant::now();
+        let triggers = Arc::new(Mutex::new(Vec::new()));
+        let recorded = triggers.clone();
+        tokio::spawn(async move {
+            while let Some(delivery) = watcher.recv().await {
+                if let Delivery::Event(envelope) = delivery
+                    && let Event::ReconciliationTriggered { reason } = envelope.event
+                {
+                    recorded.lock().push((start.elapsed(), reason));
+                }
+            }
+        });
+        let cancel = CancellationToken::new();
+        let ctx = Context::new(
+            cancel.clone(),
+            Activity::default(),
+            tokio::sync::watch::channel(false).0,
+        );
+        let task = tokio::spawn(Box::new(reconciler).run(ctx));
+        Self {
+            bus,
+            start,
+            cancel,
+            task,
+            triggers,
+        }
+    }
+
+    fn change(&self, initial: bool) {
+        self.bus.publish(Event::ResourceChanged {
+            kind: ResourceKind::Machine,
+            key: ObjectKey::namespaced("machine-system", "m1"),
+            change: Change::Updated,
+            initial,
+        });
+    }
+
+    /// Waits on the paused clock until `ms` after the start.
+    async fn at_ms(&self, ms: u64) {
+        tokio::time::sleep_until(self.start + Duration::from_millis(ms)).await;
+    }
+
+    fn triggers(&self) -> Vec<(Duration, TriggerReason)> {
+        self.triggers.lock().clone()
+    }
+
+    async fn stop(self) {
+        self.cancel.cancel();
+        self.task.await.unwrap().unwrap();
+    }
+}
+
+fn ms(ms: u64) -> Duration {
+    Duration::from_millis(ms)
+}
+
+#[tokio::test(start_paused = true)]
+async fn changes_at_0_100_300_ms_trigger_once_at_800_ms() {
+    let h = Harness::start(1024);
+    h.change(false);
+    h.at_ms(100).await;
+    h.change(false);
+    h.at_ms(300).await;
+    h.change(false);
+    h.at_ms(10_000).await;
+    assert_eq!(h.triggers(), [(ms(800), TriggerReason::Debounced)]);
+    h.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_burst_of_ten_thousand_changes_triggers_once() {
+    let h = Harness::start(16_384);
+    for _ in 0..10_000 {
+        h.change(false);
+    }
+    h.at_ms(10_000).await;
+    assert_eq!(h.triggers(), [(ms(500), TriggerReason::Debounced)]);
+    h.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn continuous_churn_triggers_every_max_delay() {
+    let h = Harness::start(1024);
+    for step in 0..200 {
+        h.at_ms(step * 100).await;
+        h.change(false);
+    }
+    h.at_ms(30_000).await;
+    assert_eq!(
+        h.triggers(),
+        [
+            (ms(5_000), TriggerReason::Debounced),
+            (ms(10_000), TriggerReason::Debounced),
+            (ms(15_000), TriggerReason::Debounced),
+            (ms(20_000), TriggerReason::Debounced),
+        ]
+    );
+    h.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn index_synchronized_cancels_the_pending_timer_and_triggers_once() {
+    let h = Harness::start(1024);
+    h.change(false);
+    h.at_ms(200).await;
+    h.bus.publish(Event::IndexSynchronized);
+    h.at_ms(10_000).await;
+    assert_eq!(h.triggers(), [(ms(200), TriggerReason::IndexSynchronized)]);
+    h.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn initial_sync_changes_never_trigger() {
+    let h = Harness::start(1024);
+    for _ in 0..100 {
+        h.change(true);
+    }
+    h.at_ms(60_000).await;
+    assert_eq!(h.triggers(), []);
+    h.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn changes_of_other_kinds_do_not_trigger() {
+    let h = Harness::start(1024);
+    h.bus.publish(Event::ResourceChanged {
+        kind: ResourceKind::Node,
+        key: ObjectKey::cluster("node-1"),
+        change: Change::Updated,
+        initial: false,
+    });
+    h.at_ms(10_000).await;
+    assert_eq!(h.triggers(), []);
+    h.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_mid_timer_ends_cleanly_without_a_trigger() {
+    let h = Harness::start(1024);
+    h.change(false);
+    h.at_ms(100).await;
+    h.bus.publish(Event::ShutdownRequested);
+    h.at_ms(200).await;
+    h.change(false);
+    h.at_ms(10_000).await;
+    assert_eq!(h.triggers(), []);
+    assert!(!h.task.is_finished(), "runs until cancelled");
+    h.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn cancellation_mid_timer_ends_cleanly_without_a_trigger() {
+    let h = Harness::start(1024);
+    h.change(false);
+    h.at_ms(100).await;
+    let triggers = h.triggers.clone();
+    h.stop().await;
+    tokio::time::sleep(ms(10_000)).await;
+    assert_eq!(*triggers.lock(), []);
+}
+
+#[tokio::test(start_paused = true)]
+async fn leadership_gained_triggers_immediately() {
+    let h = Harness::start(1024);
+    h.at_ms(50).await;
+    h.bus.publish(Event::LeadershipChanged { leader: false });
+    h.at_ms(100).await;
+    h.bus.publish(Event::LeadershipChanged { leader: true });
+    h.at_ms(10_000).await;
+    assert_eq!(h.triggers(), [(ms(100), TriggerReason::LeadershipGained)]);
+    h.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn lag_triggers_a_full_reconciliation() {
+    let capacity = 4;
+    let h = Harness::start(capacity);
+    for _ in 0..20 {
+        h.change(false);
+    }
+    h.at_ms(10_000).await;
+    // The changes still buffered after the lag notice open one more window.
+    assert_eq!(
+        h.triggers(),
+        [
+            (ms(0), TriggerReason::Lagged),
+            (ms(500), TriggerReason::Debounced)
+        ]
+    );
+    assert!(TriggerReason::Lagged.is_full());
+    h.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn metrics_count_triggers_and_debounced_changes() {
+    let mut registry = Registry::default();
+    let h = Harness::start_with(1024, ReconcilerSettings::default(), Some(&mut registry));
+    for _ in 0..3 {
+        h.change(false);
+    }
+    h.change(true);
+    h.at_ms(1_000).await;
+    h.bus.publish(Event::IndexSynchronized);
+    h.at_ms(2_000).await;
+    h.stop().await;
+    let mut text = String::new();
+    encode(&mut text, &registry).unwrap();
+    for line in [
+        "poolkeeper_reconciler_triggers_total{reason=\"debounced\"} 1",
+        "poolkeeper_reconciler_triggers_total{reason=\"index_synchronized\"} 1",
+        "poolkeeper_reconciler_triggers_total{reason=\"lagged\"} 0",
+        "poolkeeper_reconciler_changes_debounced_total 3",
+    ] {
+        assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn custom_interval_is_honoured() {
+    let settings = ReconcilerSettings {
+        debounce_interval: ms(2_000),
+        max_delay: ms(3_000),
+        ..ReconcilerSettings::default()
+    };
+    let h = Harness::start_with(1024, settings, None);
+    h.change(false);
+    h.at_ms(1_500).await;
+    h.change(false);
+    h.at_ms(10_000).await;
+    assert_eq!(h.triggers(), [(ms(3_000), TriggerReason::Debounced)]);
+    h.stop().await;
+}
+
+#[test]
+fn max_delay_below_the_interval_is_rejected() {
+    let settings = ReconcilerSettings {
+        debounce_interval: ms(500),
+        max_delay: ms(100),
+        ..ReconcilerSettings::default()
+    };
+    let err = Reconciler::new(&Bus::new(4), settings).unwrap_err();
+    assert!(matches!(err, ReconcilerError::MaxDelayBelowInterval { .. }));
+    assert!(err.to_string().contains("maxDelay"));
+}

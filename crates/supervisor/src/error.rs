@@ -1,0 +1,63 @@
+use std::time::Duration;
+
+use crate::component::BoxError;
+use crate::watchdog::format_duration;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SupervisorError {
+    /// A stage did not become ready in time; `components` are the ones that
+    /// had not called `mark_ready`.
+    #[error(
+        "stage \"{stage}\" was not ready within {}: still waiting for {}",
+        format_duration(*timeout),
+        quoted(components)
+    )]
+    StartupTimeout {
+        stage: String,
+        timeout: Duration,
+        components: Vec<String>,
+    },
+
+    /// A component returned an error, returned before it was asked to stop,
+    /// or panicked.
+    #[error("component \"{name}\" failed: {error}")]
+    ComponentFailed { name: String, error: BoxError },
+
+    /// `components` were still running when the grace period ran out and
+    /// were aborted.
+    #[error(
+        "components did not stop within the grace period of {} and were aborted: {}",
+        format_duration(*grace_period),
+        quoted(components)
+    )]
+    ShutdownTimeout {
+        grace_period: Duration,
+        components: Vec<String>,
+    },
+
+    /// Liveness checks and error messages are keyed by component name.
+    #[error("component name \"{name}\" is used more than once")]
+    DuplicateComponent { name: String },
+
+    #[error("invalid leader election settings: {0}")]
+    InvalidLeaseSettings(String),
+
+    #[error("leader election ended unexpectedly: {0}")]
+    ElectionEnded(BoxError),
+
+    #[error("lease {namespace}/{name}: {source}")]
+    Lease {
+        namespace: String,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+fn quoted(names: &[String]) -> String {
+    names
+        .iter()
+        .map(|n| format!("\"{n}\""))
+        .collect::<Vec<_>>()
+        .join(", ")
+}

@@ -1,0 +1,357 @@
+//! Leader gating: components that only the elected replica runs.
+
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use poolkeeper_bus::{Bus, Event};
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::component::{BoxError, Component, Context};
+use crate::error::SupervisorError;
+use crate::tasks::Tasks;
+use crate::watchdog::format_duration;
+
+/// Where an elector reports whether this replica leads. Only changes are
+/// passed on, and every change is: a loss followed by a quick win is seen
+/// as both.
+#[derive(Debug)]
+pub struct LeadershipReporter {
+    changes: mpsc::UnboundedSender<bool>,
+    leader: bool,
+}
+
+impl LeadershipReporter {
+    /// A reporter and the receiving end of its changes.
+    pub fn channel() -> (Self, mpsc::UnboundedReceiver<bool>) {
+        let (changes, receiver) = mpsc::unbounded_channel();
+        (
+            Self {
+                changes,
+                leader: false,
+            },
+            receiver,
+        )
+    }
+
+    pub fn set(&mut self, leader: bool) {
+        if self.leader != leader {
+            self.leader = leader;
+            // The receiver is gone only when the gated component has ended.
+            let _ = self.changes.send(leader);
+        }
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.leader
+    }
+}
+
+/// Decides whether this replica leads.
+///
+/// `campaign` runs until `stop` is cancelled, reports every change through
+/// `reporter`, and before returning gives leadership up (reporting `false`)
+/// and releases whatever it holds so another replica can take over at once.
+/// Returning before `stop` is cancelled is a failure.
+pub trait LeaderElector: Send + 'static {
+    fn campaign(
+        self: Box<Self>,
+        reporter: LeadershipReporter,
+        stop: CancellationToken,
+    ) -> BoxFuture<'static, Result<(), BoxError>>;
+}
+
+type Factory = Box<dyn Fn() -> Vec<Box<dyn Component>> + Send + Sync>;
+
+/// Default for [`LeaderGated::with_stop_timeout`].
+pub const DEFAULT_STOP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Runs fresh instances of leader-only components while this replica leads.
+///
+/// On winning it builds the components with its factory, publishes
+/// [`Event::LeadershipChanged`]` { leader: true }` and starts them; on
+/// losing it cancels them, publishes `leader: false` and waits for them to
+/// stop (aborting any still running after the stop timeout). It can win
+/// again later. Without an elector it runs the components from the start.
+///
+/// It is ready as soon as it campaigns: followers are healthy replicas.
+/// A gated component that fails, or an elector that ends on its own, fails
+/// this component.
+pub struct LeaderGated {
+    name: &'static str,
+    elector: Option<Box<dyn LeaderElector>>,
+    factory: Factory,
+    bus: Bus,
+    leader: Gauge,
+    stop_timeout: Duration,
+}
+
+impl std::fmt::Debug for LeaderGated {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeaderGated")
+            .field("name", &self.name)
+            .field("elected", &self.elector.is_some())
+            .field("stop_timeout", &self.stop_timeout)
+            .finish()
+    }
+}
+
+impl LeaderGated {
+    /// `elector: None` disables leader election: this replica always leads.
+    pub fn new(
+        name: &'static str,
+        elector: Option<Box<dyn LeaderElector>>,
+        bus: Bus,
+        factory: impl Fn() -> Vec<Box<dyn Component>> + Send + Sync + 'static,
+    ) -> Self {
+        Self {
+            name,
+            elector,
+            factory: Box::new(factory),
+            bus,
+            leader: Gauge::default(),
+            stop_timeout: DEFAULT_STOP_TIMEOUT,
+        }
+    }
+
+    /// How long gated components get to stop after leadership is lost.
+    pub fn with_stop_timeout(mut self, stop_timeout: Duration) -> Self {
+        self.stop_timeout = stop_timeout;
+        self
+    }
+
+    /// Registers `poolkeeper_leader` (1 while this replica leads).
+    pub fn register_metrics(&self, registry: &mut Registry) {
+        registry.register(
+            "poolkeeper_leader",
+            "Whether this replica is the leader (1) or not (0)",
+            self.leader.clone(),
+        );
+    }
+
+    async fn run_gated(self: Box<Self>, ctx: Context) -> Result<(), BoxError> {
+        let LeaderGated {
+            name,
+            elector,
+            factory,
+            bus,
+            leader,
+            stop_timeout,
+        } = *self;
+        let gated = Gated {
+            name,
+            factory,
+            bus,
+            leader_gauge: leader,
+            stop_timeout,
+        };
+        let (mut reporter, mut changes) = LeadershipReporter::channel();
+        let stop_elector = CancellationToken::new();
+        let mut elector_task: Option<JoinHandle<Result<(), BoxError>>> = None;
+        // Without an elector the reporter stays here, keeping `changes` open.
+        let _unelected = match elector {
+            Some(candidate) => {
+                tracing::info!("campaigning for leadership");
+                elector_task = Some(tokio::spawn(
+                    candidate.campaign(reporter, stop_elector.clone()),
+                ));
+                None
+            }
+            None => {
+                tracing::info!("leader election is disabled: leading unconditionally");
+                reporter.set(true);
+                Some(reporter)
+            }
+        };
+        ctx.mark_ready();
+
+        let mut running: Option<Running> = None;
+        let mut changes_open = true;
+        let outcome: Result<(), BoxError> = loop {
+            tokio::select! {
+                _ = ctx.cancelled() => break Ok(()),
+                change = changes.recv(), if changes_open => match change {
+                    Some(true) if running.is_none() => running = Some(gated.start(&ctx)),
+                    Some(false) => {
+                        if let Some(current) = running.take() {
+                            tracing::info!("leadership lost: stopping leader-only components");
+                            if let Err(error) = gated.stop(current).await.after_loss() {
+                                break Err(error.into());
+                            }
+                        }
+                    }
+                    Some(true) => {}
+                    // The elector ended; its task reports how.
+                    None => changes_open = false,
+                },
+                exit = next_exit(&mut running) => {
+                    let name = exit.name;
+                    let error = exit
+                        .into_failure()
+                        .unwrap_or_else(|| "stopped before it was asked to".into());
+                    tracing::error!(component = name, "component \"{name}\" failed: {error}");
+                    break Err(SupervisorError::ComponentFailed { name: name.to_string(), error }.into());
+                }
+                ended = join_elector(&mut elector_task) => {
+                    elector_task = None;
+                    let error: BoxError = match ended {
+                        Ok(Ok(())) => "the elector stopped campaigning".into(),
+                        Ok(Err(error)) => error,
+                        Err(join) => format!("the elector task failed: {join}").into(),
+                    };
+                    break Err(SupervisorError::ElectionEnded(error).into());
+                }
+            }
+        };
+
+        let mut result = outcome;
+        if let Some(current) = running.take()
+            && let Err(error) = gated.stop(current).await.at_shutdown(gated.stop_timeout)
+        {
+            result = result.and(Err(error.into()));
+        }
+        // Released only after the leader-only components stopped, so the
+        // next leader never overlaps with them.
+        stop_elector.cancel();
+        if let Some(task) = elector_task {
+            match task.await {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => {
+                    tracing::warn!("leader election did not end cleanly: {error}");
+                }
+                Err(join) => tracing::warn!("leader election task failed: {join}"),
+            }
+        }
+        result
+    }
+}
+
+impl Component for LeaderGated {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn run(self: Box<Self>, ctx: Context) -> BoxFuture<'static, Result<(), BoxError>> {
+        Box::pin(self.run_gated(ctx))
+    }
+}
+
+struct Gated {
+    name: &'static str,
+    factory: Factory,
+    bus: Bus,
+    leader_gauge: Gauge,
+    stop_timeout: Duration,
+}
+
+struct Running {
+    tasks: Tasks,
+    token: CancellationToken,
+}
+
+impl Gated {
+    fn start(&self, ctx: &Context) -> Running {
+        // Built before the announcement so they are subscribed to it.
+        let components = (self.factory)();
+        let names: Vec<&'static str> = components.iter().map(|c| c.name()).collect();
+        tracing::info!(components = ?names, "leadership gained: starting leader-only components");
+        self.bus.publish(Event::LeadershipChanged { leader: true });
+        self.leader_gauge.set(1);
+        let token = ctx.cancellation().child_token();
+        let mut tasks = Tasks::default();
+        for component in components {
+            tasks.spawn(component, token.child_token(), ctx.watchdog());
+        }
+        Running { tasks, token }
+    }
+
+    /// Stops the gated components, aborting those still running after the
+    /// stop timeout.
+    async fn stop(&self, mut running: Running) -> Stopped {
+        running.token.cancel();
+        self.bus.publish(Event::LeadershipChanged { leader: false });
+        self.leader_gauge.set(0);
+        let deadline = Instant::now() + self.stop_timeout;
+        let mut stopped = Stopped::default();
+        while !running.tasks.is_empty() {
+            tokio::select! {
+                exit = running.tasks.next() => {
+                    let name = exit.name;
+                    match exit.into_failure() {
+                        None => tracing::info!(component = name, "component \"{name}\" stopped"),
+                        Some(error) => {
+                            tracing::error!(component = name, "component \"{name}\" failed: {error}");
+                            stopped.failure.get_or_insert(SupervisorError::ComponentFailed {
+                                name: name.to_string(),
+                                error,
+                            });
+                        }
+                    }
+                }
+                _ = tokio::time::sleep_until(deadline) => {
+                    stopped.aborted = running.tasks.running();
+                    tracing::error!(
+                        gate = self.name,
+                        components = ?stopped.aborted,
+                        "leader-only components did not stop within {}; aborting them",
+                        format_duration(self.stop_timeout)
+                    );
+                    running.tasks.abort_all();
+                }
+            }
+        }
+        stopped
+    }
+}
+
+/// How stopping the gated components went.
+#[derive(Debug, Default)]
+struct Stopped {
+    /// The first component that failed while stopping.
+    failure: Option<SupervisorError>,
+    /// Components that had to be aborted.
+    aborted: Vec<&'static str>,
+}
+
+impl Stopped {
+    /// After a lost election an aborted component is dealt with: it can no
+    /// longer write. A failure still is one.
+    fn after_loss(self) -> Result<(), SupervisorError> {
+        self.failure.map_or(Ok(()), Err)
+    }
+
+    /// At shutdown an aborted component is reported like one the
+    /// supervisor itself had to abort.
+    fn at_shutdown(self, stop_timeout: Duration) -> Result<(), SupervisorError> {
+        if let Some(failure) = self.failure {
+            return Err(failure);
+        }
+        if self.aborted.is_empty() {
+            return Ok(());
+        }
+        Err(SupervisorError::ShutdownTimeout {
+            grace_period: stop_timeout,
+            components: self.aborted.into_iter().map(str::to_string).collect(),
+        })
+    }
+}
+
+async fn next_exit(running: &mut Option<Running>) -> crate::tasks::Exit {
+    match running {
+        Some(running) => running.tasks.next().await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn join_elector(
+    elector: &mut Option<JoinHandle<Result<(), BoxError>>>,
+) -> Result<Result<(), BoxError>, tokio::task::JoinError> {
+    match elector {
+        Some(task) => task.await,
+        None => std::future::pending().await,
+    }
+}

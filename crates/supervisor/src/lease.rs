@@ -1,0 +1,652 @@
+//! Leader election on a `coordination.k8s.io/v1` Lease.
+//!
+//! The decision is pure ([`LeaseDecider`]): given what the Lease says, when
+//! this replica saw it and who this replica is, it says what to do. Like
+//! client-go, expiry is measured on the local clock from the moment this
+//! replica first saw the holder's current record, never from the holder's
+//! `renewTime`, so clock skew between replicas cannot make two leaders.
+//! [`LeaseElector`] is the thin Kubernetes part around it.
+
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::jiff::Timestamp;
+use kube::Api;
+use kube::api::PostParams;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::component::BoxError;
+use crate::error::SupervisorError;
+use crate::leader::{LeaderElector, LeadershipReporter};
+use crate::watchdog::format_duration;
+
+/// What the Lease says, as far as the decision goes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LeaseRecord {
+    pub holder: Option<String>,
+    pub renew_time: Option<Timestamp>,
+    /// The holder's lease duration; candidates wait this long.
+    pub lease_duration: Option<Duration>,
+    pub transitions: i32,
+}
+
+impl LeaseRecord {
+    pub fn from_spec(spec: Option<&LeaseSpec>) -> Self {
+        let Some(spec) = spec else {
+            return Self::default();
+        };
+        Self {
+            holder: spec.holder_identity.clone().filter(|h| !h.is_empty()),
+            renew_time: spec.renew_time.as_ref().map(|t| t.0),
+            lease_duration: spec
+                .lease_duration_seconds
+                .and_then(|s| u64::try_from(s).ok())
+                .filter(|&s| s > 0)
+                .map(Duration::from_secs),
+            transitions: spec.lease_transitions.unwrap_or(0),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LeaseAction {
+    /// There is no Lease yet.
+    Create,
+    /// The Lease is free or its holder let it expire: take it over.
+    Acquire,
+    /// This replica holds the Lease: renew it.
+    Renew,
+    /// Someone else holds the Lease until at least `expires_at`.
+    Follow {
+        holder: String,
+        expires_at: Timestamp,
+    },
+}
+
+/// The pure part of leader election.
+#[derive(Clone, Debug)]
+pub struct LeaseDecider {
+    identity: String,
+    lease_duration: Duration,
+    /// Another holder's record as last seen, and when this replica first
+    /// saw it like that.
+    observed: Option<(LeaseRecord, Timestamp)>,
+}
+
+impl LeaseDecider {
+    pub fn new(identity: impl Into<String>, lease_duration: Duration) -> Self {
+        Self {
+            identity: identity.into(),
+            lease_duration,
+            observed: None,
+        }
+    }
+
+    pub fn identity(&self) -> &str {
+        &self.identity
+    }
+
+    /// What to do about the Lease as read at `now` (`None`: it does not exist).
+    pub fn decide(&mut self, lease: Option<&LeaseRecord>, now: Timestamp) -> LeaseAction {
+        let Some(record) = lease else {
+            self.observed = None;
+            return LeaseAction::Create;
+        };
+        let holder = match &record.holder {
+            None => {
+                self.observed = None;
+                return LeaseAction::Acquire;
+            }
+            Some(holder) if *holder == self.identity => {
+                self.observed = None;
+                return LeaseAction::Renew;
+            }
+            Some(holder) => holder.clone(),
+        };
+        let seen_at = match &self.observed {
+            Some((seen, at)) if seen == record => *at,
+            _ => {
+                self.observed = Some((record.clone(), now));
+                now
+            }
+        };
+        let duration = record.lease_duration.unwrap_or(self.lease_duration);
+        let expires_at = seen_at.saturating_add(duration).unwrap_or(Timestamp::MAX);
+        if now >= expires_at {
+            LeaseAction::Acquire
+        } else {
+            LeaseAction::Follow { holder, expires_at }
+        }
+    }
+
+    /// The spec to write for `action` over the current one (`None` for
+    /// [`LeaseAction::Follow`]).
+    pub fn next_spec(
+        &self,
+        action: &LeaseAction,
+        current: Option<&LeaseSpec>,
+        now: Timestamp,
+    ) -> Option<LeaseSpec> {
+        let mut spec = current.cloned().unwrap_or_default();
+        let previous_transitions = spec.lease_transitions.unwrap_or(0);
+        spec.holder_identity = Some(self.identity.clone());
+        spec.lease_duration_seconds = Some(whole_seconds(self.lease_duration));
+        spec.renew_time = Some(MicroTime(now));
+        match action {
+            LeaseAction::Create => {
+                spec.acquire_time = Some(MicroTime(now));
+                spec.lease_transitions = Some(0);
+            }
+            LeaseAction::Acquire => {
+                spec.acquire_time = Some(MicroTime(now));
+                spec.lease_transitions = Some(previous_transitions.saturating_add(1));
+            }
+            LeaseAction::Renew => {
+                if spec.acquire_time.is_none() {
+                    spec.acquire_time = Some(MicroTime(now));
+                }
+            }
+            LeaseAction::Follow { .. } => return None,
+        }
+        Some(spec)
+    }
+
+    /// The spec that hands the Lease back (`None` when this replica does not
+    /// hold it). Clearing the holder lets any candidate take it at once.
+    pub fn released_spec(&self, current: &LeaseSpec) -> Option<LeaseSpec> {
+        if current.holder_identity.as_deref() != Some(self.identity.as_str()) {
+            return None;
+        }
+        let mut spec = current.clone();
+        spec.holder_identity = None;
+        Some(spec)
+    }
+}
+
+fn whole_seconds(d: Duration) -> i32 {
+    i32::try_from(d.as_secs()).unwrap_or(i32::MAX).max(1)
+}
+
+/// Settings of [`LeaseElector`]; the defaults are client-go's.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaseSettings {
+    pub namespace: String,
+    pub name: String,
+    /// Unique per replica, usually the Pod name.
+    pub identity: String,
+    /// How long candidates wait after the holder's last renewal.
+    pub lease_duration: Duration,
+    /// The leader gives up if it could not renew for this long.
+    pub renew_deadline: Duration,
+    /// Time between two attempts to acquire or renew.
+    pub retry_period: Duration,
+}
+
+impl LeaseSettings {
+    pub fn new(
+        namespace: impl Into<String>,
+        name: impl Into<String>,
+        identity: impl Into<String>,
+    ) -> Self {
+        Self {
+            namespace: namespace.into(),
+            name: name.into(),
+            identity: identity.into(),
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+        }
+    }
+
+    /// The leader must step down before a follower may take over, and must
+    /// get more than one attempt before it does.
+    pub fn validate(&self) -> Result<(), SupervisorError> {
+        let invalid = |reason: String| Err(SupervisorError::InvalidLeaseSettings(reason));
+        if self.namespace.is_empty() || self.name.is_empty() {
+            return invalid("the lease namespace and name must not be empty".into());
+        }
+        if self.identity.is_empty() {
+            return invalid("the identity must not be empty".into());
+        }
+        if self.retry_period.is_zero() {
+            return invalid("retryPeriod must be positive".into());
+        }
+        if self.renew_deadline <= self.retry_period {
+            return invalid(format!(
+                "renewDeadline ({}) must be longer than retryPeriod ({})",
+                format_duration(self.renew_deadline),
+                format_duration(self.retry_period)
+            ));
+        }
+        if self.lease_duration <= self.renew_deadline {
+            return invalid(format!(
+                "leaseDuration ({}) must be longer than renewDeadline ({})",
+                format_duration(self.lease_duration),
+                format_duration(self.renew_deadline)
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// What one attempt found.
+#[derive(Debug, PartialEq, Eq)]
+enum Attempt {
+    Holding,
+    HeldBy(String),
+    /// Someone else wrote the Lease between our read and our write.
+    Raced,
+}
+
+/// Leader election on a Lease through the Kubernetes API.
+pub struct LeaseElector {
+    api: Api<Lease>,
+    settings: LeaseSettings,
+    decider: LeaseDecider,
+}
+
+impl std::fmt::Debug for LeaseElector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeaseElector")
+            .field("settings", &self.settings)
+            .finish()
+    }
+}
+
+impl LeaseElector {
+    pub fn new(client: kube::Client, settings: LeaseSettings) -> Result<Self, SupervisorError> {
+        settings.validate()?;
+        Ok(Self {
+            api: Api::namespaced(client, &settings.namespace),
+            decider: LeaseDecider::new(settings.identity.clone(), settings.lease_duration),
+            settings,
+        })
+    }
+
+    fn error(&self, source: kube::Error) -> SupervisorError {
+        SupervisorError::Lease {
+            namespace: self.settings.namespace.clone(),
+            name: self.settings.name.clone(),
+            source,
+        }
+    }
+
+    async fn try_acquire_or_renew(&mut self) -> Result<Attempt, SupervisorError> {
+        let current = self
+            .api
+            .get_opt(&self.settings.name)
+            .await
+            .map_err(|e| self.error(e))?;
+        let now = Timestamp::now();
+        let record = current
+            .as_ref()
+            .map(|lease| LeaseRecord::from_spec(lease.spec.as_ref()));
+        let action = self.decider.decide(record.as_ref(), now);
+        let current_spec = current.as_ref().and_then(|l| l.spec.as_ref());
+        let Some(spec) = self.decider.next_spec(&action, current_spec, now) else {
+            return match action {
+                LeaseAction::Follow { holder, .. } => Ok(Attempt::HeldBy(holder)),
+                _ => Ok(Attempt::Raced),
+            };
+        };
+        let written = match current {
+            None => {
+                let lease = Lease {
+                    metadata: ObjectMeta {
+                        name: Some(self.settings.name.clone()),
+                        namespace: Some(self.settings.namespace.clone()),
+                        ..ObjectMeta::default()
+                    },
+                    spec: Some(spec),
+                };
+                self.api.create(&PostParams::default(), &lease).await
+            }
+            Some(mut lease) => {
+                // The resourceVersion read above makes this a compare-and-swap.
+                lease.spec = Some(spec);
+                self.api
+                    .replace(&self.settings.name, &PostParams::default(), &lease)
+                    .await
+            }
+        };
+        match written {
+            Ok(_) => Ok(Attempt::Holding),
+            Err(kube::Error::Api(status)) if status.is_conflict() || status.is_already_exists() => {
+                Ok(Attempt::Raced)
+            }
+            Err(e) => Err(self.error(e)),
+        }
+    }
+
+    async fn release(&mut self) -> Result<(), SupervisorError> {
+        let Some(mut lease) = self
+            .api
+            .get_opt(&self.settings.name)
+            .await
+            .map_err(|e| self.error(e))?
+        else {
+            return Ok(());
+        };
+        let Some(spec) = lease
+            .spec
+            .as_ref()
+            .and_then(|s| self.decider.released_spec(s))
+        else {
+            return Ok(());
+        };
+        lease.spec = Some(spec);
+        match self
+            .api
+            .replace(&self.settings.name, &PostParams::default(), &lease)
+            .await
+        {
+            Ok(_) => Ok(()),
+            // Someone else wrote it: it is not ours to release any more.
+            Err(kube::Error::Api(status)) if status.is_conflict() => Ok(()),
+            Err(e) => Err(self.error(e)),
+        }
+    }
+
+    async fn run_campaign(
+        mut self,
+        mut reporter: LeadershipReporter,
+        stop: CancellationToken,
+    ) -> Result<(), BoxError> {
+        let lease = format!("{}/{}", self.settings.namespace, self.settings.name);
+        let mut last_renewal: Option<Instant> = None;
+        let mut last_holder: Option<String> = None;
+        loop {
+            let attempt =
+                tokio::time::timeout(self.settings.renew_deadline, self.try_acquire_or_renew());
+            let attempt = tokio::select! {
+                _ = stop.cancelled() => break,
+                attempt = attempt => attempt,
+            };
+            match attempt {
+                Ok(Ok(Attempt::Holding)) => {
+                    last_renewal = Some(Instant::now());
+                    last_holder = None;
+                    if !reporter.is_leader() {
+                        tracing::info!(lease = %lease, identity = %self.settings.identity, "acquired lease {lease}: now the leader");
+                    }
+                    reporter.set(true);
+                }
+                Ok(Ok(Attempt::HeldBy(holder))) => {
+                    if reporter.is_leader() {
+                        tracing::warn!(lease = %lease, holder = %holder, "lease {lease} was taken over by {holder}");
+                    } else if last_holder.as_deref() != Some(holder.as_str()) {
+                        tracing::info!(lease = %lease, holder = %holder, "lease {lease} is held by {holder}; following");
+                    }
+                    last_holder = Some(holder);
+                    reporter.set(false);
+                }
+                Ok(Ok(Attempt::Raced)) => {
+                    if reporter.is_leader() {
+                        tracing::warn!(lease = %lease, "lease {lease} was written by another replica");
+                    }
+                    reporter.set(false);
+                }
+                Ok(Err(error)) => {
+                    tracing::warn!(lease = %lease, "could not acquire or renew: {error}");
+                }
+                Err(_elapsed) => {
+                    tracing::warn!(lease = %lease, "acquiring or renewing lease {lease} timed out");
+                }
+            }
+            if reporter.is_leader()
+                && last_renewal.is_none_or(|at| at.elapsed() >= self.settings.renew_deadline)
+            {
+                tracing::error!(
+                    lease = %lease,
+                    "could not renew lease {lease} within {}: giving up leadership",
+                    format_duration(self.settings.renew_deadline)
+                );
+                reporter.set(false);
+            }
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                _ = tokio::time::sleep(self.settings.retry_period) => {}
+            }
+        }
+        if reporter.is_leader() {
+            reporter.set(false);
+            let released = tokio::time::timeout(self.settings.renew_deadline, self.release()).await;
+            match released {
+                Ok(Ok(())) => tracing::info!(lease = %lease, "released lease {lease}"),
+                Ok(Err(error)) => tracing::warn!(lease = %lease, "could not release: {error}"),
+                Err(_elapsed) => {
+                    tracing::warn!(lease = %lease, "releasing lease {lease} timed out")
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl LeaderElector for LeaseElector {
+    fn campaign(
+        self: Box<Self>,
+        reporter: LeadershipReporter,
+        stop: CancellationToken,
+    ) -> BoxFuture<'static, Result<(), BoxError>> {
+        Box::pin(self.run_campaign(reporter, stop))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(secs: i64) -> Timestamp {
+        Timestamp::from_second(1_700_000_000 + secs).unwrap()
+    }
+
+    fn held_by(holder: &str, renewed: i64) -> LeaseRecord {
+        LeaseRecord {
+            holder: Some(holder.to_string()),
+            renew_time: Some(at(renewed)),
+            lease_duration: Some(Duration::from_secs(15)),
+            transitions: 3,
+        }
+    }
+
+    fn follow(holder: &str, expires: i64) -> LeaseAction {
+        LeaseAction::Follow {
+            holder: holder.to_string(),
+            expires_at: at(expires),
+        }
+    }
+
+    /// Each case is a sequence of reads of the Lease by replica "me"
+    /// (lease duration 15s): (seconds, what the Lease says, expected action).
+    #[test]
+    fn decisions() {
+        let free = LeaseRecord {
+            transitions: 2,
+            ..LeaseRecord::default()
+        };
+        let emptied = LeaseRecord::from_spec(Some(&LeaseSpec {
+            holder_identity: Some(String::new()),
+            ..LeaseSpec::default()
+        }));
+        let long = LeaseRecord {
+            lease_duration: Some(Duration::from_secs(60)),
+            ..held_by("other", 0)
+        };
+        let no_duration = LeaseRecord {
+            lease_duration: None,
+            ..held_by("other", 0)
+        };
+        type Case = (&'static str, Vec<(i64, Option<LeaseRecord>, LeaseAction)>);
+        let cases: Vec<Case> = vec![
+            ("no lease", vec![(0, None, LeaseAction::Create)]),
+            ("no holder", vec![(0, Some(free), LeaseAction::Acquire)]),
+            (
+                "empty holder",
+                vec![(0, Some(emptied), LeaseAction::Acquire)],
+            ),
+            (
+                "held by me",
+                vec![(0, Some(held_by("me", -100)), LeaseAction::Renew)],
+            ),
+            (
+                "held by another: wait a full duration from the first sight, whatever renewTime says",
+                vec![(0, Some(held_by("other", -3600)), follow("other", 15))],
+            ),
+            (
+                "unchanged record expires",
+                vec![
+                    (0, Some(held_by("other", 0)), follow("other", 15)),
+                    (10, Some(held_by("other", 0)), follow("other", 15)),
+                    (15, Some(held_by("other", 0)), LeaseAction::Acquire),
+                ],
+            ),
+            (
+                "a renewal restarts the wait",
+                vec![
+                    (0, Some(held_by("other", 0)), follow("other", 15)),
+                    (10, Some(held_by("other", 9)), follow("other", 25)),
+                    (20, Some(held_by("other", 9)), follow("other", 25)),
+                    (25, Some(held_by("other", 9)), LeaseAction::Acquire),
+                ],
+            ),
+            (
+                "a new holder restarts the wait",
+                vec![
+                    (0, Some(held_by("other", 0)), follow("other", 15)),
+                    (14, Some(held_by("third", 0)), follow("third", 29)),
+                ],
+            ),
+            (
+                "the holder's lease duration wins over ours",
+                vec![
+                    (0, Some(long.clone()), follow("other", 60)),
+                    (59, Some(long.clone()), follow("other", 60)),
+                    (60, Some(long), LeaseAction::Acquire),
+                ],
+            ),
+            (
+                "our lease duration when the holder gives none",
+                vec![(0, Some(no_duration), follow("other", 15))],
+            ),
+            (
+                "a deleted lease is recreated",
+                vec![
+                    (0, Some(held_by("other", 0)), follow("other", 15)),
+                    (5, None, LeaseAction::Create),
+                    (6, Some(held_by("other", 0)), follow("other", 21)),
+                ],
+            ),
+            (
+                "leadership moves back and forth",
+                vec![
+                    (0, Some(held_by("me", 0)), LeaseAction::Renew),
+                    (2, Some(held_by("other", 2)), follow("other", 17)),
+                    (17, Some(held_by("other", 2)), LeaseAction::Acquire),
+                    (19, Some(held_by("me", 17)), LeaseAction::Renew),
+                ],
+            ),
+        ];
+        for (name, steps) in cases {
+            let mut decider = LeaseDecider::new("me", Duration::from_secs(15));
+            for (step, (now, lease, want)) in steps.into_iter().enumerate() {
+                let got = decider.decide(lease.as_ref(), at(now));
+                assert_eq!(got, want, "{name}, step {step}");
+            }
+        }
+    }
+
+    #[test]
+    fn specs_to_write() {
+        let decider = LeaseDecider::new("me", Duration::from_secs(15));
+        let theirs = LeaseSpec {
+            holder_identity: Some("other".into()),
+            acquire_time: Some(MicroTime(at(-100))),
+            renew_time: Some(MicroTime(at(-20))),
+            lease_duration_seconds: Some(30),
+            lease_transitions: Some(4),
+            ..LeaseSpec::default()
+        };
+
+        let created = decider
+            .next_spec(&LeaseAction::Create, None, at(0))
+            .unwrap();
+        assert_eq!(created.holder_identity.as_deref(), Some("me"));
+        assert_eq!(created.lease_transitions, Some(0));
+        assert_eq!(created.lease_duration_seconds, Some(15));
+        assert_eq!(created.acquire_time, Some(MicroTime(at(0))));
+        assert_eq!(created.renew_time, Some(MicroTime(at(0))));
+
+        let acquired = decider
+            .next_spec(&LeaseAction::Acquire, Some(&theirs), at(0))
+            .unwrap();
+        assert_eq!(acquired.holder_identity.as_deref(), Some("me"));
+        assert_eq!(acquired.lease_transitions, Some(5));
+        assert_eq!(acquired.lease_duration_seconds, Some(15));
+        assert_eq!(acquired.acquire_time, Some(MicroTime(at(0))));
+        assert_eq!(acquired.renew_time, Some(MicroTime(at(0))));
+
+        let renewed = decider
+            .next_spec(&LeaseAction::Renew, Some(&acquired), at(2))
+            .unwrap();
+        assert_eq!(renewed.acquire_time, Some(MicroTime(at(0))));
+        assert_eq!(renewed.renew_time, Some(MicroTime(at(2))));
+        assert_eq!(renewed.lease_transitions, Some(5));
+
+        assert_eq!(
+            decider.next_spec(&follow("other", 15), Some(&theirs), at(0)),
+            None
+        );
+
+        let released = decider.released_spec(&renewed).unwrap();
+        assert_eq!(released.holder_identity, None);
+        assert_eq!(released.lease_transitions, Some(5));
+        assert_eq!(
+            LeaseRecord::from_spec(Some(&released)).holder,
+            None,
+            "a released lease is free for everyone"
+        );
+        assert_eq!(
+            decider.released_spec(&theirs),
+            None,
+            "only the holder releases"
+        );
+    }
+
+    #[test]
+    fn settings_must_let_the_leader_step_down_first() {
+        let ok = LeaseSettings::new("ns", "poolkeeper", "pod-a");
+        assert!(ok.validate().is_ok());
+
+        let cases = [
+            (
+                LeaseSettings {
+                    renew_deadline: Duration::from_secs(15),
+                    ..ok.clone()
+                },
+                "leaseDuration (15s) must be longer than renewDeadline (15s)",
+            ),
+            (
+                LeaseSettings {
+                    retry_period: Duration::from_secs(10),
+                    ..ok.clone()
+                },
+                "renewDeadline (10s) must be longer than retryPeriod (10s)",
+            ),
+            (
+                LeaseSettings {
+                    identity: String::new(),
+                    ..ok.clone()
+                },
+                "the identity must not be empty",
+            ),
+        ];
+        for (settings, want) in cases {
+            let error = settings.validate().unwrap_err().to_string();
+            assert!(error.ends_with(want), "{error}");
+        }
+    }
+}
