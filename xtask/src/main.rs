@@ -1,1 +1,112 @@
-fn main() {}
+//! `cargo xtask`: the project's automation. Run `cargo xtask help` for the commands.
+
+mod controlplane;
+mod crds;
+mod dev;
+mod pipeline;
+mod run;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+const USAGE: &str = "\
+usage: cargo xtask <command> [options]
+
+commands:
+  control-plane [--force]   build etcd, kube-apiserver and kube-scheduler from the pinned Go
+                            modules if missing or stale, and print their directory
+  test [-p PACKAGE]...      fmt check, clippy, CRD check, unit tests, control plane, end-to-end
+                            and doc tests (of the whole workspace, or of the named packages)
+  dev [--no-controller] [-- ARGS]
+                            control plane + CRDs + sample objects + webhooks, with poolkeeper
+                            running against it (ARGS are appended to `poolkeeper run`); Ctrl-C stops
+  crds [--check]            write deploy/crds/*.yaml from poolkeeper_api::crds(), or check them
+  bench [CARGO BENCH ARGS]  run the benchmarks (all, or those selected by the arguments)
+";
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        source: std::io::Error,
+    },
+    #[error("`{command}` failed ({status})")]
+    CommandFailed { command: String, status: String },
+    #[error("{0}")]
+    Usage(String),
+    #[error("{0}")]
+    ControlPlane(String),
+    #[error("{0}")]
+    Check(String),
+}
+
+impl Error {
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        Self::Io {
+            context: context.into(),
+            source,
+        }
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The workspace root (xtask lives one level below it).
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives inside the workspace")
+        .to_owned()
+}
+
+/// The cargo target directory (honours CARGO_TARGET_DIR).
+pub fn target_dir(root: &Path) -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR").filter(|d| !d.is_empty()) {
+        Some(dir) => root.join(dir),
+        None => root.join("target"),
+    }
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (command, rest) = match args.split_first() {
+        Some((command, rest)) => (command.as_str(), rest),
+        None => ("help", &[][..]),
+    };
+    let result = match command {
+        "control-plane" => controlplane::command(rest),
+        "test" => pipeline::command(rest),
+        "dev" => dev::command(rest),
+        "crds" => crds::command(rest),
+        "bench" => bench(rest),
+        "help" | "-h" | "--help" => {
+            print!("{USAGE}");
+            Ok(())
+        }
+        other => Err(Error::Usage(format!(
+            "unknown command {other:?}\n\n{USAGE}"
+        ))),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("xtask {command}: error: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn bench(args: &[String]) -> Result<()> {
+    let root = workspace_root();
+    let selects_packages = args
+        .iter()
+        .any(|a| a == "-p" || a.starts_with("--package") || a.starts_with("-p"));
+    let mut command = run::cargo(&root);
+    command.arg("bench");
+    if !selects_packages {
+        command.args(["--workspace", "--benches"]);
+    }
+    command.args(args);
+    run::status(&mut command)
+}

@@ -38,7 +38,10 @@ pub enum ConfigError {
 
     /// The text is not well-formed YAML (or holds more than one document).
     #[error("malformed YAML at {}: {reason}", OrUnknown(*location))]
-    Syntax { location: Option<Location>, reason: String },
+    Syntax {
+        location: Option<Location>,
+        reason: String,
+    },
 
     /// The YAML does not fit the schema: unknown key, wrong type, unparsable value.
     #[error("{}: {reason}{}", PathOrDocument(path), At(*location))]
@@ -121,7 +124,10 @@ pub struct ConfigErrors {
 
 impl ConfigErrors {
     pub(crate) fn new(errors: Vec<ConfigError>) -> Self {
-        debug_assert!(!errors.is_empty(), "an error report needs at least one error");
+        debug_assert!(
+            !errors.is_empty(),
+            "an error report needs at least one error"
+        );
         Self { errors }
     }
 

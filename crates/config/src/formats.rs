@@ -25,11 +25,16 @@ pub(crate) mod duration {
     use serde::de::{self, Visitor};
     use serde::{Deserializer, Serializer};
 
-    pub(crate) fn serialize<S: Serializer>(value: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(
+        value: &Duration,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
         humantime_serde::serialize(value, serializer)
     }
 
-    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Duration, D::Error> {
         deserializer.deserialize_str(DurationVisitor)
     }
 
@@ -48,7 +53,8 @@ pub(crate) mod duration {
     }
 
     pub(crate) fn parse(value: &str) -> Result<Duration, String> {
-        humantime::parse_duration(value.trim()).map_err(|err| format!("invalid duration {value:?}: {err}"))
+        humantime::parse_duration(value.trim())
+            .map_err(|err| format!("invalid duration {value:?}: {err}"))
     }
 }
 
@@ -63,11 +69,16 @@ pub(crate) mod listen_addr {
     use serde::de::{self, Visitor};
     use serde::{Deserializer, Serialize, Serializer};
 
-    pub(crate) fn serialize<S: Serializer>(value: &SocketAddr, serializer: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(
+        value: &SocketAddr,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
         value.serialize(serializer)
     }
 
-    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<SocketAddr, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<SocketAddr, D::Error> {
         deserializer.deserialize_str(ListenAddrVisitor)
     }
 
@@ -81,7 +92,8 @@ pub(crate) mod listen_addr {
         }
 
         fn visit_str<E: de::Error>(self, value: &str) -> Result<SocketAddr, E> {
-            parse(value).map_err(|reason| E::custom(format!("invalid listen address {value:?}: {reason}")))
+            parse(value)
+                .map_err(|reason| E::custom(format!("invalid listen address {value:?}: {reason}")))
         }
     }
 
@@ -96,7 +108,9 @@ pub(crate) mod listen_addr {
             return Err("missing IP before the port, e.g. 0.0.0.0:8081".to_owned());
         }
         let port: u16 = match port.parse::<u64>() {
-            Ok(port) => u16::try_from(port).map_err(|_| format!("port {port} is out of range (0-65535)"))?,
+            Ok(port) => {
+                u16::try_from(port).map_err(|_| format!("port {port} is out of range (0-65535)"))?
+            }
             Err(_) => return Err(format!("port {port:?} is not a number")),
         };
         let bracketed = host.strip_prefix('[').and_then(|h| h.strip_suffix(']'));
@@ -105,9 +119,13 @@ pub(crate) mod listen_addr {
                 Ok(ip) => Ok(SocketAddr::new(ip, port)),
                 Err(_) => Err(format!("{inner:?} is not an IPv6 address")),
             },
-            (None, Ok(IpAddr::V6(_))) => Err(format!("an IPv6 address needs brackets: [{host}]:{port}")),
+            (None, Ok(IpAddr::V6(_))) => {
+                Err(format!("an IPv6 address needs brackets: [{host}]:{port}"))
+            }
             (None, Ok(ip)) => Ok(SocketAddr::new(ip, port)),
-            (None, Err(_)) => Err(format!("host {host:?} is not an IP address (use 0.0.0.0 or [::] for all interfaces)")),
+            (None, Err(_)) => Err(format!(
+                "host {host:?} is not an IP address (use 0.0.0.0 or [::] for all interfaces)"
+            )),
         }
     }
 
@@ -160,7 +178,10 @@ mod tests {
     #[test]
     fn duration_errors_keep_humantimes_reason() {
         let err = parse("5 parsecs").unwrap_err();
-        assert!(err.starts_with(r#"invalid duration "5 parsecs": unknown time unit "parsecs""#), "{err}");
+        assert!(
+            err.starts_with(r#"invalid duration "5 parsecs": unknown time unit "parsecs""#),
+            "{err}"
+        );
         let err = parse("5").unwrap_err();
         assert!(err.contains("time unit needed"), "{err}");
         assert!(parse("").unwrap_err().contains("value was empty"));

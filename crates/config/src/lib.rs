@@ -8,8 +8,14 @@
 //! let config = Config::from_yaml_str("reconciler: {debounceInterval: 1s}").unwrap();
 //! assert_eq!(config.reconciler.debounce_interval, std::time::Duration::from_secs(1));
 //!
-//! let errors = Config::from_yaml_str("executor: {concurrency: 0}").unwrap_err();
-//! assert_eq!(errors.to_string(), "executor.concurrency: must be at least 1, got 0");
+//! let yaml = "executor: {concurrency: 0}\nreconciler: {maxDelay: 5 parsecs}\n";
+//! let errors = Config::from_yaml_str(yaml).unwrap_err();
+//! let paths: Vec<&str> = errors.errors().iter().map(|e| e.path()).collect();
+//! assert_eq!(paths, ["reconciler.maxDelay", "executor.concurrency"]);
+//! assert_eq!(
+//!     errors.to_string().lines().last(),
+//!     Some("executor.concurrency: must be at least 1, got 0 (at line 1, column 12)")
+//! );
 //! ```
 
 mod error;
@@ -63,7 +69,10 @@ mod tests {
 
     #[test]
     fn default_file_parses_to_the_defaults() {
-        assert_eq!(Config::from_yaml_str(&Config::default_yaml()), Ok(Config::default()));
+        assert_eq!(
+            Config::from_yaml_str(&Config::default_yaml()),
+            Ok(Config::default())
+        );
     }
 
     #[test]
@@ -71,10 +80,20 @@ mod tests {
         let schema = serde_json::to_value(Config::default()).unwrap();
         let document = KeyTree::parse(DEFAULT_YAML).expect("the default file is YAML");
         let all = leaves(&schema);
-        assert!(all.len() >= 30, "schema walk found only {} leaves", all.len());
-        let missing: Vec<String> =
-            all.iter().filter(|leaf| !document.contains(leaf)).map(|leaf| leaf.join(".")).collect();
-        assert!(missing.is_empty(), "config/poolkeeper.yaml lacks {missing:?}");
+        assert!(
+            all.len() >= 30,
+            "schema walk found only {} leaves",
+            all.len()
+        );
+        let missing: Vec<String> = all
+            .iter()
+            .filter(|leaf| !document.contains(leaf))
+            .map(|leaf| leaf.join("."))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "config/poolkeeper.yaml lacks {missing:?}"
+        );
     }
 
     #[test]
@@ -96,5 +115,68 @@ mod tests {
     #[test]
     fn defaults_are_valid() {
         assert!(validate::validate(&Config::default()).is_empty());
+    }
+
+    #[test]
+    fn rules_name_real_fields() {
+        use std::time::Duration;
+
+        let mut config = Config {
+            namespace: "Bad_Namespace".into(),
+            ..Config::default()
+        };
+        let le = &mut config.leader_election;
+        le.lease_name = String::new();
+        le.lease_namespace = String::new();
+        le.lease_duration = Duration::from_millis(1500);
+        le.renew_deadline = Duration::from_secs(3);
+        le.retry_period = Duration::from_secs(4);
+        config.watchers.page_size = 0;
+        config.watchers.sync_timeout = Duration::ZERO;
+        config.reconciler.debounce_interval = Duration::from_secs(2);
+        config.reconciler.max_delay = Duration::from_secs(1);
+        config.executor.concurrency = 0;
+        config.executor.short_retry = Duration::from_secs(10);
+        config.executor.long_retry = Duration::from_secs(1);
+        config.executor.conflict_retry = Duration::ZERO;
+        config.machine_classes.finalizer = "x".into();
+        config.placement.pool_label = "/".into();
+        let policy = &mut config.placement.policy_config_map;
+        policy.namespace = "-".into();
+        policy.name = "-".into();
+        policy.key = "..".into();
+        let webhook = &mut config.webhook;
+        webhook.listen = "0.0.0.0:0".parse().unwrap();
+        webhook.cert_dir = std::path::PathBuf::new();
+        webhook.mutate_path = "x".into();
+        webhook.validate_path = "x".into();
+        webhook.max_body_bytes = 0;
+        config.health.listen = "0.0.0.0:0".parse().unwrap();
+        config.health.stall_timeout = Duration::ZERO;
+        config.health.debug_events = 0;
+        config.bus.capacity = 0;
+        config.shutdown.grace_period = Duration::ZERO;
+        config.logging.level = "loud".into();
+
+        let schema = serde_json::to_value(Config::default()).unwrap();
+        let known: Vec<String> = leaves(&schema).iter().map(|leaf| leaf.join(".")).collect();
+        let violations = validate::validate(&config);
+        let mut flagged: Vec<&str> = violations.iter().flat_map(|v| v.paths()).collect();
+        for violation in &violations {
+            for path in violation.paths() {
+                assert!(
+                    known.iter().any(|k| k == path),
+                    "rule names unknown field {path}"
+                );
+            }
+        }
+        flagged.sort_unstable();
+        flagged.dedup();
+        let unflagged: Vec<&String> = known
+            .iter()
+            .filter(|k| !flagged.contains(&k.as_str()))
+            .filter(|k| !k.ends_with(".enabled") && !k.ends_with(".format"))
+            .collect();
+        assert!(unflagged.is_empty(), "no rule fired for {unflagged:?}");
     }
 }

@@ -17,11 +17,11 @@
 use std::fmt;
 use std::marker::PhantomData;
 
+use serde::Deserialize;
 use serde::de::{
     self, DeserializeSeed, Deserializer, EnumAccess, IgnoredAny, IntoDeserializer, MapAccess,
     SeqAccess, VariantAccess, Visitor,
 };
-use serde::Deserialize;
 use serde_json::Value;
 use serde_saphyr::{MessageFormatter, Spanned, UserMessageFormatter};
 
@@ -41,7 +41,10 @@ pub(crate) fn parse(text: &str) -> Result<Config, Vec<ConfigError>> {
                 return Ok(config);
             }
             let keys = KeyTree::parse(text);
-            return Err(violations.into_iter().map(|v| invalid(v, keys.as_ref())).collect());
+            return Err(violations
+                .into_iter()
+                .map(|v| invalid(v, keys.as_ref()))
+                .collect());
         }
         Err(failure) => failure,
     };
@@ -69,7 +72,13 @@ fn diagnose(text: &str, first: Failure) -> Vec<ConfigError> {
 
     let mut merged = defaults.clone();
     for leaf in leaves(&defaults) {
-        match parse_tracked(text, Focus { seed: PhantomData::<Config>, path: &leaf }) {
+        match parse_tracked(
+            text,
+            Focus {
+                seed: PhantomData::<Config>,
+                path: &leaf,
+            },
+        ) {
             Ok(config) => copy_leaf(&config, &leaf, &mut merged),
             Err(failure) => failures.push(failure),
         }
@@ -77,7 +86,11 @@ fn diagnose(text: &str, first: Failure) -> Vec<ConfigError> {
 
     let mut seen = std::collections::HashSet::new();
     failures.retain(|failure| seen.insert(failure.path.clone()));
-    failures.sort_by_key(|failure| failure.location.map_or((u64::MAX, u64::MAX), |l| (l.line, l.column)));
+    failures.sort_by_key(|failure| {
+        failure
+            .location
+            .map_or((u64::MAX, u64::MAX), |l| (l.line, l.column))
+    });
 
     let violations = match serde_json::from_value::<Config>(merged) {
         Ok(config) => validate::validate(&config),
@@ -88,7 +101,11 @@ fn diagnose(text: &str, first: Failure) -> Vec<ConfigError> {
     errors.extend(
         violations
             .into_iter()
-            .filter(|violation| !violation.paths().any(|path| failed.iter().any(|f| overlaps(path, f))))
+            .filter(|violation| {
+                !violation
+                    .paths()
+                    .any(|path| failed.iter().any(|f| overlaps(path, f)))
+            })
             .map(|violation| invalid(violation, keys.as_ref())),
     );
     errors
@@ -150,7 +167,9 @@ where
         result
     });
     result.map_err(|err| Failure {
-        path: path.map(|path| path.iter().map(segment_key).collect()).unwrap_or_default(),
+        path: path
+            .map(|path| path.iter().map(segment_key).collect())
+            .unwrap_or_default(),
         reason: message(&err, text),
         location: location(&err),
     })
@@ -179,7 +198,10 @@ fn syntax_error(err: &serde_saphyr::Error, text: &str) -> ConfigError {
 fn message(err: &serde_saphyr::Error, text: &str) -> String {
     use serde_saphyr::Error;
     let err = err.without_snippet();
-    let found = || match err.location().and_then(|location| scalar_text(text, location)) {
+    let found = || match err
+        .location()
+        .and_then(|location| scalar_text(text, location))
+    {
         Some(found) => format!(", got {found:?}"),
         None => String::new(),
     };
@@ -194,8 +216,14 @@ fn message(err: &serde_saphyr::Error, text: &str) -> String {
             };
             format!("expected {expected}{}", found())
         }
-        Error::Unexpected { expected: "mapping start", .. } => "expected a mapping (key: value pairs)".to_owned(),
-        Error::Unexpected { expected: "string scalar" | "scalar", .. } => "expected a single value, not a mapping or a list".to_owned(),
+        Error::Unexpected {
+            expected: "mapping start",
+            ..
+        } => "expected a mapping (key: value pairs)".to_owned(),
+        Error::Unexpected {
+            expected: "string scalar" | "scalar",
+            ..
+        } => "expected a single value, not a mapping or a list".to_owned(),
         Error::NullIntoString { .. } => "expected a value, found nothing (null)".to_owned(),
         _ => UserMessageFormatter.format_message(err).into_owned(),
     };
@@ -284,7 +312,8 @@ impl<'de, S: DeserializeSeed<'de>> Visitor<'de> for FocusVisitor<'_, S> {
     }
 
     fn visit_none<E: de::Error>(self) -> Result<S::Value, E> {
-        self.seed.deserialize(FocusedMap::<NoEntries<E>> { map: None })
+        self.seed
+            .deserialize(FocusedMap::<NoEntries<E>> { map: None })
     }
 }
 
@@ -343,7 +372,10 @@ struct OnlyKey<'p, A> {
 impl<'de, A: MapAccess<'de>> MapAccess<'de> for OnlyKey<'_, A> {
     type Error = A::Error;
 
-    fn next_key_seed<K: DeserializeSeed<'de>>(&mut self, seed: K) -> Result<Option<K::Value>, A::Error> {
+    fn next_key_seed<K: DeserializeSeed<'de>>(
+        &mut self,
+        seed: K,
+    ) -> Result<Option<K::Value>, A::Error> {
         while let Some(key) = self.map.next_key::<String>()? {
             if key == self.key {
                 return seed.deserialize(key.into_deserializer()).map(Some);
@@ -354,7 +386,10 @@ impl<'de, A: MapAccess<'de>> MapAccess<'de> for OnlyKey<'_, A> {
     }
 
     fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, A::Error> {
-        self.map.next_value_seed(Focus { seed, path: self.rest })
+        self.map.next_value_seed(Focus {
+            seed,
+            path: self.rest,
+        })
     }
 }
 
@@ -390,7 +425,9 @@ fn pointer(path: &[String]) -> String {
 
 fn copy_leaf(config: &Config, path: &[String], merged: &mut Value) {
     let pointer = pointer(path);
-    let Ok(parsed) = serde_json::to_value(config) else { return };
+    let Ok(parsed) = serde_json::to_value(config) else {
+        return;
+    };
     if let (Some(value), Some(slot)) = (parsed.pointer(&pointer), merged.pointer_mut(&pointer)) {
         *slot = value.clone();
     }
@@ -418,9 +455,15 @@ impl KeyTree {
     /// Where the key at `path` is written, if it is.
     fn location(&self, path: &[String]) -> Option<Location> {
         let (key, rest) = path.split_first()?;
-        let KeyTree::Map(nodes) = self else { return None };
+        let KeyTree::Map(nodes) = self else {
+            return None;
+        };
         let node = nodes.iter().find(|node| &node.key == key)?;
-        if rest.is_empty() { node.location } else { node.value.location(rest) }
+        if rest.is_empty() {
+            node.location
+        } else {
+            node.value.location(rest)
+        }
     }
 
     #[cfg(test)]
@@ -429,7 +472,9 @@ impl KeyTree {
         match path.split_first() {
             None => true,
             Some((key, rest)) => match self {
-                KeyTree::Map(nodes) => nodes.iter().any(|node| &node.key == key && node.value.contains(rest)),
+                KeyTree::Map(nodes) => nodes
+                    .iter()
+                    .any(|node| &node.key == key && node.value.contains(rest)),
                 KeyTree::Other => false,
             },
         }
@@ -470,7 +515,9 @@ impl<'de> Visitor<'de> for KeyTreeVisitor {
     }
 
     fn visit_enum<A: EnumAccess<'de>>(self, data: A) -> Result<KeyTree, A::Error> {
-        data.variant::<IgnoredAny>()?.1.newtype_variant::<IgnoredAny>()?;
+        data.variant::<IgnoredAny>()?
+            .1
+            .newtype_variant::<IgnoredAny>()?;
         Ok(KeyTree::Other)
     }
 
@@ -478,7 +525,10 @@ impl<'de> Visitor<'de> for KeyTreeVisitor {
         deserializer.deserialize_any(self)
     }
 
-    fn visit_newtype_struct<D: Deserializer<'de>>(self, deserializer: D) -> Result<KeyTree, D::Error> {
+    fn visit_newtype_struct<D: Deserializer<'de>>(
+        self,
+        deserializer: D,
+    ) -> Result<KeyTree, D::Error> {
         deserializer.deserialize_any(self)
     }
 
@@ -606,7 +656,10 @@ mod tests {
     #[test]
     fn suggests_the_intended_key() {
         let allowed = ["debounceInterval", "maxDelay"];
-        assert_eq!(closest("debounce_interval", &allowed), Some("debounceInterval"));
+        assert_eq!(
+            closest("debounce_interval", &allowed),
+            Some("debounceInterval")
+        );
         assert_eq!(closest("maxDelya", &allowed), Some("maxDelay"));
         assert_eq!(closest("colour", &allowed), None);
     }
@@ -614,9 +667,15 @@ mod tests {
     #[test]
     fn overlapping_paths() {
         let path = |s: &str| s.split('.').map(str::to_owned).collect::<Vec<_>>();
-        assert!(overlaps("reconciler.maxDelay", &path("reconciler.maxDelay")));
+        assert!(overlaps(
+            "reconciler.maxDelay",
+            &path("reconciler.maxDelay")
+        ));
         assert!(overlaps("reconciler.maxDelay", &path("reconciler")));
-        assert!(!overlaps("reconciler.maxDelay", &path("reconciler.debounceInterval")));
+        assert!(!overlaps(
+            "reconciler.maxDelay",
+            &path("reconciler.debounceInterval")
+        ));
         assert!(!overlaps("executor.concurrency", &path("reconciler")));
     }
 }

@@ -32,8 +32,14 @@ pub(crate) fn validate(config: &Config) -> Vec<Violation> {
     v.check("namespace", dns1123_label(&config.namespace));
 
     let le = &config.leader_election;
-    v.check("leaderElection.leaseName", dns1123_subdomain(&le.lease_name));
-    v.check("leaderElection.leaseNamespace", dns1123_label(&le.lease_namespace));
+    v.check(
+        "leaderElection.leaseName",
+        dns1123_subdomain(&le.lease_name),
+    );
+    v.check(
+        "leaderElection.leaseNamespace",
+        dns1123_label(&le.lease_namespace),
+    );
     v.positive("leaderElection.leaseDuration", le.lease_duration);
     v.positive("leaderElection.renewDeadline", le.renew_deadline);
     v.positive("leaderElection.retryPeriod", le.retry_period);
@@ -91,7 +97,12 @@ pub(crate) fn validate(config: &Config) -> Vec<Violation> {
     }
 
     let executor = &config.executor;
-    v.range("executor.concurrency", executor.concurrency, 1, MAX_CONCURRENCY);
+    v.range(
+        "executor.concurrency",
+        executor.concurrency,
+        1,
+        MAX_CONCURRENCY,
+    );
     v.positive("executor.shortRetry", executor.short_retry);
     v.positive("executor.longRetry", executor.long_retry);
     v.positive("executor.conflictRetry", executor.conflict_retry);
@@ -113,10 +124,19 @@ pub(crate) fn validate(config: &Config) -> Vec<Violation> {
     );
 
     let placement = &config.placement;
-    v.check("placement.poolLabel", qualified_name(&placement.pool_label, PrefixRequired::No));
+    v.check(
+        "placement.poolLabel",
+        qualified_name(&placement.pool_label, PrefixRequired::No),
+    );
     let policy = &placement.policy_config_map;
-    v.check("placement.policyConfigMap.namespace", dns1123_label(&policy.namespace));
-    v.check("placement.policyConfigMap.name", dns1123_subdomain(&policy.name));
+    v.check(
+        "placement.policyConfigMap.namespace",
+        dns1123_label(&policy.namespace),
+    );
+    v.check(
+        "placement.policyConfigMap.name",
+        dns1123_subdomain(&policy.name),
+    );
     v.check("placement.policyConfigMap.key", config_map_key(&policy.key));
 
     let webhook = &config.webhook;
@@ -130,19 +150,28 @@ pub(crate) fn validate(config: &Config) -> Vec<Violation> {
         v.fail_related(
             "webhook.validatePath",
             &["webhook.mutatePath"],
-            format!("must differ from webhook.mutatePath (both are {:?})", webhook.validate_path),
+            format!(
+                "must differ from webhook.mutatePath (both are {:?})",
+                webhook.validate_path
+            ),
         );
     }
     if webhook.max_body_bytes < MIN_BODY_BYTES {
         v.fail(
             "webhook.maxBodyBytes",
-            format!("must be at least {MIN_BODY_BYTES}, got {}", webhook.max_body_bytes),
+            format!(
+                "must be at least {MIN_BODY_BYTES}, got {}",
+                webhook.max_body_bytes
+            ),
         );
     }
 
     let health = &config.health;
     v.fixed_port("health.listen", health.listen);
-    if webhook.enabled && webhook.listen.port() != 0 && addresses_collide(webhook.listen, health.listen) {
+    if webhook.enabled
+        && webhook.listen.port() != 0
+        && addresses_collide(webhook.listen, health.listen)
+    {
         v.fail_related(
             "health.listen",
             &["webhook.listen", "webhook.enabled"],
@@ -153,9 +182,19 @@ pub(crate) fn validate(config: &Config) -> Vec<Violation> {
         );
     }
     v.positive("health.stallTimeout", health.stall_timeout);
-    v.range("health.debugEvents", health.debug_events, 1, MAX_DEBUG_EVENTS);
+    v.range(
+        "health.debugEvents",
+        health.debug_events,
+        1,
+        MAX_DEBUG_EVENTS,
+    );
 
-    v.range("bus.capacity", config.bus.capacity, MIN_BUS_CAPACITY, MAX_BUS_CAPACITY);
+    v.range(
+        "bus.capacity",
+        config.bus.capacity,
+        MIN_BUS_CAPACITY,
+        MAX_BUS_CAPACITY,
+    );
 
     v.positive("shutdown.gracePeriod", config.shutdown.grace_period);
 
@@ -174,8 +213,17 @@ impl Rules {
         self.fail_related(path, &[], reason);
     }
 
-    fn fail_related(&mut self, path: &'static str, related: &'static [&'static str], reason: String) {
-        self.violations.push(Violation { path, related, reason });
+    fn fail_related(
+        &mut self,
+        path: &'static str,
+        related: &'static [&'static str],
+        reason: String,
+    ) {
+        self.violations.push(Violation {
+            path,
+            related,
+            reason,
+        });
     }
 
     fn check(&mut self, path: &'static str, result: Result<(), String>) {
@@ -202,7 +250,10 @@ impl Rules {
     /// an OS-chosen one (0) cannot be reached.
     fn fixed_port(&mut self, path: &'static str, addr: SocketAddr) {
         if addr.port() == 0 {
-            self.fail(path, format!("port must not be 0 in {addr}: probes and Services need a fixed port"));
+            self.fail(
+                path,
+                format!("port must not be 0 in {addr}: probes and Services need a fixed port"),
+            );
         }
     }
 }
@@ -235,7 +286,9 @@ pub(crate) fn dns1123_label(value: &str) -> Result<(), String> {
         return Err("must not be empty".to_owned());
     }
     if value.len() > DNS1123_LABEL_MAX {
-        return Err(format!("{value:?} is longer than {DNS1123_LABEL_MAX} characters"));
+        return Err(format!(
+            "{value:?} is longer than {DNS1123_LABEL_MAX} characters"
+        ));
     }
     if !is_label_text(value) {
         return Err(format!(
@@ -251,7 +304,9 @@ pub(crate) fn dns1123_subdomain(value: &str) -> Result<(), String> {
         return Err("must not be empty".to_owned());
     }
     if value.len() > DNS1123_SUBDOMAIN_MAX {
-        return Err(format!("{value:?} is longer than {DNS1123_SUBDOMAIN_MAX} characters"));
+        return Err(format!(
+            "{value:?} is longer than {DNS1123_SUBDOMAIN_MAX} characters"
+        ));
     }
     if !value.split('.').all(is_label_text) {
         return Err(format!(
@@ -283,7 +338,9 @@ fn qualified_name(value: &str, prefix_required: PrefixRequired) -> Result<(), St
         Some(prefix) => dns1123_subdomain(prefix)
             .map_err(|reason| format!("{value:?} has an invalid prefix: {reason}"))?,
         None if prefix_required == PrefixRequired::Yes => {
-            return Err(format!("{value:?} must be domain-qualified, e.g. example.com/{value}"));
+            return Err(format!(
+                "{value:?} must be domain-qualified, e.g. example.com/{value}"
+            ));
         }
         None => {}
     }
@@ -292,7 +349,9 @@ fn qualified_name(value: &str, prefix_required: PrefixRequired) -> Result<(), St
         && bytes.len() <= QUALIFIED_NAME_MAX
         && bytes.first().is_some_and(u8::is_ascii_alphanumeric)
         && bytes.last().is_some_and(u8::is_ascii_alphanumeric)
-        && bytes.iter().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
     if !valid {
         return Err(format!(
             "{value:?} is not a valid qualified name: the name part must be 1-{QUALIFIED_NAME_MAX} \
@@ -309,12 +368,17 @@ fn config_map_key(value: &str) -> Result<(), String> {
         return Err("must not be empty".to_owned());
     }
     if value.len() > CONFIG_MAP_KEY_MAX {
-        return Err(format!("{value:?} is longer than {CONFIG_MAP_KEY_MAX} characters"));
+        return Err(format!(
+            "{value:?} is longer than {CONFIG_MAP_KEY_MAX} characters"
+        ));
     }
     if value == "." || value == ".." {
         return Err(format!("{value:?} is not a valid ConfigMap key"));
     }
-    if !value.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.')) {
+    if !value
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+    {
         return Err(format!(
             "{value:?} is not a valid ConfigMap key: letters, digits, '-', '_' and '.' only"
         ));
@@ -326,7 +390,10 @@ fn http_path(value: &str) -> Result<(), String> {
     if !value.starts_with('/') {
         return Err(format!("{value:?} must start with '/'"));
     }
-    if let Some(c) = value.chars().find(|c| c.is_whitespace() || c.is_control() || matches!(c, '?' | '#')) {
+    if let Some(c) = value
+        .chars()
+        .find(|c| c.is_whitespace() || c.is_control() || matches!(c, '?' | '#'))
+    {
         return Err(format!("{value:?} must be a plain URL path without {c:?}"));
     }
     Ok(())
@@ -336,9 +403,16 @@ const LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"];
 
 /// A level, or comma-separated `tracing` directives `[target=]level`.
 fn log_filter(value: &str) -> Result<(), String> {
-    let is_level = |s: &str| LEVELS.iter().any(|level| level.eq_ignore_ascii_case(s.trim()));
+    let is_level = |s: &str| {
+        LEVELS
+            .iter()
+            .any(|level| level.eq_ignore_ascii_case(s.trim()))
+    };
     if value.trim().is_empty() {
-        return Err(format!("must not be empty; use one of {}", LEVELS.join(", ")));
+        return Err(format!(
+            "must not be empty; use one of {}",
+            LEVELS.join(", ")
+        ));
     }
     for directive in value.split(',').map(str::trim) {
         let ok = match directive.rsplit_once('=') {
@@ -385,7 +459,10 @@ mod tests {
             ("apps.openyurt.io/nodepool", PrefixRequired::No),
             ("nodepool", PrefixRequired::No),
             ("Node_Pool.v1", PrefixRequired::No),
-            ("machine.sapcloud.io/machine-controller-manager", PrefixRequired::Yes),
+            (
+                "machine.sapcloud.io/machine-controller-manager",
+                PrefixRequired::Yes,
+            ),
         ];
         for (value, prefix) in ok {
             assert_eq!(qualified_name(value, prefix), Ok(()), "{value}");
@@ -427,7 +504,12 @@ mod tests {
 
     #[test]
     fn log_filters() {
-        for ok in ["info", "DEBUG", "info,kube=warn", "poolkeeper=trace, kube_runtime=off"] {
+        for ok in [
+            "info",
+            "DEBUG",
+            "info,kube=warn",
+            "poolkeeper=trace, kube_runtime=off",
+        ] {
             assert_eq!(log_filter(ok), Ok(()), "{ok}");
         }
         for bad in ["", "verbose", "info,", "kube=loud", "=info"] {
@@ -439,8 +521,14 @@ mod tests {
     fn listener_collisions() {
         let addr = |s: &str| s.parse::<SocketAddr>().unwrap();
         assert!(addresses_collide(addr("0.0.0.0:80"), addr("127.0.0.1:80")));
-        assert!(addresses_collide(addr("127.0.0.1:80"), addr("127.0.0.1:80")));
-        assert!(!addresses_collide(addr("127.0.0.1:80"), addr("10.0.0.1:80")));
+        assert!(addresses_collide(
+            addr("127.0.0.1:80"),
+            addr("127.0.0.1:80")
+        ));
+        assert!(!addresses_collide(
+            addr("127.0.0.1:80"),
+            addr("10.0.0.1:80")
+        ));
         assert!(!addresses_collide(addr("0.0.0.0:80"), addr("0.0.0.0:81")));
     }
 }

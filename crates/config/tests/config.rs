@@ -19,7 +19,10 @@ fn paths(errors: &ConfigErrors) -> Vec<&str> {
 
 #[test]
 fn default_file_is_the_default_config() {
-    assert_eq!(Config::from_yaml_str(&Config::default_yaml()), Ok(Config::default()));
+    assert_eq!(
+        Config::from_yaml_str(&Config::default_yaml()),
+        Ok(Config::default())
+    );
 }
 
 #[test]
@@ -34,7 +37,11 @@ fn defaults_round_trip_through_yaml_and_json() {
 #[test]
 fn empty_documents_are_the_defaults() {
     for yaml in ["", "\n\n", "# nothing set\n", "~", "null", "---\n", "{}"] {
-        assert_eq!(Config::from_yaml_str(yaml), Ok(Config::default()), "{yaml:?}");
+        assert_eq!(
+            Config::from_yaml_str(yaml),
+            Ok(Config::default()),
+            "{yaml:?}"
+        );
     }
 }
 
@@ -46,9 +53,14 @@ fn empty_sections_are_their_defaults() {
 
 #[test]
 fn partial_sections_keep_the_other_defaults() {
-    let config = Config::from_yaml_str("reconciler: {maxDelay: 10s}\nexecutor:\n  concurrency: 8\n").unwrap();
+    let config =
+        Config::from_yaml_str("reconciler: {maxDelay: 10s}\nexecutor:\n  concurrency: 8\n")
+            .unwrap();
     assert_eq!(config.reconciler.max_delay, Duration::from_secs(10));
-    assert_eq!(config.reconciler.debounce_interval, Duration::from_millis(500));
+    assert_eq!(
+        config.reconciler.debounce_interval,
+        Duration::from_millis(500)
+    );
     assert_eq!(config.executor.concurrency, 8);
     assert_eq!(config.executor.long_retry, Duration::from_secs(600));
     assert_eq!(config.namespace, "machine-system");
@@ -86,8 +98,10 @@ shutdown: {gracePeriod: 1m}
 logging: {level: "debug,kube=warn", format: text}
 "#;
     let config = Config::from_yaml_str(yaml).unwrap();
-    let mut expected = Config::default();
-    expected.namespace = "machines".into();
+    let mut expected = Config {
+        namespace: "machines".into(),
+        ..Config::default()
+    };
     let le = &mut expected.leader_election;
     le.enabled = false;
     le.lease_name = "pk.lease".into();
@@ -139,66 +153,262 @@ fn each_mistake_is_reported_at_its_path() {
             "reconciler.debounceInterval",
             r#"invalid duration "5 parsecs": unknown time unit "parsecs""#,
         ),
-        ("reconciler: {maxDelay: 5}", "reconciler.maxDelay", "time unit needed"),
-        ("shutdown: {gracePeriod: -5s}", "shutdown.gracePeriod", "invalid duration"),
-        ("health: {listen: \"0.0.0.0:70000\"}", "health.listen", "port 70000 is out of range (0-65535)"),
-        ("webhook: {listen: localhost:9443}", "webhook.listen", "is not an IP address"),
-        ("webhook: {listen: 9443}", "webhook.listen", "expected IP:PORT"),
+        (
+            "reconciler: {maxDelay: 5}",
+            "reconciler.maxDelay",
+            "time unit needed",
+        ),
+        (
+            "shutdown: {gracePeriod: -5s}",
+            "shutdown.gracePeriod",
+            "invalid duration",
+        ),
+        (
+            "health: {listen: \"0.0.0.0:70000\"}",
+            "health.listen",
+            "port 70000 is out of range (0-65535)",
+        ),
+        (
+            "webhook: {listen: localhost:9443}",
+            "webhook.listen",
+            "is not an IP address",
+        ),
+        (
+            "webhook: {listen: 9443}",
+            "webhook.listen",
+            "expected IP:PORT",
+        ),
         // unknown keys
-        ("colour: blue", "colour", "unknown key \"colour\"; allowed keys: bus, executor, health"),
-        ("webhook: {mutatePaths: /x}", "webhook.mutatePaths", "did you mean \"mutatePath\"?"),
-        ("reconciler:\n  debounce_interval: 1s\n", "reconciler.debounce_interval", "did you mean \"debounceInterval\"?"),
-        ("placement: {policyConfigMap: {nme: x}}", "placement.policyConfigMap.nme", "allowed keys: key, name, namespace"),
+        (
+            "colour: blue",
+            "colour",
+            "unknown key \"colour\"; allowed keys: bus, executor, health",
+        ),
+        (
+            "webhook: {mutatePaths: /x}",
+            "webhook.mutatePaths",
+            "did you mean \"mutatePath\"?",
+        ),
+        (
+            "reconciler:\n  debounce_interval: 1s\n",
+            "reconciler.debounce_interval",
+            "did you mean \"debounceInterval\"?",
+        ),
+        (
+            "placement: {policyConfigMap: {nme: x}}",
+            "placement.policyConfigMap.nme",
+            "allowed keys: key, name, namespace",
+        ),
         // wrong types
-        ("executor: {concurrency: many}", "executor.concurrency", "expected a non-negative integer, got \"many\""),
-        ("executor: {concurrency: -1}", "executor.concurrency", "expected a non-negative integer, got \"-1\""),
-        ("webhook: {enabled: maybe}", "webhook.enabled", "expected true or false, got \"maybe\""),
+        (
+            "executor: {concurrency: many}",
+            "executor.concurrency",
+            "expected a non-negative integer, got \"many\"",
+        ),
+        (
+            "executor: {concurrency: -1}",
+            "executor.concurrency",
+            "expected a non-negative integer, got \"-1\"",
+        ),
+        (
+            "webhook: {enabled: maybe}",
+            "webhook.enabled",
+            "expected true or false, got \"maybe\"",
+        ),
         ("reconciler: 5", "reconciler", "expected a mapping"),
         ("namespace: [a, b]", "namespace", "expected a single value"),
         ("namespace:", "namespace", "found nothing"),
-        ("logging: {format: xml}", "logging.format", "unknown variant `xml`, expected one of json, text"),
-        ("watchers: {pageSize: 1.5}", "watchers.pageSize", "expected a non-negative integer"),
+        (
+            "logging: {format: xml}",
+            "logging.format",
+            "unknown variant `xml`, expected one of json, text",
+        ),
+        (
+            "watchers: {pageSize: 1.5}",
+            "watchers.pageSize",
+            "expected a non-negative integer",
+        ),
         // semantic rules
-        ("namespace: Machine_System", "namespace", "not a valid DNS-1123 label"),
-        ("leaderElection: {leaseName: Lease}", "leaderElection.leaseName", "DNS-1123 subdomain"),
-        ("leaderElection: {leaseNamespace: ''}", "leaderElection.leaseNamespace", "must not be empty"),
-        ("leaderElection: {renewDeadline: 15s}", "leaderElection.renewDeadline", "must be shorter than leaderElection.leaseDuration (15s), got 15s"),
-        ("leaderElection: {retryPeriod: 10s}", "leaderElection.retryPeriod", "must be shorter than leaderElection.renewDeadline (10s)"),
-        ("leaderElection: {leaseDuration: 15500ms}", "leaderElection.leaseDuration", "whole number of seconds"),
-        ("watchers: {pageSize: 0}", "watchers.pageSize", "must be at least 1"),
-        ("watchers: {syncTimeout: 0s}", "watchers.syncTimeout", "must be greater than 0"),
-        ("reconciler: {maxDelay: 100ms}", "reconciler.maxDelay", "must be at least reconciler.debounceInterval (500ms), got 100ms"),
-        ("reconciler: {debounceInterval: 0s}", "reconciler.debounceInterval", "must be greater than 0"),
-        ("executor: {concurrency: 0}", "executor.concurrency", "must be at least 1, got 0"),
-        ("executor: {concurrency: 5000}", "executor.concurrency", "must be at most 1024"),
-        ("executor: {shortRetry: 0s}", "executor.shortRetry", "must be greater than 0"),
-        ("executor: {conflictRetry: 0ms}", "executor.conflictRetry", "must be greater than 0"),
-        ("executor: {longRetry: 1s}", "executor.longRetry", "must be at least executor.shortRetry (5s)"),
-        ("machineClasses: {finalizer: protect}", "machineClasses.finalizer", "must be domain-qualified"),
-        ("machineClasses: {finalizer: 'Example.com/x'}", "machineClasses.finalizer", "invalid prefix"),
-        ("placement: {poolLabel: 'pool label'}", "placement.poolLabel", "not a valid qualified name"),
-        ("placement: {policyConfigMap: {namespace: Ops}}", "placement.policyConfigMap.namespace", "DNS-1123 label"),
-        ("placement: {policyConfigMap: {name: a_b}}", "placement.policyConfigMap.name", "DNS-1123 subdomain"),
-        ("placement: {policyConfigMap: {key: a/b}}", "placement.policyConfigMap.key", "not a valid ConfigMap key"),
-        ("webhook: {listen: 0.0.0.0:0}", "webhook.listen", "port must not be 0"),
-        ("webhook: {certDir: ''}", "webhook.certDir", "must not be empty"),
-        ("webhook: {mutatePath: mutate}", "webhook.mutatePath", "must start with '/'"),
-        ("webhook: {validatePath: /mutate-pods}", "webhook.validatePath", "must differ from webhook.mutatePath"),
-        ("webhook: {maxBodyBytes: 100}", "webhook.maxBodyBytes", "must be at least 1024, got 100"),
-        ("health: {listen: 0.0.0.0:9443}", "health.listen", "collides with webhook.listen 0.0.0.0:9443"),
-        ("health: {listen: 127.0.0.1:0}", "health.listen", "port must not be 0"),
-        ("health: {stallTimeout: 0s}", "health.stallTimeout", "must be greater than 0"),
-        ("health: {debugEvents: 0}", "health.debugEvents", "must be at least 1"),
-        ("bus: {capacity: 8}", "bus.capacity", "must be at least 16, got 8"),
-        ("bus: {capacity: 100000000}", "bus.capacity", "must be at most 1048576"),
-        ("shutdown: {gracePeriod: 0s}", "shutdown.gracePeriod", "must be greater than 0"),
-        ("logging: {level: verbose}", "logging.level", "\"verbose\" is not a log level"),
+        (
+            "namespace: Machine_System",
+            "namespace",
+            "not a valid DNS-1123 label",
+        ),
+        (
+            "leaderElection: {leaseName: Lease}",
+            "leaderElection.leaseName",
+            "DNS-1123 subdomain",
+        ),
+        (
+            "leaderElection: {leaseNamespace: ''}",
+            "leaderElection.leaseNamespace",
+            "must not be empty",
+        ),
+        (
+            "leaderElection: {renewDeadline: 15s}",
+            "leaderElection.renewDeadline",
+            "must be shorter than leaderElection.leaseDuration (15s), got 15s",
+        ),
+        (
+            "leaderElection: {retryPeriod: 10s}",
+            "leaderElection.retryPeriod",
+            "must be shorter than leaderElection.renewDeadline (10s)",
+        ),
+        (
+            "leaderElection: {leaseDuration: 15500ms}",
+            "leaderElection.leaseDuration",
+            "whole number of seconds",
+        ),
+        (
+            "watchers: {pageSize: 0}",
+            "watchers.pageSize",
+            "must be at least 1",
+        ),
+        (
+            "watchers: {syncTimeout: 0s}",
+            "watchers.syncTimeout",
+            "must be greater than 0",
+        ),
+        (
+            "reconciler: {maxDelay: 100ms}",
+            "reconciler.maxDelay",
+            "must be at least reconciler.debounceInterval (500ms), got 100ms",
+        ),
+        (
+            "reconciler: {debounceInterval: 0s}",
+            "reconciler.debounceInterval",
+            "must be greater than 0",
+        ),
+        (
+            "executor: {concurrency: 0}",
+            "executor.concurrency",
+            "must be at least 1, got 0",
+        ),
+        (
+            "executor: {concurrency: 5000}",
+            "executor.concurrency",
+            "must be at most 1024",
+        ),
+        (
+            "executor: {shortRetry: 0s}",
+            "executor.shortRetry",
+            "must be greater than 0",
+        ),
+        (
+            "executor: {conflictRetry: 0ms}",
+            "executor.conflictRetry",
+            "must be greater than 0",
+        ),
+        (
+            "executor: {longRetry: 1s}",
+            "executor.longRetry",
+            "must be at least executor.shortRetry (5s)",
+        ),
+        (
+            "machineClasses: {finalizer: protect}",
+            "machineClasses.finalizer",
+            "must be domain-qualified",
+        ),
+        (
+            "machineClasses: {finalizer: 'Example.com/x'}",
+            "machineClasses.finalizer",
+            "invalid prefix",
+        ),
+        (
+            "placement: {poolLabel: 'pool label'}",
+            "placement.poolLabel",
+            "not a valid qualified name",
+        ),
+        (
+            "placement: {policyConfigMap: {namespace: Ops}}",
+            "placement.policyConfigMap.namespace",
+            "DNS-1123 label",
+        ),
+        (
+            "placement: {policyConfigMap: {name: a_b}}",
+            "placement.policyConfigMap.name",
+            "DNS-1123 subdomain",
+        ),
+        (
+            "placement: {policyConfigMap: {key: a/b}}",
+            "placement.policyConfigMap.key",
+            "not a valid ConfigMap key",
+        ),
+        (
+            "webhook: {listen: 0.0.0.0:0}",
+            "webhook.listen",
+            "port must not be 0",
+        ),
+        (
+            "webhook: {certDir: ''}",
+            "webhook.certDir",
+            "must not be empty",
+        ),
+        (
+            "webhook: {mutatePath: mutate}",
+            "webhook.mutatePath",
+            "must start with '/'",
+        ),
+        (
+            "webhook: {validatePath: /mutate-pods}",
+            "webhook.validatePath",
+            "must differ from webhook.mutatePath",
+        ),
+        (
+            "webhook: {maxBodyBytes: 100}",
+            "webhook.maxBodyBytes",
+            "must be at least 1024, got 100",
+        ),
+        (
+            "health: {listen: 0.0.0.0:9443}",
+            "health.listen",
+            "collides with webhook.listen 0.0.0.0:9443",
+        ),
+        (
+            "health: {listen: 127.0.0.1:0}",
+            "health.listen",
+            "port must not be 0",
+        ),
+        (
+            "health: {stallTimeout: 0s}",
+            "health.stallTimeout",
+            "must be greater than 0",
+        ),
+        (
+            "health: {debugEvents: 0}",
+            "health.debugEvents",
+            "must be at least 1",
+        ),
+        (
+            "bus: {capacity: 8}",
+            "bus.capacity",
+            "must be at least 16, got 8",
+        ),
+        (
+            "bus: {capacity: 100000000}",
+            "bus.capacity",
+            "must be at most 1048576",
+        ),
+        (
+            "shutdown: {gracePeriod: 0s}",
+            "shutdown.gracePeriod",
+            "must be greater than 0",
+        ),
+        (
+            "logging: {level: verbose}",
+            "logging.level",
+            "\"verbose\" is not a log level",
+        ),
     ];
     for (yaml, path, reason) in cases {
         let errors = errors_of(yaml);
         assert_eq!(paths(&errors), [*path], "{yaml:?}:\n{errors}");
         let error = &errors.errors()[0];
-        assert!(error.reason().contains(reason), "{yaml:?}: {:?} lacks {reason:?}", error.reason());
+        assert!(
+            error.reason().contains(reason),
+            "{yaml:?}: {:?} lacks {reason:?}",
+            error.reason()
+        );
         let line = errors.to_string();
         assert!(line.starts_with(&format!("{path}: ")), "{line}");
         assert!(!line.contains('\n'), "{line}");
@@ -210,20 +420,29 @@ fn errors_point_at_the_line_and_column() {
     let errors = errors_of("namespace: ok\nreconciler:\n  debounceInterval: 5 parsecs\n");
     let location = errors.errors()[0].location().expect("a location");
     assert_eq!((location.line, location.column), (3, 21));
-    assert!(errors.to_string().ends_with("(at line 3, column 21)"), "{errors}");
+    assert!(
+        errors.to_string().ends_with("(at line 3, column 21)"),
+        "{errors}"
+    );
 
     // Rule violations point at the key.
     let errors = errors_of("executor:\n  concurrency: 0\n");
     let location = errors.errors()[0].location().expect("a location");
     assert_eq!((location.line, location.column), (2, 3));
-    assert_eq!(errors.to_string(), "executor.concurrency: must be at least 1, got 0 (at line 2, column 3)");
+    assert_eq!(
+        errors.to_string(),
+        "executor.concurrency: must be at least 1, got 0 (at line 2, column 3)"
+    );
 }
 
 #[test]
 fn malformed_yaml_reports_line_and_column() {
     let cases = [
         ("reconciler: {debounceInterval: 1s\n", 1),
-        ("namespace: a\nreconciler:\n  maxDelay: 1s\n   debounceInterval: 1s\n", 4),
+        (
+            "namespace: a\nreconciler:\n  maxDelay: 1s\n   debounceInterval: 1s\n",
+            4,
+        ),
         ("a: b: c\n", 1),
         ("namespace: 'unterminated\n", 1),
         ("namespace: a\nnamespace: b\n", 2),
@@ -233,10 +452,22 @@ fn malformed_yaml_reports_line_and_column() {
         let errors = errors_of(yaml);
         assert_eq!(errors.len(), 1, "{yaml:?}:\n{errors}");
         let error = &errors.errors()[0];
-        assert!(matches!(error, ConfigError::Syntax { .. }), "{yaml:?}: {error:?}");
+        assert!(
+            matches!(error, ConfigError::Syntax { .. }),
+            "{yaml:?}: {error:?}"
+        );
         assert_eq!(error.path(), "");
-        assert_eq!(error.location().map(|l| l.line), Some(line), "{yaml:?}: {error}");
-        assert!(error.to_string().starts_with(&format!("malformed YAML at line {line}, column ")), "{error}");
+        assert_eq!(
+            error.location().map(|l| l.line),
+            Some(line),
+            "{yaml:?}: {error}"
+        );
+        assert!(
+            error
+                .to_string()
+                .starts_with(&format!("malformed YAML at line {line}, column ")),
+            "{error}"
+        );
     }
 }
 
@@ -246,7 +477,10 @@ fn a_document_that_is_not_a_mapping_is_one_error() {
         let errors = errors_of(yaml);
         assert_eq!(errors.len(), 1, "{yaml:?}:\n{errors}");
         assert_eq!(errors.errors()[0].path(), "");
-        assert!(errors.errors()[0].reason().contains("expected a mapping"), "{errors}");
+        assert!(
+            errors.errors()[0].reason().contains("expected a mapping"),
+            "{errors}"
+        );
         assert!(errors.to_string().starts_with("(document): "), "{errors}");
     }
 }
@@ -329,7 +563,10 @@ fn load_reports_an_unreadable_file_with_its_path() {
     let errors = Config::load(missing).unwrap_err();
     assert_eq!(errors.len(), 1);
     let error = &errors.errors()[0];
-    assert!(matches!(error, ConfigError::Io { file, .. } if file == missing), "{error:?}");
+    assert!(
+        matches!(error, ConfigError::Io { file, .. } if file == missing),
+        "{error:?}"
+    );
     let display = errors.to_string();
     assert!(
         display.starts_with("/nonexistent/poolkeeper.yaml: cannot read configuration file: "),
@@ -338,14 +575,31 @@ fn load_reports_an_unreadable_file_with_its_path() {
 
     let dir = tempfile::tempdir().unwrap();
     let errors = Config::load(dir.path()).unwrap_err();
-    assert!(matches!(errors.errors()[0], ConfigError::Io { .. }), "{errors}");
+    assert!(
+        matches!(errors.errors()[0], ConfigError::Io { .. }),
+        "{errors}"
+    );
 }
 
 #[test]
 fn errors_can_be_consumed() {
     let errors = errors_of("executor: {concurrency: 0}\nbus: {capacity: 1}\n");
     assert!(!errors.is_empty());
-    let reasons: Vec<String> = (&errors).into_iter().map(|e| e.reason().to_owned()).collect();
-    assert_eq!(reasons, ["must be at least 1, got 0", "must be at least 16, got 1"]);
+    let reasons: Vec<String> = (&errors)
+        .into_iter()
+        .map(|e| e.reason().to_owned())
+        .collect();
+    assert_eq!(
+        reasons,
+        ["must be at least 1, got 0", "must be at least 16, got 1"]
+    );
     assert_eq!(errors.into_errors().len(), 2);
+}
+
+#[test]
+fn the_deployed_configuration_is_valid() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/poolkeeper.yaml");
+    if let Err(errors) = Config::load(&path) {
+        panic!("{}:\n{errors}", path.display());
+    }
 }

@@ -1,1 +1,323 @@
-//! poolkeeper-health
+//! The admin HTTP server: health probes in the format of Kubernetes
+//! components, Prometheus/OpenMetrics metrics and the last bus events.
+//!
+//! | path | answers |
+//! |---|---|
+//! | `/healthz`, `/livez` | liveness checks of [`Health`]: 200 `ok` or 503 with one line per check |
+//! | `/readyz` | readiness checks, likewise |
+//! | `/{healthz,livez,readyz}/<check>` | one check; 404 for an unknown name |
+//! | `/metrics` | the shared registry as OpenMetrics text |
+//! | `/debug/events?limit=N` | the last N bus events as a JSON array |
+//!
+//! `?verbose` lists every check even when all pass.
+
+mod checks;
+mod events;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use futures::future::BoxFuture;
+use parking_lot::Mutex;
+use poolkeeper_bus::Bus;
+use poolkeeper_supervisor::{BoxError, CheckResult, Component, Context, Health};
+use prometheus_client::registry::Registry;
+use serde::Deserialize;
+use tokio::net::TcpListener;
+
+use crate::events::EventLog;
+
+/// The metrics registry every crate registers into, rendered by `/metrics`.
+pub type SharedRegistry = Arc<Mutex<Registry>>;
+
+/// Content type of `/metrics`.
+pub const OPENMETRICS_CONTENT_TYPE: &str =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Default number of events `/debug/events` keeps.
+pub const DEFAULT_DEBUG_EVENTS: usize = 256;
+
+/// Name of the bus subscription feeding `/debug/events` (and of its lag
+/// metric label).
+pub const DEBUG_EVENTS_SUBSCRIBER: &str = "admin-debug-events";
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AdminSettings {
+    pub addr: SocketAddr,
+    /// How many bus events `/debug/events` keeps.
+    pub debug_events: usize,
+}
+
+impl AdminSettings {
+    pub fn new(addr: SocketAddr) -> Self {
+        Self {
+            addr,
+            debug_events: DEFAULT_DEBUG_EVENTS,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum HealthError {
+    #[error("admin server cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+
+    #[error("admin server on {addr} failed: {source}")]
+    Serve {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The admin server component. Ready as soon as it listens, so probes get
+/// answers from the first second.
+pub struct AdminServer {
+    settings: AdminSettings,
+    health: Health,
+    registry: SharedRegistry,
+    subscription: poolkeeper_bus::Subscription,
+    listener: Option<TcpListener>,
+}
+
+impl std::fmt::Debug for AdminServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AdminServer")
+            .field("settings", &self.settings)
+            .field("local_addr", &self.local_addr())
+            .finish()
+    }
+}
+
+impl AdminServer {
+    pub const NAME: &'static str = "admin-server";
+
+    /// Subscribes to `bus` for `/debug/events`; call before the bus starts.
+    pub fn new(
+        settings: AdminSettings,
+        health: Health,
+        registry: SharedRegistry,
+        bus: &Bus,
+    ) -> Self {
+        Self {
+            settings,
+            health,
+            registry,
+            subscription: bus.subscribe(DEBUG_EVENTS_SUBSCRIBER),
+            listener: None,
+        }
+    }
+
+    /// Binds the listening socket now rather than when the component starts,
+    /// so a busy port is reported before anything else runs (and port 0
+    /// resolves to the actual port). Returns the bound address.
+    pub async fn bind(&mut self) -> Result<SocketAddr, HealthError> {
+        if let Some(addr) = self.local_addr() {
+            return Ok(addr);
+        }
+        let listener = bind(self.settings.addr).await?;
+        let addr = local_addr(&listener, self.settings.addr)?;
+        self.listener = Some(listener);
+        Ok(addr)
+    }
+
+    /// The bound address, once [`AdminServer::bind`] succeeded.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.listener.as_ref().and_then(|l| l.local_addr().ok())
+    }
+
+    async fn serve(self: Box<Self>, ctx: Context) -> Result<(), BoxError> {
+        let AdminServer {
+            settings,
+            health,
+            registry,
+            subscription,
+            listener,
+        } = *self;
+        let listener = match listener {
+            Some(listener) => listener,
+            None => bind(settings.addr).await?,
+        };
+        let addr = local_addr(&listener, settings.addr)?;
+        let stop = ctx.cancellation().clone();
+        let (events, feeder) = EventLog::new(settings.debug_events, subscription, stop.clone());
+        let app = router(AppState {
+            health,
+            registry,
+            events,
+        });
+        ctx.mark_ready();
+        tracing::info!(%addr, "admin server listening on http://{addr}");
+        let server = axum::serve(listener, app).with_graceful_shutdown(stop.cancelled_owned());
+        let (served, ()) = tokio::join!(server.into_future(), feeder);
+        served.map_err(|source| HealthError::Serve { addr, source })?;
+        tracing::info!(%addr, "admin server stopped");
+        Ok(())
+    }
+}
+
+impl Component for AdminServer {
+    fn name(&self) -> &'static str {
+        Self::NAME
+    }
+
+    fn run(self: Box<Self>, ctx: Context) -> BoxFuture<'static, Result<(), BoxError>> {
+        Box::pin(self.serve(ctx))
+    }
+}
+
+async fn bind(addr: SocketAddr) -> Result<TcpListener, HealthError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| HealthError::Bind { addr, source })
+}
+
+fn local_addr(listener: &TcpListener, addr: SocketAddr) -> Result<SocketAddr, HealthError> {
+    listener
+        .local_addr()
+        .map_err(|source| HealthError::Bind { addr, source })
+}
+
+#[derive(Clone)]
+struct AppState {
+    health: Health,
+    registry: SharedRegistry,
+    events: EventLog,
+}
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Liveness,
+    Readiness,
+}
+
+impl AppState {
+    fn checks(&self, kind: Kind) -> Vec<CheckResult> {
+        match kind {
+            Kind::Liveness => self.health.liveness(),
+            Kind::Readiness => self.health.readiness(),
+        }
+    }
+}
+
+fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/healthz/{name}", get(healthz_one))
+        .route("/livez", get(livez))
+        .route("/livez/{name}", get(livez_one))
+        .route("/readyz", get(readyz))
+        .route("/readyz/{name}", get(readyz_one))
+        .route("/metrics", get(metrics))
+        .route("/debug/events", get(debug_events))
+        .with_state(state)
+}
+
+type Params = Query<HashMap<String, String>>;
+
+async fn healthz(State(state): State<AppState>, Query(params): Params) -> Response {
+    report_all(&state, Kind::Liveness, "healthz", &params)
+}
+
+async fn livez(State(state): State<AppState>, Query(params): Params) -> Response {
+    report_all(&state, Kind::Liveness, "livez", &params)
+}
+
+async fn readyz(State(state): State<AppState>, Query(params): Params) -> Response {
+    report_all(&state, Kind::Readiness, "readyz", &params)
+}
+
+async fn healthz_one(State(state): State<AppState>, Path(name): Path<String>) -> Response {
+    report_one(&state, Kind::Liveness, &name)
+}
+
+async fn livez_one(State(state): State<AppState>, Path(name): Path<String>) -> Response {
+    report_one(&state, Kind::Liveness, &name)
+}
+
+async fn readyz_one(State(state): State<AppState>, Path(name): Path<String>) -> Response {
+    report_one(&state, Kind::Readiness, &name)
+}
+
+fn report_all(
+    state: &AppState,
+    kind: Kind,
+    endpoint: &str,
+    params: &HashMap<String, String>,
+) -> Response {
+    let report = checks::all(
+        endpoint,
+        &state.checks(kind),
+        params.contains_key("verbose"),
+    );
+    text(report.status, report.body)
+}
+
+fn report_one(state: &AppState, kind: Kind, name: &str) -> Response {
+    match checks::one(&state.checks(kind), name) {
+        Some(report) => text(report.status, report.body),
+        None => text(
+            StatusCode::NOT_FOUND,
+            format!("no check named \"{name}\"\n"),
+        ),
+    }
+}
+
+fn text(status: StatusCode, body: String) -> Response {
+    (
+        status,
+        [
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; charset=utf-8"),
+            ),
+            (
+                header::X_CONTENT_TYPE_OPTIONS,
+                HeaderValue::from_static("nosniff"),
+            ),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+async fn metrics(State(state): State<AppState>) -> Response {
+    let mut body = String::new();
+    let encoded = prometheus_client::encoding::text::encode(&mut body, &state.registry.lock());
+    match encoded {
+        Ok(()) => (
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static(OPENMETRICS_CONTENT_TYPE),
+            )],
+            body,
+        )
+            .into_response(),
+        Err(error) => text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("cannot encode metrics: {error}\n"),
+        ),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct EventsParams {
+    limit: Option<usize>,
+}
+
+async fn debug_events(
+    State(state): State<AppState>,
+    Query(params): Query<EventsParams>,
+) -> Response {
+    axum::Json(state.events.last(params.limit).await).into_response()
+}

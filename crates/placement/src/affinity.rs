@@ -193,7 +193,10 @@ fn parse_label_requirement(
 
     let key_errors = qualified_name_errors(key);
     if !key_errors.is_empty() {
-        errors.push(format!("{path}.key: Invalid value: {key:?}: {}", key_errors.join("; ")));
+        errors.push(format!(
+            "{path}.key: Invalid value: {key:?}: {}",
+            key_errors.join("; ")
+        ));
     }
 
     let op = match requirement.operator.as_str() {

@@ -95,7 +95,10 @@ fn affinity_source<'a>(view: &PlacementView<'_>, affinity: &'a RequiredNodeAffin
 
 /// The nodes in the intersection of the Pod's node sets (each absent
 /// constraint selects every node), sorted by name.
-pub fn matching_nodes<'v>(view: &'v PlacementView<'_>, constraints: &NodeConstraints<'_>) -> Vec<&'v Node> {
+pub fn matching_nodes<'v>(
+    view: &'v PlacementView<'_>,
+    constraints: &NodeConstraints<'_>,
+) -> Vec<&'v Node> {
     let source = if let Some(name) = constraints.node_name {
         Source::Named(name)
     } else {
@@ -127,7 +130,10 @@ pub fn matching_nodes_by_scan<'v>(
     view: &'v PlacementView<'_>,
     constraints: &NodeConstraints<'_>,
 ) -> Vec<&'v Node> {
-    let mut nodes: Vec<&Node> = view.nodes().filter(|node| constraints.matches(node)).collect();
+    let mut nodes: Vec<&Node> = view
+        .nodes()
+        .filter(|node| constraints.matches(node))
+        .collect();
     nodes.sort_unstable_by(|a, b| a.name.cmp(&b.name));
     nodes
 }

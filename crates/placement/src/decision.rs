@@ -206,7 +206,11 @@ fn bound_pool<'v>(
 
 /// The edge tolerations the Pod lacks, in policy order, each checked against
 /// the Pod's tolerations plus the ones already found missing.
-fn missing_edge_tolerations<'p>(pod: &Pod, pool: &NodePool, policy: &'p PlacementPolicy) -> Vec<&'p Toleration> {
+fn missing_edge_tolerations<'p>(
+    pod: &Pod,
+    pool: &NodePool,
+    policy: &'p PlacementPolicy,
+) -> Vec<&'p Toleration> {
     if pool.pool_type != PoolType::Edge {
         return Vec::new();
     }
@@ -384,8 +388,11 @@ pub fn validate(
     let constraints = NodeConstraints::from_pod(pod);
     let matched = matching_nodes(view, &constraints);
     if matched.is_empty() {
-        return Decision::deny(Reason::NoMatchingNode, no_match_message(view, &constraints, pool_name, pool_label))
-            .for_pool(pool_name);
+        return Decision::deny(
+            Reason::NoMatchingNode,
+            no_match_message(view, &constraints, pool_name, pool_label),
+        )
+        .for_pool(pool_name);
     }
 
     let outside: Vec<&Node> = matched
@@ -397,20 +404,22 @@ pub fn validate(
         return Decision::allow(Reason::InPool).for_pool(pool_name);
     }
 
-    let what = if constraints.is_unconstrained() {
-        "has no node constraints, so it can be scheduled onto".to_owned()
-    } else {
-        format!("{} select", constraints.describe())
-    };
-    Decision::deny(
-        Reason::OutsidePool,
+    let count = outside.len();
+    let names = name_nodes(&outside);
+    let message = if constraints.is_unconstrained() {
         format!(
-            "pod is bound to node pool {pool_name:?} but its {what} {} outside the pool: {}",
-            count_nodes(outside.len()),
-            name_nodes(&outside)
-        ),
-    )
-    .for_pool(pool_name)
+            "pod is bound to node pool {pool_name:?} but has no node constraints, so it may be scheduled onto {} outside the pool: {names}",
+            count_nodes(count)
+        )
+    } else {
+        format!(
+            "pod is bound to node pool {pool_name:?} but {} outside the pool {} its {}: {names}",
+            count_nodes(count),
+            if count == 1 { "matches" } else { "match" },
+            constraints.describe()
+        )
+    };
+    Decision::deny(Reason::OutsidePool, message).for_pool(pool_name)
 }
 
 fn no_match_message(
@@ -427,14 +436,19 @@ fn no_match_message(
                 affinity.errors().join("; ")
             ));
         } else if affinity.matches_nothing() {
-            message.push_str(" (the required node affinity has no node selector term with a requirement)");
+            message.push_str(
+                " (the required node affinity has no node selector term with a requirement)",
+            );
         }
     }
     let pool_nodes = view.nodes_with_label(pool_label, pool).count();
     if pool_nodes == 0 {
         message.push_str(&format!("; node pool {pool:?} has no nodes"));
     } else {
-        message.push_str(&format!("; node pool {pool:?} has {}", count_nodes(pool_nodes)));
+        message.push_str(&format!(
+            "; node pool {pool:?} has {}",
+            count_nodes(pool_nodes)
+        ));
     }
     message
 }

@@ -38,7 +38,7 @@ pub use policy::{
     PlacementPolicy, PlacementSettings, PolicySource,
 };
 pub use tolerations::{
-    TAINT_EFFECTS, describe_toleration, toleration_tolerates_taint, tolerates, tolerations_cover,
+    TAINT_EFFECTS, describe_toleration, tolerates, toleration_tolerates_taint, tolerations_cover,
 };
 
 #[cfg(test)]

@@ -142,7 +142,10 @@ mod tests {
             &format!("{}/{}", "a".repeat(253), "b"),
         ];
         for name in valid {
-            assert!(qualified_name_errors(name).is_empty(), "{name:?} should be valid");
+            assert!(
+                qualified_name_errors(name).is_empty(),
+                "{name:?} should be valid"
+            );
         }
         let invalid = [
             "",
@@ -169,7 +172,10 @@ mod tests {
     #[test]
     fn label_values() {
         for value in ["", "a", "5", "05", "My_Value.1", &"x".repeat(63)] {
-            assert!(label_value_errors(value).is_empty(), "{value:?} should be valid");
+            assert!(
+                label_value_errors(value).is_empty(),
+                "{value:?} should be valid"
+            );
         }
         for value in ["-5", "+5", "a ", "a/b", "_a", "a.", &"x".repeat(64)] {
             assert!(

@@ -71,7 +71,7 @@ struct NodePoolSpec {
 }
 
 /// The index projection of an OpenYurt NodePool object given as JSON. A
-/// missing `spec.type` is `Edge`, OpenYurt's default.
+/// missing `spec.type` is `Edge`, OpenYurt's default; so is an unknown one.
 pub fn node_pool_projection(object: &Value) -> Result<NodePool, String> {
     let pool = NodePoolObject::deserialize(object).map_err(|e| format!("invalid NodePool: {e}"))?;
     let name = pool
@@ -80,14 +80,10 @@ pub fn node_pool_projection(object: &Value) -> Result<NodePool, String> {
         .filter(|name| !name.is_empty())
         .ok_or_else(|| "NodePool without metadata.name".to_owned())?;
     let spec = pool.spec.unwrap_or_default();
+    // An unknown type keeps the stricter Edge checks, as the watchers do.
     let pool_type = match spec.pool_type.as_deref() {
-        None | Some("") | Some("Edge") => PoolType::Edge,
         Some("Cloud") => PoolType::Cloud,
-        Some(other) => {
-            return Err(format!(
-                "NodePool {name:?}: spec.type {other:?} is neither Edge nor Cloud"
-            ));
-        }
+        _ => PoolType::Edge,
     };
     Ok(NodePool {
         name,
@@ -156,8 +152,14 @@ pub fn build_index_from_objects(
 
     for (document, object) in objects {
         let error = |message: String| PlacementError::Object { document, message };
-        let api_version = object.get("apiVersion").and_then(Value::as_str).unwrap_or_default();
-        let kind = object.get("kind").and_then(Value::as_str).unwrap_or_default();
+        let api_version = object
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let kind = object
+            .get("kind")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
         let name = object
             .pointer("/metadata/name")
             .and_then(Value::as_str)
@@ -189,6 +191,13 @@ pub fn build_index_from_objects(
             }
             "NodePool" => {
                 let pool = node_pool_projection(&object).map_err(error)?;
+                let declared = object.pointer("/spec/type").and_then(Value::as_str);
+                if let Some(other) = declared.filter(|t| !matches!(*t, "" | "Edge" | "Cloud")) {
+                    notes.push(format!(
+                        "document {document}: NodePool {:?} has unknown spec.type {other:?}, treated as Edge",
+                        pool.name
+                    ));
+                }
                 check_duplicate(&mut seen, "NodePool", &pool.name, document)?;
                 index.upsert_node_pool(pool);
             }
@@ -205,7 +214,12 @@ pub fn build_index_from_objects(
                     ));
                     continue;
                 }
-                check_duplicate(&mut seen, "ConfigMap", &format!("{namespace}/{name}"), document)?;
+                check_duplicate(
+                    &mut seen,
+                    "ConfigMap",
+                    &format!("{namespace}/{name}"),
+                    document,
+                )?;
                 index.upsert_config_map(policy_key.clone(), config_map.data.unwrap_or_default());
             }
         }

@@ -201,7 +201,10 @@ impl PlacementPolicy {
                 effect: entry.effect.filter(|e| !e.is_empty()),
                 toleration_seconds: entry.toleration_seconds,
             };
-            problems.extend(toleration_problems(&toleration, &format!("edgeTolerations[{i}]")));
+            problems.extend(toleration_problems(
+                &toleration,
+                &format!("edgeTolerations[{i}]"),
+            ));
             edge_tolerations.push(toleration);
         }
 
@@ -225,7 +228,9 @@ impl PlacementPolicy {
 
     /// `(namespace, pool)` pairs, by namespace.
     pub fn bindings(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.bindings.iter().map(|(ns, pool)| (ns.as_str(), pool.as_str()))
+        self.bindings
+            .iter()
+            .map(|(ns, pool)| (ns.as_str(), pool.as_str()))
     }
 
     /// The tolerations a Pod needs to run on an Edge pool, in policy order.

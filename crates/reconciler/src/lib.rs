@@ -91,7 +91,7 @@ impl Metrics {
             TriggerReason::LeadershipGained,
             TriggerReason::Lagged,
         ] {
-            metrics.triggers.get_or_create(&ReasonLabels {
+            let _ = metrics.triggers.get_or_create(&ReasonLabels {
                 reason: reason.as_str(),
             });
         }
@@ -148,7 +148,9 @@ impl Reconciler {
         match delivery {
             Delivery::Lagged(_) => Some(Input::Lagged),
             Delivery::Event(envelope) => match &envelope.event {
-                Event::ResourceChanged { kind, initial, .. } if self.settings.kinds.contains(kind) => {
+                Event::ResourceChanged { kind, initial, .. }
+                    if self.settings.kinds.contains(kind) =>
+                {
                     Some(Input::Changed { initial: *initial })
                 }
                 Event::IndexSynchronized => Some(Input::IndexSynchronized),
@@ -172,9 +174,30 @@ impl Reconciler {
         }
     }
 
+    /// After a lag, skips everything already queued for this subscriber and
+    /// then publishes one full trigger, which covers all of it.
+    ///
+    /// Publishing while the own queue is still full would push this very
+    /// subscriber over the edge again, turning one lag into a storm of lag
+    /// notices and full triggers.
+    fn catch_up(&mut self, debouncer: &mut Debouncer) {
+        let mut shutdown = false;
+        while let Some(delivery) = self.subscription.try_recv() {
+            shutdown |= self.input_of(&delivery) == Some(Input::Shutdown);
+        }
+        tracing::warn!("event bus subscription lagged, triggering a full reconciliation");
+        let now = Instant::now().into_std();
+        let fired = debouncer.on_event(now, Input::Lagged);
+        self.publish(fired);
+        if shutdown {
+            debouncer.on_event(now, Input::Shutdown);
+        }
+    }
+
     async fn run_loop(mut self, ctx: Context) -> Result<(), BoxError> {
         ctx.mark_ready();
-        let mut debouncer = Debouncer::new(self.settings.debounce_interval, self.settings.max_delay);
+        let mut debouncer =
+            Debouncer::new(self.settings.debounce_interval, self.settings.max_delay);
         loop {
             let deadline = debouncer.deadline().map(Instant::from_std);
             tokio::select! {
@@ -193,6 +216,10 @@ impl Reconciler {
                     };
                     let _busy = ctx.busy("handling an event");
                     let Some(input) = self.input_of(&delivery) else { continue };
+                    if input == Input::Lagged {
+                        self.catch_up(&mut debouncer);
+                        continue;
+                    }
                     if input == (Input::Changed { initial: false }) && !debouncer.is_shut_down() {
                         self.metrics.changes_debounced.inc();
                     }

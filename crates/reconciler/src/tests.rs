@@ -24,7 +24,11 @@ impl Harness {
         Self::start_with(capacity, ReconcilerSettings::default(), None)
     }
 
-    fn start_with(capacity: usize, settings: ReconcilerSettings, registry: Option<&mut Registry>) -> Self {
+    fn start_with(
+        capacity: usize,
+        settings: ReconcilerSettings,
+        registry: Option<&mut Registry>,
+    ) -> Self {
         let bus = Bus::new(capacity);
         let mut watcher = bus.subscribe("test");
         let reconciler = Reconciler::new(&bus, settings).unwrap();
@@ -207,21 +211,39 @@ async fn leadership_gained_triggers_immediately() {
 
 #[tokio::test(start_paused = true)]
 async fn lag_triggers_a_full_reconciliation() {
-    let capacity = 4;
-    let h = Harness::start(capacity);
+    // A tiny queue: the reconciler lags, and publishing its trigger onto
+    // its own still-full queue must not make it lag again and again.
+    let h = Harness::start(4);
     for _ in 0..20 {
         h.change(false);
     }
+    h.at_ms(100).await;
+    h.change(false);
     h.at_ms(10_000).await;
-    // The changes still buffered after the lag notice open one more window.
+    // The changes queued behind the lag notice are covered by the full
+    // trigger; the later change debounces as usual.
     assert_eq!(
         h.triggers(),
         [
             (ms(0), TriggerReason::Lagged),
-            (ms(500), TriggerReason::Debounced)
+            (ms(600), TriggerReason::Debounced)
         ]
     );
     assert!(TriggerReason::Lagged.is_full());
+    h.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_shutdown_queued_behind_a_lag_is_honoured() {
+    let h = Harness::start(4);
+    for _ in 0..20 {
+        h.change(false);
+    }
+    h.bus.publish(Event::ShutdownRequested);
+    h.at_ms(100).await;
+    h.change(false);
+    h.at_ms(10_000).await;
+    assert_eq!(h.triggers(), [(ms(0), TriggerReason::Lagged)]);
     h.stop().await;
 }
 
@@ -245,7 +267,10 @@ async fn metrics_count_triggers_and_debounced_changes() {
         "poolkeeper_reconciler_triggers_total{reason=\"lagged\"} 0",
         "poolkeeper_reconciler_changes_debounced_total 3",
     ] {
-        assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
+        assert!(
+            text.lines().any(|l| l == line),
+            "missing {line:?} in\n{text}"
+        );
     }
 }
 

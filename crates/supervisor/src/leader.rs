@@ -151,14 +151,14 @@ impl LeaderGated {
         };
         let (mut reporter, mut changes) = LeadershipReporter::channel();
         let stop_elector = CancellationToken::new();
-        let mut elector_task: Option<JoinHandle<Result<(), BoxError>>> = None;
+        let mut elector_task: Option<ElectorTask> = None;
         // Without an elector the reporter stays here, keeping `changes` open.
         let _unelected = match elector {
             Some(candidate) => {
                 tracing::info!("campaigning for leadership");
-                elector_task = Some(tokio::spawn(
+                elector_task = Some(ElectorTask(tokio::spawn(
                     candidate.campaign(reporter, stop_elector.clone()),
-                ));
+                )));
                 None
             }
             None => {
@@ -217,8 +217,8 @@ impl LeaderGated {
         // Released only after the leader-only components stopped, so the
         // next leader never overlaps with them.
         stop_elector.cancel();
-        if let Some(task) = elector_task {
-            match task.await {
+        if let Some(mut task) = elector_task {
+            match (&mut task.0).await {
                 Ok(Ok(())) => {}
                 Ok(Err(error)) => {
                     tracing::warn!("leader election did not end cleanly: {error}");
@@ -347,11 +347,21 @@ async fn next_exit(running: &mut Option<Running>) -> crate::tasks::Exit {
     }
 }
 
+/// The elector's task, aborted if this component's task is (the supervisor
+/// aborts components that overrun the grace period).
+struct ElectorTask(JoinHandle<Result<(), BoxError>>);
+
+impl Drop for ElectorTask {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 async fn join_elector(
-    elector: &mut Option<JoinHandle<Result<(), BoxError>>>,
+    elector: &mut Option<ElectorTask>,
 ) -> Result<Result<(), BoxError>, tokio::task::JoinError> {
     match elector {
-        Some(task) => task.await,
+        Some(task) => (&mut task.0).await,
         None => std::future::pending().await,
     }
 }

@@ -250,11 +250,13 @@ impl Supervisor {
                 Err(error)
             }
             (Some(error), Ok(())) => Err(error),
-            (None, result) => {
-                if result.is_ok() {
-                    tracing::info!("every component stopped");
-                }
-                result
+            (None, Err(timeout)) => {
+                tracing::error!("{timeout}");
+                Err(timeout)
+            }
+            (None, Ok(())) => {
+                tracing::info!("every component stopped");
+                Ok(())
             }
         }
     }

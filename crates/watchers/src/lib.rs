@@ -31,7 +31,7 @@ use poolkeeper_supervisor::Component;
 use prometheus_client::registry::Registry;
 
 pub use bookkeeping::WatchBookkeeper;
-pub use component::KindWatcher;
+use component::KindWatcher;
 pub use kinds::WatchedKind;
 pub use metrics::WatcherMetrics;
 pub use sync::{SyncTracker, SyncedKinds};
@@ -54,7 +54,8 @@ pub struct WatcherSettings {
 
 impl WatcherSettings {
     /// MachineClass and Machine.
-    pub const MACHINE_KINDS: [ResourceKind; 2] = [ResourceKind::MachineClass, ResourceKind::Machine];
+    pub const MACHINE_KINDS: [ResourceKind; 2] =
+        [ResourceKind::MachineClass, ResourceKind::Machine];
     /// NodePool, Node and the placement ConfigMap.
     pub const PLACEMENT_KINDS: [ResourceKind; 3] = [
         ResourceKind::NodePool,
@@ -81,7 +82,10 @@ impl Default for WatcherSettings {
             kinds: ResourceKind::ALL.into_iter().collect(),
             namespace: "machine-system".to_owned(),
             page_size: 500,
-            placement_config_map: ObjectKey::namespaced("poolkeeper-system", "poolkeeper-placement"),
+            placement_config_map: ObjectKey::namespaced(
+                "poolkeeper-system",
+                "poolkeeper-placement",
+            ),
             pool_label: "apps.openyurt.io/nodepool".to_owned(),
         }
     }
@@ -89,7 +93,9 @@ impl Default for WatcherSettings {
 
 #[derive(Debug, thiserror::Error)]
 pub enum WatchersError {
-    #[error("the index groups nodes by label {index:?} but the watchers are set up for {settings:?}")]
+    #[error(
+        "the index groups nodes by label {index:?} but the watchers are set up for {settings:?}"
+    )]
     PoolLabelMismatch { index: String, settings: String },
     #[error("the placement ConfigMap {name:?} needs a namespace")]
     ConfigMapWithoutNamespace { name: String },
@@ -194,5 +200,111 @@ impl Watchers {
     /// The components, watchers first and the sync tracker last.
     pub fn into_components(self) -> Vec<Box<dyn Component>> {
         self.components
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn client() -> Client {
+        let url = "http://127.0.0.1:9".parse().expect("valid URL");
+        Client::try_from(kube::Config::new(url)).expect("client without connecting")
+    }
+
+    fn names(watchers: Watchers) -> Vec<&'static str> {
+        watchers
+            .into_components()
+            .iter()
+            .map(|component| component.name())
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn one_component_per_enabled_kind_plus_tracker() {
+        let cases = [
+            (
+                WatcherSettings::kinds_for(true, true),
+                vec![
+                    "machine-class-watcher",
+                    "machine-watcher",
+                    "node-pool-watcher",
+                    "node-watcher",
+                    "config-map-watcher",
+                    "index-sync-tracker",
+                ],
+            ),
+            (
+                WatcherSettings::kinds_for(true, false),
+                vec![
+                    "machine-class-watcher",
+                    "machine-watcher",
+                    "index-sync-tracker",
+                ],
+            ),
+            (
+                WatcherSettings::kinds_for(false, true),
+                vec![
+                    "node-pool-watcher",
+                    "node-watcher",
+                    "config-map-watcher",
+                    "index-sync-tracker",
+                ],
+            ),
+            (BTreeSet::new(), vec!["index-sync-tracker"]),
+        ];
+        for (kinds, expected) in cases {
+            let settings = WatcherSettings {
+                kinds: kinds.clone(),
+                ..WatcherSettings::default()
+            };
+            let index = Arc::new(Index::new(&settings.pool_label));
+            let watchers =
+                Watchers::new(client(), &Bus::default(), index, &settings).expect("valid settings");
+            assert_eq!(names(watchers), expected, "{kinds:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn invalid_settings_are_rejected() {
+        type Edit = fn(&mut WatcherSettings);
+        let cases: [(&str, Edit, &str); 3] = [
+            (
+                "pool label",
+                |s| s.pool_label = "other".into(),
+                "groups nodes by label",
+            ),
+            ("page size", |s| s.page_size = 0, "pageSize"),
+            (
+                "config map namespace",
+                |s| s.placement_config_map = ObjectKey::cluster("cm"),
+                "needs a namespace",
+            ),
+        ];
+        for (what, edit, message) in cases {
+            let mut settings = WatcherSettings::default();
+            let index = Arc::new(Index::new(&settings.pool_label));
+            edit(&mut settings);
+            let error = Watchers::new(client(), &Bus::default(), index, &settings)
+                .err()
+                .unwrap_or_else(|| panic!("{what}: accepted"));
+            assert!(error.to_string().contains(message), "{what}: {error}");
+        }
+    }
+
+    #[tokio::test]
+    async fn registers_restart_metric() {
+        let settings = WatcherSettings::default();
+        let index = Arc::new(Index::new(&settings.pool_label));
+        let watchers = Watchers::new(client(), &Bus::default(), index, &settings).expect("valid");
+        let mut registry = Registry::default();
+        watchers.register_metrics(&mut registry);
+        watchers.metrics.restart(ResourceKind::Node);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).expect("encodes");
+        assert!(
+            text.contains(r#"poolkeeper_watch_restarts_total{kind="Node"} 1"#),
+            "{text}"
+        );
     }
 }

@@ -71,9 +71,15 @@ pub(crate) fn index(nodes: Vec<Node>, pools: &[(&str, PoolType)]) -> Index {
 pub(crate) fn cluster() -> Index {
     index(
         vec![
-            node("hz-1", &[(POOL, "hangzhou"), ("zone", "a"), ("disk", "ssd")]),
+            node(
+                "hz-1",
+                &[(POOL, "hangzhou"), ("zone", "a"), ("disk", "ssd")],
+            ),
             node("hz-2", &[(POOL, "hangzhou"), ("zone", "a")]),
-            node("hz-3", &[(POOL, "hangzhou"), ("zone", "b"), ("disk", "ssd")]),
+            node(
+                "hz-3",
+                &[(POOL, "hangzhou"), ("zone", "b"), ("disk", "ssd")],
+            ),
             node("bj-1", &[(POOL, "beijing"), ("zone", "a"), ("disk", "ssd")]),
             node("bj-2", &[(POOL, "beijing"), ("zone", "a")]),
             node("free-1", &[("zone", "a")]),

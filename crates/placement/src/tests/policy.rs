@@ -20,7 +20,16 @@ fn syntax(yaml: &str) -> String {
 
 #[test]
 fn empty_documents_are_the_empty_policy() {
-    for yaml in ["", "\n", "# nothing yet\n", "null", "~", "---\n", "bindings: []\nedgeTolerations: []\n", "bindings:\nedgeTolerations:\n"] {
+    for yaml in [
+        "",
+        "\n",
+        "# nothing yet\n",
+        "null",
+        "~",
+        "---\n",
+        "bindings: []\nedgeTolerations: []\n",
+        "bindings:\nedgeTolerations:\n",
+    ] {
         let policy = PlacementPolicy::parse(yaml).unwrap_or_else(|e| panic!("{yaml:?}: {e}"));
         assert!(policy.is_empty(), "{yaml:?}");
     }
@@ -34,11 +43,17 @@ fn the_design_example() {
     .unwrap();
     assert_eq!(policy.pool_for_namespace("shop-hangzhou"), Some("hangzhou"));
     assert_eq!(policy.pool_for_namespace("default"), None);
-    assert_eq!(policy.bindings().collect::<Vec<_>>(), [("shop-hangzhou", "hangzhou")]);
+    assert_eq!(
+        policy.bindings().collect::<Vec<_>>(),
+        [("shop-hangzhou", "hangzhou")]
+    );
     let [toleration] = policy.edge_tolerations() else {
         panic!("one toleration expected");
     };
-    assert_eq!(toleration.key.as_deref(), Some("node-role.kubernetes.io/edge"));
+    assert_eq!(
+        toleration.key.as_deref(),
+        Some("node-role.kubernetes.io/edge")
+    );
     assert_eq!(toleration.operator.as_deref(), Some("Exists"));
     assert_eq!(toleration.effect.as_deref(), Some("NoSchedule"));
     assert_eq!(toleration.value, None);
@@ -57,19 +72,34 @@ fn several_namespaces_may_share_a_pool() {
 #[test]
 fn shape_errors_carry_the_position() {
     let cases = [
-        ("foo: 1\n", "line 1 column 1: unknown field `foo`"),
-        ("bindings:\n  - namespace: a\n    nodepool: b\n", "line 3 column 5: unknown field `nodepool`"),
+        (
+            "foo: 1\n",
+            "unknown field `foo`, expected one of bindings, edgeTolerations at line 1, column 1",
+        ),
+        (
+            "bindings:\n  - namespace: a\n    nodepool: b\n",
+            "unknown field `nodepool`, expected one of namespace, nodePool at line 3, column 5",
+        ),
         ("bindings:\n  - namespace: a\n", "missing field `nodePool`"),
-        ("edgeTolerations:\n  - {key: a, operator: Exists, efect: NoSchedule}\n", "unknown field `efect`"),
-        ("bindings: 5\n", "line 1 column 11"),
-        ("bindings: [\n", "line 1 column 11"),
+        (
+            "edgeTolerations:\n  - {key: a, operator: Exists, efect: NoSchedule}\n",
+            "unknown field `efect`",
+        ),
+        ("bindings: 5\n", "line 1, column 11"),
+        ("bindings: [\n", "line 1, column 11"),
         ("bindings: []\nbindings: []\n", "duplicate mapping key"),
         ("- a\n- b\n", "line 1"),
-        ("edgeTolerations:\n  - {key: a, operator: Exists, effect: NoExecute, tolerationSeconds: soon}\n", "line 2"),
+        (
+            "edgeTolerations:\n  - {key: a, operator: Exists, effect: NoExecute, tolerationSeconds: soon}\n",
+            "line 2",
+        ),
     ];
     for (yaml, expected) in cases {
         let message = syntax(yaml);
-        assert!(message.contains(expected), "{yaml:?}: {message:?} lacks {expected:?}");
+        assert!(
+            message.contains(expected),
+            "{yaml:?}: {message:?} lacks {expected:?}"
+        );
         assert!(!message.contains('\n'), "one line: {message:?}");
     }
 }
@@ -77,44 +107,95 @@ fn shape_errors_carry_the_position() {
 #[test]
 fn binding_rules() {
     assert_eq!(
-        problems("bindings:\n - {namespace: a, nodePool: p}\n - {namespace: b, nodePool: q}\n - {namespace: a, nodePool: r}\n"),
-        ["bindings[2].namespace: duplicate binding for namespace \"a\" (first bound at bindings[0])"]
+        problems(
+            "bindings:\n - {namespace: a, nodePool: p}\n - {namespace: b, nodePool: q}\n - {namespace: a, nodePool: r}\n"
+        ),
+        [
+            "bindings[2].namespace: duplicate binding for namespace \"a\" (first bound at bindings[0])"
+        ]
     );
     assert_eq!(
         problems("bindings:\n - {namespace: a, nodePool: p}\n - {namespace: a, nodePool: p}\n"),
-        ["bindings[1].namespace: duplicate binding for namespace \"a\" (first bound at bindings[0])"],
+        [
+            "bindings[1].namespace: duplicate binding for namespace \"a\" (first bound at bindings[0])"
+        ],
         "even an identical repeat is a mistake worth fixing"
     );
     let cases = [
-        ("{namespace: Shop, nodePool: p}", "bindings[0].namespace: \"Shop\" is not a valid namespace name"),
-        ("{namespace: '', nodePool: p}", "bindings[0].namespace: \"\" is not a valid namespace name"),
+        (
+            "{namespace: Shop, nodePool: p}",
+            "bindings[0].namespace: \"Shop\" is not a valid namespace name",
+        ),
+        (
+            "{namespace: '', nodePool: p}",
+            "bindings[0].namespace: \"\" is not a valid namespace name",
+        ),
         ("{namespace: a.b, nodePool: p}", "bindings[0].namespace"),
-        ("{namespace: a, nodePool: ''}", "bindings[0].nodePool: must not be empty"),
-        ("{namespace: a, nodePool: 'two words'}", "bindings[0].nodePool: \"two words\" cannot be a pool label value"),
+        (
+            "{namespace: a, nodePool: ''}",
+            "bindings[0].nodePool: must not be empty",
+        ),
+        (
+            "{namespace: a, nodePool: 'two words'}",
+            "bindings[0].nodePool: \"two words\" cannot be a pool label value",
+        ),
         ("{namespace: a, nodePool: -edge}", "bindings[0].nodePool"),
     ];
     for (entry, expected) in cases {
         let found = problems(&format!("bindings:\n - {entry}\n"));
-        assert!(found.len() == 1 && found[0].starts_with(expected), "{entry}: {found:?}");
+        assert!(
+            found.len() == 1 && found[0].starts_with(expected),
+            "{entry}: {found:?}"
+        );
     }
 }
 
 #[test]
 fn toleration_rules_follow_the_api_server() {
     let cases = [
-        ("{operator: Equal, value: x}", "edgeTolerations[0].operator: must be Exists when `key` is empty"),
-        ("{value: x}", "edgeTolerations[0].operator: must be Exists when `key` is empty"),
-        ("{key: k, operator: Exists, value: x}", "edgeTolerations[0].value: must be empty when `operator` is 'Exists'"),
-        ("{key: k, operator: Exists, effect: NoSchedule, tolerationSeconds: 5}", "edgeTolerations[0].effect: must be 'NoExecute'"),
-        ("{key: k, operator: Gt, value: '1'}", "edgeTolerations[0].operator: unsupported value \"Gt\""),
-        ("{key: k, operator: exists}", "edgeTolerations[0].operator: unsupported value \"exists\""),
-        ("{key: k, operator: Exists, effect: NoScheduled}", "edgeTolerations[0].effect: unsupported value \"NoScheduled\""),
-        ("{key: 'bad key', operator: Exists}", "edgeTolerations[0].key: \"bad key\""),
-        ("{key: k, value: 'a b'}", "edgeTolerations[0].value: \"a b\""),
+        (
+            "{operator: Equal, value: x}",
+            "edgeTolerations[0].operator: must be Exists when `key` is empty",
+        ),
+        (
+            "{value: x}",
+            "edgeTolerations[0].operator: must be Exists when `key` is empty",
+        ),
+        (
+            "{key: k, operator: Exists, value: x}",
+            "edgeTolerations[0].value: must be empty when `operator` is 'Exists'",
+        ),
+        (
+            "{key: k, operator: Exists, effect: NoSchedule, tolerationSeconds: 5}",
+            "edgeTolerations[0].effect: must be 'NoExecute'",
+        ),
+        (
+            "{key: k, operator: Gt, value: '1'}",
+            "edgeTolerations[0].operator: unsupported value \"Gt\"",
+        ),
+        (
+            "{key: k, operator: exists}",
+            "edgeTolerations[0].operator: unsupported value \"exists\"",
+        ),
+        (
+            "{key: k, operator: Exists, effect: NoScheduled}",
+            "edgeTolerations[0].effect: unsupported value \"NoScheduled\"",
+        ),
+        (
+            "{key: 'bad key', operator: Exists}",
+            "edgeTolerations[0].key: \"bad key\"",
+        ),
+        (
+            "{key: k, value: 'a b'}",
+            "edgeTolerations[0].value: \"a b\"",
+        ),
     ];
     for (entry, expected) in cases {
         let found = problems(&format!("edgeTolerations:\n - {entry}\n"));
-        assert!(found.len() == 1 && found[0].starts_with(expected), "{entry}: {found:?}");
+        assert!(
+            found.len() == 1 && found[0].starts_with(expected),
+            "{entry}: {found:?}"
+        );
     }
     for valid in [
         "{operator: Exists}",
@@ -135,27 +216,52 @@ fn every_problem_is_reported() {
     );
     assert_eq!(found.len(), 4, "{found:?}");
     let error = PlacementPolicy::parse("bindings:\n - {namespace: A, nodePool: p}\n").unwrap_err();
-    assert!(error.to_string().starts_with("placement policy is invalid: bindings[0].namespace"), "{error}");
+    assert!(
+        error
+            .to_string()
+            .starts_with("placement policy is invalid: bindings[0].namespace"),
+        "{error}"
+    );
 }
 
 #[test]
 fn from_a_config_map() {
     let source = PolicySource::default();
-    assert_eq!(source.to_string(), "ConfigMap poolkeeper-system/poolkeeper-placement key placement.yaml");
-    assert!(PlacementPolicy::from_config_map_data(None, &source).unwrap().is_empty());
+    assert_eq!(
+        source.to_string(),
+        "ConfigMap poolkeeper-system/poolkeeper-placement key placement.yaml"
+    );
+    assert!(
+        PlacementPolicy::from_config_map_data(None, &source)
+            .unwrap()
+            .is_empty()
+    );
 
     let mut data = BTreeMap::new();
     data.insert("other.yaml".to_owned(), "not: [valid".to_owned());
-    assert!(PlacementPolicy::from_config_map_data(Some(&data), &source).unwrap().is_empty(), "missing key is empty");
+    assert!(
+        PlacementPolicy::from_config_map_data(Some(&data), &source)
+            .unwrap()
+            .is_empty(),
+        "missing key is empty"
+    );
 
-    data.insert("placement.yaml".to_owned(), "bindings: [{namespace: a, nodePool: p}]".to_owned());
+    data.insert(
+        "placement.yaml".to_owned(),
+        "bindings: [{namespace: a, nodePool: p}]".to_owned(),
+    );
     let policy = PlacementPolicy::from_config_map_data(Some(&data), &source).unwrap();
     assert_eq!(policy.pool_for_namespace("a"), Some("p"));
 
-    data.insert("placement.yaml".to_owned(), "bindings: [{namespace: a, pool: p}]".to_owned());
+    data.insert(
+        "placement.yaml".to_owned(),
+        "bindings: [{namespace: a, pool: p}]".to_owned(),
+    );
     let error = PlacementPolicy::from_config_map_data(Some(&data), &source).unwrap_err();
     assert!(
-        error.to_string().starts_with("ConfigMap poolkeeper-system/poolkeeper-placement key placement.yaml: line 1"),
+        error.to_string()
+            == "ConfigMap poolkeeper-system/poolkeeper-placement key placement.yaml: unknown field `pool`, \
+                expected one of namespace, nodePool at line 1, column 27",
         "{error}"
     );
 }
@@ -164,7 +270,11 @@ fn from_a_config_map() {
 fn loaded_from_the_index() {
     let index = poolkeeper_index::Index::new(super::POOL);
     let source = PolicySource::default();
-    assert!(PlacementPolicy::load(&index.placement(), &source).unwrap().is_empty());
+    assert!(
+        PlacementPolicy::load(&index.placement(), &source)
+            .unwrap()
+            .is_empty()
+    );
     index.upsert_config_map(
         source.config_map_key(),
         [("placement.yaml".to_owned(), super::POLICY.to_owned())].into(),

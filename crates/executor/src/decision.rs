@@ -1,0 +1,357 @@
+//! What to do with one MachineClass, decided from the index alone.
+
+use std::time::Duration;
+
+use poolkeeper_bus::{ClassOutcome, EnqueueReason};
+use poolkeeper_index::MachineClass;
+
+use crate::settings::{Retries, Retry};
+use crate::writer::WriteError;
+
+/// The change to the class's finalizers, if any.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FinalizerPatch {
+    Add,
+    Remove,
+}
+
+/// The outcome of [`decide`]: at most one write, at most one round of
+/// Machine enqueues, and when to look at the class again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Decision {
+    pub patch: Option<FinalizerPatch>,
+    pub enqueue: Option<EnqueueReason>,
+    pub requeue: Retry,
+    pub requeue_after: Duration,
+    /// What the reconciliation did once the patch (if any) is written.
+    pub outcome: ClassOutcome,
+}
+
+impl Decision {
+    fn new(
+        patch: Option<FinalizerPatch>,
+        enqueue: Option<EnqueueReason>,
+        requeue: Retry,
+        outcome: ClassOutcome,
+        retries: &Retries,
+    ) -> Self {
+        Self {
+            patch,
+            enqueue,
+            requeue,
+            requeue_after: retries.period(requeue),
+            outcome,
+        }
+    }
+}
+
+/// machine-controller-manager's MachineClass reconciliation, as a pure
+/// function of the class, how many Machines reference it, and whether its
+/// spec changed since this executor last saw it.
+pub fn decide(
+    class: &MachineClass,
+    machines_in_use: usize,
+    finalizer: &str,
+    spec_changed: bool,
+    settings: &Retries,
+) -> Decision {
+    let has_finalizer = class.finalizers.iter().any(|f| f == finalizer);
+    match (machines_in_use > 0, class.deleting) {
+        // In use: protect the class. The Machines only need another look
+        // when the class just became protected or its spec changed.
+        (true, false) if !has_finalizer => Decision::new(
+            Some(FinalizerPatch::Add),
+            Some(EnqueueReason::FinalizerAdded),
+            Retry::Long,
+            ClassOutcome::FinalizerAdded,
+            settings,
+        ),
+        (true, false) => Decision::new(
+            None,
+            spec_changed.then_some(EnqueueReason::ClassSpecChanged),
+            Retry::Long,
+            ClassOutcome::Unchanged,
+            settings,
+        ),
+        // Being deleted while still in use: keep the finalizer (a deleting
+        // object accepts no new finalizers, so none is added either) and keep
+        // nudging the Machines until they move away.
+        (true, true) => Decision::new(
+            None,
+            Some(EnqueueReason::ClassDeleting),
+            Retry::Short,
+            ClassOutcome::Unchanged,
+            settings,
+        ),
+        // Unused: release the class, which lets a pending deletion proceed.
+        (false, _) if has_finalizer => Decision::new(
+            Some(FinalizerPatch::Remove),
+            None,
+            Retry::Long,
+            ClassOutcome::FinalizerRemoved,
+            settings,
+        ),
+        (false, _) => Decision::new(None, None, Retry::Long, ClassOutcome::Unused, settings),
+    }
+}
+
+/// The outcome and retry of a reconciliation whose write failed. Nothing
+/// is enqueued: the decision did not take effect.
+pub fn after_write_error(error: &WriteError, settings: &Retries) -> Decision {
+    let (requeue, outcome) = match error {
+        WriteError::Conflict(_) => (Retry::Conflict, ClassOutcome::Conflict),
+        WriteError::Api(_) => (Retry::Short, ClassOutcome::Error),
+        // The index still has it: check again soon, by then the watch has
+        // most likely removed it.
+        WriteError::NotFound => (Retry::Short, ClassOutcome::Gone),
+    };
+    Decision::new(None, None, requeue, outcome, settings)
+}
+
+#[cfg(test)]
+mod tests {
+    use poolkeeper_bus::ObjectKey;
+
+    use super::*;
+
+    const FINALIZER: &str = "machine.sapcloud.io/machine-controller-manager";
+
+    fn class(finalizers: &[&str], deleting: bool) -> MachineClass {
+        MachineClass {
+            key: ObjectKey::namespaced("machine-system", "class-a"),
+            finalizers: finalizers.iter().map(|f| f.to_string()).collect(),
+            deleting,
+            spec_hash: 1,
+            resource_version: "7".into(),
+        }
+    }
+
+    struct Case {
+        name: &'static str,
+        finalizers: &'static [&'static str],
+        deleting: bool,
+        machines: usize,
+        spec_changed: bool,
+        patch: Option<FinalizerPatch>,
+        enqueue: Option<EnqueueReason>,
+        requeue: Retry,
+        outcome: ClassOutcome,
+    }
+
+    #[test]
+    fn every_branch() {
+        use ClassOutcome as O;
+        use EnqueueReason as E;
+        use FinalizerPatch::{Add, Remove};
+        let cases = [
+            Case {
+                name: "in use, no finalizers at all: add it and enqueue",
+                finalizers: &[],
+                deleting: false,
+                machines: 3,
+                spec_changed: false,
+                patch: Some(Add),
+                enqueue: Some(E::FinalizerAdded),
+                requeue: Retry::Long,
+                outcome: O::FinalizerAdded,
+            },
+            Case {
+                name: "in use, only other finalizers: add ours",
+                finalizers: &["example.com/other"],
+                deleting: false,
+                machines: 1,
+                spec_changed: false,
+                patch: Some(Add),
+                enqueue: Some(E::FinalizerAdded),
+                requeue: Retry::Long,
+                outcome: O::FinalizerAdded,
+            },
+            Case {
+                name: "in use, finalizer just added and spec changed: one enqueue",
+                finalizers: &[],
+                deleting: false,
+                machines: 1,
+                spec_changed: true,
+                patch: Some(Add),
+                enqueue: Some(E::FinalizerAdded),
+                requeue: Retry::Long,
+                outcome: O::FinalizerAdded,
+            },
+            Case {
+                name: "in use, finalizer among others, steady: nothing",
+                finalizers: &["a/b", FINALIZER, "c/d"],
+                deleting: false,
+                machines: 2,
+                spec_changed: false,
+                patch: None,
+                enqueue: None,
+                requeue: Retry::Long,
+                outcome: O::Unchanged,
+            },
+            Case {
+                name: "in use, finalizer present, spec changed: enqueue only",
+                finalizers: &[FINALIZER],
+                deleting: false,
+                machines: 2,
+                spec_changed: true,
+                patch: None,
+                enqueue: Some(E::ClassSpecChanged),
+                requeue: Retry::Long,
+                outcome: O::Unchanged,
+            },
+            Case {
+                name: "deleting and in use: keep the finalizer, enqueue, short retry",
+                finalizers: &[FINALIZER],
+                deleting: true,
+                machines: 2,
+                spec_changed: false,
+                patch: None,
+                enqueue: Some(E::ClassDeleting),
+                requeue: Retry::Short,
+                outcome: O::Unchanged,
+            },
+            Case {
+                name: "deleting and in use without our finalizer: no add to a deleting object",
+                finalizers: &["example.com/other"],
+                deleting: true,
+                machines: 1,
+                spec_changed: true,
+                patch: None,
+                enqueue: Some(E::ClassDeleting),
+                requeue: Retry::Short,
+                outcome: O::Unchanged,
+            },
+            Case {
+                name: "unused with the finalizer: remove it",
+                finalizers: &[FINALIZER],
+                deleting: false,
+                machines: 0,
+                spec_changed: false,
+                patch: Some(Remove),
+                enqueue: None,
+                requeue: Retry::Long,
+                outcome: O::FinalizerRemoved,
+            },
+            Case {
+                name: "unused, finalizer among others: remove ours",
+                finalizers: &["a/b", FINALIZER, "c/d"],
+                deleting: false,
+                machines: 0,
+                spec_changed: true,
+                patch: Some(Remove),
+                enqueue: None,
+                requeue: Retry::Long,
+                outcome: O::FinalizerRemoved,
+            },
+            Case {
+                name: "deleting and unused: remove it so the deletion proceeds",
+                finalizers: &[FINALIZER],
+                deleting: true,
+                machines: 0,
+                spec_changed: false,
+                patch: Some(Remove),
+                enqueue: None,
+                requeue: Retry::Long,
+                outcome: O::FinalizerRemoved,
+            },
+            Case {
+                name: "unused, no finalizers at all: no write",
+                finalizers: &[],
+                deleting: false,
+                machines: 0,
+                spec_changed: false,
+                patch: None,
+                enqueue: None,
+                requeue: Retry::Long,
+                outcome: O::Unused,
+            },
+            Case {
+                name: "unused, only other finalizers: no write",
+                finalizers: &["example.com/other"],
+                deleting: true,
+                machines: 0,
+                spec_changed: false,
+                patch: None,
+                enqueue: None,
+                requeue: Retry::Long,
+                outcome: O::Unused,
+            },
+            Case {
+                name: "a similar finalizer is not ours",
+                finalizers: &["machine.sapcloud.io/machine-controller"],
+                deleting: false,
+                machines: 1,
+                spec_changed: false,
+                patch: Some(Add),
+                enqueue: Some(E::FinalizerAdded),
+                requeue: Retry::Long,
+                outcome: O::FinalizerAdded,
+            },
+        ];
+        let retries = Retries::default();
+        for case in cases {
+            let decision = decide(
+                &class(case.finalizers, case.deleting),
+                case.machines,
+                FINALIZER,
+                case.spec_changed,
+                &retries,
+            );
+            let expected = Decision {
+                patch: case.patch,
+                enqueue: case.enqueue,
+                requeue: case.requeue,
+                requeue_after: retries.period(case.requeue),
+                outcome: case.outcome,
+            };
+            assert_eq!(decision, expected, "{}", case.name);
+        }
+    }
+
+    #[test]
+    fn requeue_periods_follow_the_settings() {
+        let retries = Retries {
+            short_retry: Duration::from_secs(1),
+            long_retry: Duration::from_secs(2),
+            conflict_retry: Duration::from_secs(3),
+        };
+        let in_use = decide(&class(&[FINALIZER], false), 1, FINALIZER, false, &retries);
+        assert_eq!(in_use.requeue_after, Duration::from_secs(2));
+        let deleting = decide(&class(&[FINALIZER], true), 1, FINALIZER, false, &retries);
+        assert_eq!(deleting.requeue_after, Duration::from_secs(1));
+        let conflict = after_write_error(&WriteError::Conflict("409".into()), &retries);
+        assert_eq!(conflict.requeue_after, Duration::from_secs(3));
+    }
+
+    #[test]
+    fn write_errors_map_to_retries() {
+        let retries = Retries::default();
+        let cases = [
+            (
+                WriteError::Conflict("test failed".into()),
+                Retry::Conflict,
+                ClassOutcome::Conflict,
+            ),
+            (
+                WriteError::Api("connection refused".into()),
+                Retry::Short,
+                ClassOutcome::Error,
+            ),
+            (WriteError::NotFound, Retry::Short, ClassOutcome::Gone),
+        ];
+        for (error, requeue, outcome) in cases {
+            let decision = after_write_error(&error, &retries);
+            assert_eq!(
+                decision,
+                Decision {
+                    patch: None,
+                    enqueue: None,
+                    requeue,
+                    requeue_after: retries.period(requeue),
+                    outcome,
+                },
+                "{error}"
+            );
+        }
+    }
+}

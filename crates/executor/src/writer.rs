@@ -1,0 +1,249 @@
+//! The write side of the executor: finalizer patches on MachineClasses.
+
+use std::future::Future;
+
+use json_patch::Patch as JsonPatch;
+use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
+use kube::core::Status;
+use kube::{Api, Client};
+use poolkeeper_bus::ObjectKey;
+
+/// Why a write did not happen. The executor's only error type: everything
+/// else it does is reading the index.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum WriteError {
+    /// The object changed since the index saw it: a guard test of the patch
+    /// failed or another writer won the race.
+    #[error("conflict: {0}")]
+    Conflict(String),
+    #[error("MachineClass not found")]
+    NotFound,
+    #[error("API request failed: {0}")]
+    Api(String),
+}
+
+/// Applies finalizer patches. Implemented with kube for the cluster, and in
+/// memory for tests.
+pub trait ClassWriter: Send + Sync + 'static {
+    /// Applies `patch`, a JSON patch of the MachineClass `key`.
+    fn patch_finalizers(
+        &self,
+        key: &ObjectKey,
+        patch: &JsonPatch,
+    ) -> impl Future<Output = Result<(), WriteError>> + Send;
+}
+
+/// The field manager recorded for poolkeeper's writes.
+pub const FIELD_MANAGER: &str = "poolkeeper";
+
+/// [`ClassWriter`] talking to the Kubernetes API.
+#[derive(Clone)]
+pub struct KubeClassWriter {
+    client: Client,
+    resource: ApiResource,
+    params: PatchParams,
+}
+
+impl std::fmt::Debug for KubeClassWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubeClassWriter")
+            .field("resource", &self.resource.plural)
+            .finish_non_exhaustive()
+    }
+}
+
+impl KubeClassWriter {
+    pub fn new(client: Client) -> Self {
+        Self {
+            client,
+            // Patches go through the dynamic API: the response is not needed,
+            // and decoding it into the typed MachineClass could only fail.
+            resource: ApiResource::erase::<poolkeeper_api::MachineClass>(&()),
+            params: PatchParams {
+                field_manager: Some(FIELD_MANAGER.to_owned()),
+                ..PatchParams::default()
+            },
+        }
+    }
+}
+
+impl ClassWriter for KubeClassWriter {
+    async fn patch_finalizers(&self, key: &ObjectKey, patch: &JsonPatch) -> Result<(), WriteError> {
+        let Some(namespace) = key.namespace.as_deref() else {
+            return Err(WriteError::Api(format!(
+                "MachineClass {key} has no namespace"
+            )));
+        };
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), namespace, &self.resource);
+        api.patch(&key.name, &self.params, &Patch::Json::<()>(patch.clone()))
+            .await
+            .map(drop)
+            .map_err(classify)
+    }
+}
+
+fn classify(error: kube::Error) -> WriteError {
+    match error {
+        kube::Error::Api(status) => classify_status(&status),
+        other => WriteError::Api(other.to_string()),
+    }
+}
+
+/// Maps an API error status onto [`WriteError`].
+///
+/// A failed `test` operation comes back as 422 (the patch could not be
+/// applied), with the JSON patch library's message as the cause; a racing
+/// update as 409. Both mean the object moved on. Other 422s are genuine
+/// validation errors.
+pub fn classify_status(status: &Status) -> WriteError {
+    let message = status_message(status);
+    match status.code {
+        404 => WriteError::NotFound,
+        409 => WriteError::Conflict(message),
+        422 if is_failed_test(&message) => WriteError::Conflict(message),
+        _ => WriteError::Api(message),
+    }
+}
+
+fn status_message(status: &Status) -> String {
+    let causes = status
+        .details
+        .iter()
+        .flat_map(|details| &details.causes)
+        .map(|cause| cause.message.as_str())
+        .filter(|message| !message.is_empty());
+    let mut message = format!("{} ({})", status.message, status.code);
+    for cause in causes {
+        message.push_str(": ");
+        message.push_str(cause);
+    }
+    message
+}
+
+fn is_failed_test(message: &str) -> bool {
+    const MARKERS: [&str; 4] = [
+        "testing value",
+        "test operation",
+        "error in test for path",
+        "test failed",
+    ];
+    let message = message.to_ascii_lowercase();
+    MARKERS.iter().any(|marker| message.contains(marker))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// A status as the API server sends it.
+    fn status(code: u16, reason: &str, message: &str, cause: Option<&str>) -> Status {
+        let mut status = json!({
+            "kind": "Status",
+            "apiVersion": "v1",
+            "status": "Failure",
+            "code": code,
+            "reason": reason,
+            "message": message,
+        });
+        if let Some(cause) = cause {
+            status["details"] = json!({
+                "causes": [{"reason": "UnexpectedServerResponse", "message": cause}],
+            });
+        }
+        serde_json::from_value(status).unwrap()
+    }
+
+    const REJECTED: &str = "the server rejected our request due to an error in our request";
+
+    #[test]
+    fn statuses_map_to_write_errors() {
+        let cases = [
+            (
+                "a failed resourceVersion test is a conflict",
+                status(
+                    422,
+                    "Invalid",
+                    REJECTED,
+                    Some("testing value /metadata/resourceVersion failed: test failed"),
+                ),
+                "conflict",
+            ),
+            (
+                "a missing tested path is a conflict",
+                status(
+                    422,
+                    "Invalid",
+                    REJECTED,
+                    Some("test operation does not apply: is missing path: /metadata/finalizers"),
+                ),
+                "conflict",
+            ),
+            (
+                "a racing update is a conflict",
+                status(
+                    409,
+                    "Conflict",
+                    "Operation cannot be fulfilled on machineclasses \"a\": the object has been modified",
+                    None,
+                ),
+                "conflict",
+            ),
+            (
+                "a validation error is an API error",
+                status(
+                    422,
+                    "Invalid",
+                    "MachineClass \"a\" is invalid: metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted",
+                    None,
+                ),
+                "api",
+            ),
+            (
+                "a missing object is not found",
+                status(404, "NotFound", "machineclasses \"a\" not found", None),
+                "not_found",
+            ),
+            (
+                "forbidden is an API error",
+                status(403, "Forbidden", "cannot patch machineclasses", None),
+                "api",
+            ),
+            (
+                "a server error is an API error",
+                status(500, "InternalError", "etcd unavailable", None),
+                "api",
+            ),
+        ];
+        for (name, status, expected) in cases {
+            let got = match classify_status(&status) {
+                WriteError::Conflict(_) => "conflict",
+                WriteError::NotFound => "not_found",
+                WriteError::Api(_) => "api",
+            };
+            assert_eq!(got, expected, "{name}");
+        }
+    }
+
+    #[test]
+    fn the_cause_is_kept_in_the_message() {
+        let error = classify_status(&status(
+            422,
+            "Invalid",
+            REJECTED,
+            Some("testing value /metadata/resourceVersion failed: test failed"),
+        ));
+        assert!(
+            error.to_string().contains("/metadata/resourceVersion"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn transport_errors_are_api_errors() {
+        let error = classify(kube::Error::LinesCodecMaxLineLengthExceeded);
+        assert!(matches!(error, WriteError::Api(_)));
+    }
+}

@@ -1,0 +1,380 @@
+//! The admin server on a real socket, asked by a plain HTTP client.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use http_body_util::{BodyExt, Empty};
+use hyper::StatusCode;
+use hyper::body::Bytes;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use parking_lot::Mutex;
+use poolkeeper_bus::{Bus, Event, ResourceKind};
+use poolkeeper_health::{
+    AdminServer, AdminSettings, HealthError, OPENMETRICS_CONTENT_TYPE, SharedRegistry,
+};
+use poolkeeper_supervisor::{Activity, BoxError, Component, Context, Health};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::registry::Registry;
+use serde_json::Value;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+struct Admin {
+    addr: SocketAddr,
+    health: Health,
+    bus: Bus,
+    registry: SharedRegistry,
+    stop: CancellationToken,
+    task: JoinHandle<Result<(), BoxError>>,
+    client: Client<HttpConnector, Empty<Bytes>>,
+}
+
+struct Answer {
+    status: StatusCode,
+    content_type: String,
+    body: String,
+}
+
+impl Admin {
+    async fn start(debug_events: usize, bus: Bus) -> Self {
+        let health = Health::default();
+        let registry: SharedRegistry = Arc::new(Mutex::new(Registry::default()));
+        let settings = AdminSettings {
+            addr: "127.0.0.1:0".parse().unwrap(),
+            debug_events,
+        };
+        let mut server = AdminServer::new(settings, health.clone(), registry.clone(), &bus);
+        let addr = server.bind().await.unwrap();
+        assert_ne!(addr.port(), 0);
+        assert_eq!(server.local_addr(), Some(addr));
+
+        let stop = CancellationToken::new();
+        let (ready_tx, mut ready) = watch::channel(false);
+        let ctx = Context::new(stop.clone(), Activity::default(), ready_tx);
+        let task = tokio::spawn(Box::new(server).run(ctx));
+        ready.wait_for(|r| *r).await.unwrap();
+        bus.start();
+        Self {
+            addr,
+            health,
+            bus,
+            registry,
+            stop,
+            task,
+            client: Client::builder(TokioExecutor::new()).build_http(),
+        }
+    }
+
+    async fn get(&self, path: &str) -> Answer {
+        let uri = format!("http://{}{path}", self.addr).parse().unwrap();
+        let response = self.client.get(uri).await.unwrap();
+        let status = response.status();
+        let content_type = response
+            .headers()
+            .get(hyper::header::CONTENT_TYPE)
+            .map(|v| v.to_str().unwrap().to_string())
+            .unwrap_or_default();
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        Answer {
+            status,
+            content_type,
+            body: String::from_utf8(body.to_vec()).unwrap(),
+        }
+    }
+
+    async fn stop(self) {
+        self.stop.cancel();
+        self.task.await.unwrap().unwrap();
+    }
+}
+
+#[tokio::test]
+async fn healthz_reports_liveness() {
+    let admin = Admin::start(16, Bus::default()).await;
+    let executor = admin.health.liveness_gate("executor");
+    let watchers = admin.health.liveness_gate("watchers");
+
+    let answer = admin.get("/healthz").await;
+    assert_eq!(answer.status, StatusCode::OK);
+    assert_eq!(answer.body, "ok");
+    assert_eq!(answer.content_type, "text/plain; charset=utf-8");
+
+    watchers.fail("stalled: handling event for 2m3s");
+    let answer = admin.get("/healthz").await;
+    assert_eq!(answer.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        answer.body,
+        "[+]executor ok\n[-]watchers failed: stalled: handling event for 2m3s\nhealthz check failed\n"
+    );
+    let answer = admin.get("/livez").await;
+    assert_eq!(answer.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(
+        answer.body.ends_with("livez check failed\n"),
+        "{}",
+        answer.body
+    );
+
+    watchers.pass();
+    assert_eq!(admin.get("/livez").await.status, StatusCode::OK);
+    executor.pass();
+    admin.stop().await;
+}
+
+#[tokio::test]
+async fn readyz_lists_checks_when_verbose() {
+    let admin = Admin::start(16, Bus::default()).await;
+    let index = admin
+        .health
+        .readiness_gate("index", "index not synchronized");
+    admin
+        .health
+        .readiness_gate("webhook", "no certificate")
+        .pass();
+
+    let answer = admin.get("/readyz").await;
+    assert_eq!(answer.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        answer.body,
+        "[-]index failed: index not synchronized\n[+]webhook ok\nreadyz check failed\n"
+    );
+
+    index.pass();
+    let answer = admin.get("/readyz").await;
+    assert_eq!(
+        (answer.status, answer.body.as_str()),
+        (StatusCode::OK, "ok")
+    );
+    let answer = admin.get("/readyz?verbose").await;
+    assert_eq!(answer.status, StatusCode::OK);
+    assert_eq!(
+        answer.body,
+        "[+]index ok\n[+]webhook ok\nreadyz check passed\n"
+    );
+    let answer = admin.get("/readyz?verbose=1").await;
+    assert_eq!(
+        answer.body,
+        "[+]index ok\n[+]webhook ok\nreadyz check passed\n"
+    );
+    admin.stop().await;
+}
+
+#[tokio::test]
+async fn single_checks_have_their_own_paths() {
+    let admin = Admin::start(16, Bus::default()).await;
+    let index = admin
+        .health
+        .readiness_gate("index", "index not synchronized");
+    admin.health.liveness_gate("executor");
+
+    let answer = admin.get("/readyz/index").await;
+    assert_eq!(answer.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(answer.body, "[-]index failed: index not synchronized\n");
+    index.pass();
+    let answer = admin.get("/readyz/index").await;
+    assert_eq!(
+        (answer.status, answer.body.as_str()),
+        (StatusCode::OK, "ok")
+    );
+
+    assert_eq!(admin.get("/healthz/executor").await.status, StatusCode::OK);
+    assert_eq!(admin.get("/livez/executor").await.status, StatusCode::OK);
+
+    let answer = admin.get("/readyz/nope").await;
+    assert_eq!(answer.status, StatusCode::NOT_FOUND);
+    assert_eq!(answer.body, "no check named \"nope\"\n");
+    assert_eq!(
+        admin.get("/healthz/index").await.status,
+        StatusCode::NOT_FOUND,
+        "readiness is not liveness"
+    );
+    assert_eq!(admin.get("/nowhere").await.status, StatusCode::NOT_FOUND);
+    admin.stop().await;
+}
+
+#[tokio::test]
+async fn metrics_are_openmetrics() {
+    let admin = Admin::start(16, Bus::default()).await;
+    let things = Counter::<u64>::default();
+    admin.registry.lock().register(
+        "poolkeeper_test_things",
+        "Things counted by the test",
+        things.clone(),
+    );
+    admin.bus.register_metrics(&mut admin.registry.lock());
+    things.inc_by(3);
+
+    let answer = admin.get("/metrics").await;
+    assert_eq!(answer.status, StatusCode::OK);
+    assert_eq!(answer.content_type, OPENMETRICS_CONTENT_TYPE);
+    assert!(
+        answer
+            .body
+            .contains("# TYPE poolkeeper_test_things counter\n"),
+        "{}",
+        answer.body
+    );
+    assert!(
+        answer.body.contains("poolkeeper_test_things_total 3\n"),
+        "{}",
+        answer.body
+    );
+    assert!(
+        answer
+            .body
+            .contains("poolkeeper_bus_events_lagged_total{subscriber=\"admin-debug-events\"} 0"),
+        "{}",
+        answer.body
+    );
+    assert!(answer.body.ends_with("# EOF\n"));
+    admin.stop().await;
+}
+
+fn synced(kind: ResourceKind) -> Event {
+    Event::ResourceSynced { kind }
+}
+
+fn event_types(events: &Value) -> Vec<String> {
+    events
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| match e.get("event") {
+            Some(event) => event["type"].as_str().unwrap().to_string(),
+            None => format!("lagged {}", e["lagged"]),
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn debug_events_shows_the_last_events_in_order() {
+    let bus = Bus::default();
+    // Published before the bus starts: held, then delivered in order.
+    bus.publish(synced(ResourceKind::Node));
+    let admin = Admin::start(16, bus).await;
+    admin.bus.publish(synced(ResourceKind::NodePool));
+    admin.bus.publish(Event::IndexSynchronized);
+    admin.bus.publish(Event::LeadershipChanged { leader: true });
+
+    let answer = admin.get("/debug/events").await;
+    assert_eq!(answer.status, StatusCode::OK);
+    assert_eq!(answer.content_type, "application/json");
+    let events: Value = serde_json::from_str(&answer.body).unwrap();
+    assert_eq!(
+        event_types(&events),
+        [
+            "ResourceSynced",
+            "ResourceSynced",
+            "IndexSynchronized",
+            "LeadershipChanged"
+        ]
+    );
+    assert_eq!(events[0]["event"]["kind"], "Node");
+    assert_eq!(events[1]["event"]["kind"], "NodePool");
+    let seqs: Vec<u64> = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["seq"].as_u64().unwrap())
+        .collect();
+    assert_eq!(seqs, [0, 1, 2, 3]);
+    assert!(events[0]["published_at"].is_string());
+
+    let answer = admin.get("/debug/events?limit=2").await;
+    let events: Value = serde_json::from_str(&answer.body).unwrap();
+    assert_eq!(
+        event_types(&events),
+        ["IndexSynchronized", "LeadershipChanged"]
+    );
+
+    let answer = admin.get("/debug/events?limit=100").await;
+    let events: Value = serde_json::from_str(&answer.body).unwrap();
+    assert_eq!(events.as_array().unwrap().len(), 4);
+
+    let answer = admin.get("/debug/events?limit=0").await;
+    assert_eq!(answer.body, "[]");
+
+    assert_eq!(
+        admin.get("/debug/events?limit=many").await.status,
+        StatusCode::BAD_REQUEST
+    );
+    admin.stop().await;
+}
+
+#[tokio::test]
+async fn debug_events_keeps_only_the_newest() {
+    let admin = Admin::start(3, Bus::default()).await;
+    for pass in 0..5 {
+        admin
+            .bus
+            .publish(Event::ReconciliationStarted { pass, keys: 1 });
+    }
+    let answer = admin.get("/debug/events").await;
+    let events: Value = serde_json::from_str(&answer.body).unwrap();
+    let passes: Vec<u64> = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["event"]["pass"].as_u64().unwrap())
+        .collect();
+    assert_eq!(passes, [2, 3, 4]);
+    admin.stop().await;
+}
+
+#[tokio::test]
+async fn debug_events_marks_where_it_lagged() {
+    // Each subscriber may fall two events behind; five are published
+    // without the feeder getting a chance to run in between.
+    let admin = Admin::start(16, Bus::new(2)).await;
+    for pass in 0..5 {
+        admin
+            .bus
+            .publish(Event::ReconciliationStarted { pass, keys: 1 });
+    }
+    let answer = admin.get("/debug/events").await;
+    let events: Value = serde_json::from_str(&answer.body).unwrap();
+    assert_eq!(
+        event_types(&events),
+        ["lagged 3", "ReconciliationStarted", "ReconciliationStarted"]
+    );
+    assert_eq!(events[2]["event"]["pass"], 4);
+    admin.stop().await;
+}
+
+#[tokio::test]
+async fn a_busy_port_is_a_clear_error() {
+    let taken = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = taken.local_addr().unwrap();
+    let registry: SharedRegistry = Arc::new(Mutex::new(Registry::default()));
+    let bus = Bus::default();
+
+    let mut server = AdminServer::new(
+        AdminSettings::new(addr),
+        Health::default(),
+        registry.clone(),
+        &bus,
+    );
+    let error = server.bind().await.unwrap_err();
+    assert!(matches!(error, HealthError::Bind { addr: a, .. } if a == addr));
+    assert!(
+        error
+            .to_string()
+            .starts_with(&format!("admin server cannot listen on {addr}: ")),
+        "{error}"
+    );
+
+    // Started without binding first, it fails the same way.
+    let server = AdminServer::new(AdminSettings::new(addr), Health::default(), registry, &bus);
+    let (ready_tx, ready) = watch::channel(false);
+    let ctx = Context::new(CancellationToken::new(), Activity::default(), ready_tx);
+    let error = Box::new(server).run(ctx).await.unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .starts_with(&format!("admin server cannot listen on {addr}: ")),
+        "{error}"
+    );
+    assert!(!*ready.borrow(), "not ready without a listener");
+}

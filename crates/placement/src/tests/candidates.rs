@@ -1,0 +1,158 @@
+//! The indexed node-set computation agrees with a full scan.
+
+use poolkeeper_index::{Index, Node};
+use serde_json::{Value, json};
+
+use super::{POOL, expr, expr_no_values, node, pod, required};
+use crate::{NodeConstraints, matching_nodes, matching_nodes_by_scan};
+
+fn big_cluster() -> Index {
+    let index = Index::new(POOL);
+    for i in 0..200 {
+        let mut labels: Vec<(String, String)> = vec![
+            ("zone".into(), format!("z{}", i % 3)),
+            ("cores".into(), (i % 16).to_string()),
+        ];
+        if i % 7 != 0 {
+            labels.push((POOL.into(), format!("p{}", i % 4)));
+        }
+        if i % 5 == 0 {
+            labels.push(("gpu".into(), String::new()));
+        }
+        if i % 11 == 0 {
+            labels.push(("cores".into(), "many".into()));
+        }
+        let labels: Vec<(&str, &str)> = labels
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        index.upsert_node(node(&format!("n-{i:03}"), &labels));
+    }
+    index
+}
+
+fn names(nodes: &[&Node]) -> Vec<String> {
+    nodes.iter().map(|n| n.name.clone()).collect()
+}
+
+fn specs() -> Vec<Value> {
+    let term = |exprs: Value| json!({"matchExpressions": exprs});
+    vec![
+        json!({}),
+        json!({"nodeName": "n-001"}),
+        json!({"nodeName": "n-999"}),
+        json!({"nodeSelector": {"zone": "z1"}}),
+        json!({"nodeSelector": {"zone": "z1", POOL: "p2"}}),
+        json!({"nodeSelector": {"zone": "z9"}}),
+        json!({"nodeSelector": {"gpu": ""}}),
+        json!({"nodeName": "n-005", "nodeSelector": {"gpu": ""}}),
+        json!({"nodeName": "n-006", "nodeSelector": {"gpu": ""}}),
+        required(json!([term(json!([expr(POOL, "In", &["p1"])]))])),
+        required(json!([term(json!([expr(POOL, "In", &["p1", "p3"])]))])),
+        required(json!([term(json!([expr(POOL, "NotIn", &["p1"])]))])),
+        required(json!([term(json!([expr_no_values(POOL, "DoesNotExist")]))])),
+        required(json!([term(json!([expr_no_values("gpu", "Exists")]))])),
+        required(json!([term(json!([expr("cores", "Gt", &["10"])]))])),
+        required(json!([term(json!([
+            expr("cores", "Lt", &["3"]),
+            expr("zone", "In", &["z0"])
+        ]))])),
+        required(json!([
+            term(json!([expr("cores", "Lt", &["3"])])),
+            term(json!([expr_no_values("gpu", "Exists")]))
+        ])),
+        required(json!([
+            term(json!([expr("zone", "NotIn", &["z0"])])),
+            term(json!([expr(POOL, "In", &["p0"])]))
+        ])),
+        required(json!([{"matchFields": [expr("metadata.name", "In", &["n-010"])]}])),
+        required(json!([{"matchFields": [expr("metadata.name", "NotIn", &["n-010"])]}])),
+        required(
+            json!([{"matchFields": [expr("metadata.name", "In", &["n-010"])], "matchExpressions": [expr(POOL, "In", &["p2"])]}]),
+        ),
+        required(
+            json!([{"matchFields": [expr("metadata.name", "In", &["n-010"])]}, term(json!([expr("zone", "In", &["z2"])]))]),
+        ),
+        required(json!([])),
+        required(json!([{}])),
+        required(json!([
+            term(json!([expr("cores", "Gt", &["x"])])),
+            term(json!([expr(POOL, "In", &["p3"])]))
+        ])),
+        {
+            let mut spec = required(json!([term(json!([expr(POOL, "In", &["p1", "p2"])]))]));
+            spec["nodeSelector"] = json!({"zone": "z2"});
+            spec
+        },
+        {
+            let mut spec = required(json!([term(json!([expr_no_values("gpu", "Exists")]))]));
+            spec["nodeSelector"] = json!({"zone": "z0", "cores": "0"});
+            spec
+        },
+        {
+            let mut spec = required(json!([term(json!([expr_no_values(
+                "gpu",
+                "DoesNotExist"
+            )]))]));
+            spec["nodeName"] = json!("n-003");
+            spec["nodeSelector"] = json!({"zone": "z0"});
+            spec
+        },
+    ]
+}
+
+#[test]
+fn indexed_equals_scan() {
+    let index = big_cluster();
+    let view = index.placement();
+    for spec in specs() {
+        let pod = pod(spec.clone());
+        let constraints = NodeConstraints::from_pod(&pod);
+        let indexed = matching_nodes(&view, &constraints);
+        let scanned = matching_nodes_by_scan(&view, &constraints);
+        assert_eq!(names(&indexed), names(&scanned), "{spec}");
+    }
+}
+
+#[test]
+fn results_are_sorted_and_unique() {
+    let index = big_cluster();
+    let view = index.placement();
+    // Overlapping terms select some nodes twice.
+    let pod = pod(required(json!([
+        {"matchExpressions": [expr("zone", "In", &["z0", "z1"])]},
+        {"matchExpressions": [expr("zone", "In", &["z1", "z2"])]}
+    ])));
+    let found = names(&matching_nodes(&view, &NodeConstraints::from_pod(&pod)));
+    assert_eq!(found.len(), 200);
+    let mut sorted = found.clone();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(found, sorted);
+}
+
+#[test]
+fn expected_sets_on_a_small_cluster() {
+    let index = super::cluster();
+    let view = index.placement();
+    let cases = [
+        (
+            json!({"nodeSelector": {"zone": "a", "disk": "ssd"}}),
+            vec!["bj-1", "hz-1"],
+        ),
+        (
+            required(json!([{"matchExpressions": [expr_no_values("disk", "DoesNotExist")]}])),
+            vec!["bj-2", "free-1", "free-2", "hz-2"],
+        ),
+        (json!({"nodeName": "free-2"}), vec!["free-2"]),
+        (
+            json!({}),
+            vec!["bj-1", "bj-2", "free-1", "free-2", "hz-1", "hz-2", "hz-3"],
+        ),
+    ];
+    for (spec, expected) in cases {
+        let pod = pod(spec.clone());
+        let found = names(&matching_nodes(&view, &NodeConstraints::from_pod(&pod)));
+        assert_eq!(found, expected, "{spec}");
+    }
+}

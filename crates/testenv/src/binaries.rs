@@ -1,0 +1,133 @@
+//! Where the etcd, kube-apiserver and kube-scheduler executables come from.
+
+use std::path::{Path, PathBuf};
+
+use crate::TestEnvError;
+
+/// Directory of binaries following controller-runtime's envtest convention.
+pub const KUBEBUILDER_ASSETS: &str = "KUBEBUILDER_ASSETS";
+/// Directory of binaries built by `cargo xtask control-plane` (exported by `cargo xtask test`).
+pub const POOLKEEPER_CONTROL_PLANE: &str = "POOLKEEPER_CONTROL_PLANE";
+
+/// The Go module that pins the Kubernetes release; its `require` line is the one place the version is written.
+const KUBERNETES_GO_MOD: &str = include_str!("../../../xtask/controlplane/kubernetes/go.mod");
+
+/// The Kubernetes release the control plane is built from, e.g. `v1.36.3`.
+pub fn kubernetes_version() -> &'static str {
+    parse_required_version(KUBERNETES_GO_MOD, "k8s.io/kubernetes").unwrap_or("unknown")
+}
+
+/// Finds `module vX.Y.Z` in a go.mod, inside or outside a `require ( ... )` block.
+pub(crate) fn parse_required_version<'a>(go_mod: &'a str, module: &str) -> Option<&'a str> {
+    go_mod.lines().find_map(|line| {
+        let line = line.trim();
+        let line = line.strip_prefix("require ").unwrap_or(line).trim_start();
+        let mut words = line.split_whitespace();
+        (words.next() == Some(module))
+            .then(|| words.next())
+            .flatten()
+    })
+}
+
+/// The directory `cargo xtask control-plane` builds into: `<workspace>/target/control-plane/<version>`.
+pub fn default_binaries_dir() -> PathBuf {
+    let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    // crates/testenv -> the workspace root
+    let root = manifest_dir.ancestors().nth(2).unwrap_or(manifest_dir);
+    root.join("target")
+        .join("control-plane")
+        .join(kubernetes_version())
+}
+
+/// Resolved paths of the control-plane executables.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Binaries {
+    pub etcd: PathBuf,
+    pub kube_apiserver: PathBuf,
+    pub kube_scheduler: PathBuf,
+}
+
+impl Binaries {
+    /// `KUBEBUILDER_ASSETS` if set, else `POOLKEEPER_CONTROL_PLANE` if set, else [`default_binaries_dir`].
+    pub fn discover() -> Result<Self, TestEnvError> {
+        let from_env = |name: &str| {
+            std::env::var_os(name)
+                .filter(|v| !v.is_empty())
+                .map(|v| (name.to_owned(), PathBuf::from(v)))
+        };
+        let (source, dir) = from_env(KUBEBUILDER_ASSETS)
+            .or_else(|| from_env(POOLKEEPER_CONTROL_PLANE))
+            .unwrap_or_else(|| ("the default location".to_owned(), default_binaries_dir()));
+        Self::in_dir(&dir).map_err(|missing| TestEnvError::BinariesNotFound {
+            dir,
+            source_of_dir: source,
+            missing,
+        })
+    }
+
+    /// The three executables in `dir`, or the names of those that are missing.
+    pub fn in_dir(dir: &Path) -> Result<Self, Vec<String>> {
+        let names = ["etcd", "kube-apiserver", "kube-scheduler"];
+        let missing: Vec<String> = names
+            .iter()
+            .filter(|name| !dir.join(name).is_file())
+            .map(|name| (*name).to_owned())
+            .collect();
+        if !missing.is_empty() {
+            return Err(missing);
+        }
+        Ok(Self {
+            etcd: dir.join("etcd"),
+            kube_apiserver: dir.join("kube-apiserver"),
+            kube_scheduler: dir.join("kube-scheduler"),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn version_is_read_from_the_pinned_go_mod() {
+        assert!(
+            kubernetes_version().starts_with("v1."),
+            "{}",
+            kubernetes_version()
+        );
+    }
+
+    #[test]
+    fn parses_require_lines_in_and_outside_blocks() {
+        let cases = [
+            ("require k8s.io/kubernetes v1.36.3\n", Some("v1.36.3")),
+            (
+                "require (\n\tk8s.io/kubernetes v1.2.3 // indirect\n)\n",
+                Some("v1.2.3"),
+            ),
+            ("require k8s.io/kubernetes-extra v9\n", None),
+            ("module k8s.io/kubernetes\n", None),
+            ("", None),
+        ];
+        for (go_mod, expected) in cases {
+            assert_eq!(
+                parse_required_version(go_mod, "k8s.io/kubernetes"),
+                expected,
+                "{go_mod:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn missing_binaries_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("etcd"), b"").unwrap();
+        assert_eq!(
+            Binaries::in_dir(dir.path()),
+            Err(vec![
+                "kube-apiserver".to_owned(),
+                "kube-scheduler".to_owned()
+            ])
+        );
+    }
+}

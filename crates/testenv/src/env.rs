@@ -1,0 +1,725 @@
+//! Starting, using and stopping one control plane.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
+use k8s_openapi::api::core::v1::{Namespace, Node, Taint};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::core::GroupVersionKind;
+use kube::discovery::Scope;
+use kube::runtime::wait::{await_condition, conditions};
+use kube::{Api, Client, Config};
+use serde_json::{Value, json};
+
+use crate::binaries::Binaries;
+use crate::certs::ClusterPki;
+use crate::manifests::{WebhookRegistration, kind_of, read_yaml_files, yaml_files};
+use crate::process::{ManagedProcess, create_temp_dir, free_port, remove_stale_temp_dirs};
+use crate::{FIELD_MANAGER, TestEnvError, kubeconfig};
+
+const POLL_INTERVAL: Duration = Duration::from_millis(100);
+const ESTABLISH_TIMEOUT: Duration = Duration::from_secs(30);
+const START_ATTEMPTS: usize = 3;
+const LOG_TAIL_LINES: usize = 40;
+
+/// The processes of a control plane, for [`TestEnv::log_tail`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Process {
+    Etcd,
+    ApiServer,
+    Scheduler,
+}
+
+/// Options of a control plane; see [`TestEnv::builder`].
+#[derive(Debug)]
+pub struct TestEnvBuilder {
+    scheduler: bool,
+    crds: Vec<CustomResourceDefinition>,
+    crd_files: Vec<PathBuf>,
+    startup_timeout: Duration,
+    binaries: Option<Binaries>,
+}
+
+impl Default for TestEnvBuilder {
+    fn default() -> Self {
+        Self {
+            scheduler: false,
+            crds: Vec::new(),
+            crd_files: Vec::new(),
+            startup_timeout: Duration::from_secs(60),
+            binaries: None,
+        }
+    }
+}
+
+impl TestEnvBuilder {
+    /// Also run kube-scheduler (off by default), so Pods get bound to Ready nodes.
+    pub fn scheduler(mut self, enabled: bool) -> Self {
+        self.scheduler = enabled;
+        self
+    }
+
+    /// CRDs to install (and wait for) before `start` returns.
+    pub fn crds(mut self, crds: Vec<CustomResourceDefinition>) -> Self {
+        self.crds.extend(crds);
+        self
+    }
+
+    /// YAML files (or directories of them) holding CRDs to install before `start` returns.
+    pub fn crd_files<I, P>(mut self, paths: I) -> Self
+    where
+        I: IntoIterator<Item = P>,
+        P: Into<PathBuf>,
+    {
+        self.crd_files.extend(paths.into_iter().map(Into::into));
+        self
+    }
+
+    /// How long the apiserver may take to become ready (60 s by default).
+    pub fn startup_timeout(mut self, timeout: Duration) -> Self {
+        self.startup_timeout = timeout;
+        self
+    }
+
+    /// Use these executables instead of discovering them (see [`Binaries::discover`]).
+    pub fn binaries(mut self, binaries: Binaries) -> Self {
+        self.binaries = Some(binaries);
+        self
+    }
+
+    pub async fn start(self) -> Result<TestEnv, TestEnvError> {
+        let started = Instant::now();
+        // kube's TLS stack asks rustls for the process-wide provider.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        remove_stale_temp_dirs();
+        let binaries = match self.binaries {
+            Some(binaries) => binaries,
+            None => Binaries::discover()?,
+        };
+        let mut crds = self.crds;
+        for (origin, doc) in read_yaml_files(&yaml_files(&self.crd_files)?)? {
+            crds.push(parse_crd(&origin, doc)?);
+        }
+
+        let dir = create_temp_dir()?;
+        let pki = ClusterPki::generate()?;
+        let files = PkiFiles::write(dir.path(), &pki)?;
+
+        let mut attempt = 1;
+        let (etcd, apiserver, kubeconfig_text) = loop {
+            match start_etcd_and_apiserver(
+                &binaries,
+                dir.path(),
+                &files,
+                &pki,
+                attempt,
+                self.startup_timeout,
+            )
+            .await
+            {
+                Ok(running) => break running,
+                Err(error) if error.is_port_conflict() && attempt < START_ATTEMPTS => {
+                    tracing::debug!(%error, attempt, "port taken by another process, retrying with new ports");
+                    attempt += 1;
+                }
+                Err(error) => return Err(error),
+            }
+        };
+
+        let kubeconfig_path = dir.path().join("kubeconfig");
+        std::fs::write(&kubeconfig_path, &kubeconfig_text)
+            .map_err(|e| TestEnvError::io(format!("writing {}", kubeconfig_path.display()), e))?;
+        let kubeconfig = Kubeconfig::from_yaml(&kubeconfig_text)?;
+        let client = client_for(&kubeconfig).await?;
+
+        let scheduler = if self.scheduler {
+            Some(ManagedProcess::spawn(
+                "kube-scheduler",
+                &binaries.kube_scheduler,
+                args([
+                    format!("--kubeconfig={}", kubeconfig_path.display()),
+                    "--leader-elect=false".to_owned(),
+                    "--bind-address=127.0.0.1".to_owned(),
+                    "--secure-port=0".to_owned(),
+                ]),
+                dir.path().join("kube-scheduler.log"),
+            )?)
+        } else {
+            None
+        };
+
+        let mut env = TestEnv {
+            client,
+            kubeconfig,
+            kubeconfig_path,
+            startup: Duration::ZERO,
+            scheduler,
+            apiserver,
+            etcd,
+            dir,
+        };
+        if !crds.is_empty() {
+            env.install_crds(crds).await?;
+        }
+        env.startup = started.elapsed();
+        Ok(env)
+    }
+}
+
+/// A running control plane. Dropping it stops every process and removes its directory.
+pub struct TestEnv {
+    client: Client,
+    kubeconfig: Kubeconfig,
+    kubeconfig_path: PathBuf,
+    startup: Duration,
+    // Declaration order is drop order: clients of a process stop before the process they use.
+    scheduler: Option<ManagedProcess>,
+    apiserver: ManagedProcess,
+    etcd: ManagedProcess,
+    dir: tempfile::TempDir,
+}
+
+impl std::fmt::Debug for TestEnv {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TestEnv")
+            .field("dir", &self.dir.path())
+            .field("kubeconfig_path", &self.kubeconfig_path)
+            .field("scheduler", &self.scheduler.is_some())
+            .field("startup", &self.startup)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TestEnv {
+    pub fn builder() -> TestEnvBuilder {
+        TestEnvBuilder::default()
+    }
+
+    /// A client with the admin identity (`system:masters`).
+    pub fn client(&self) -> Client {
+        self.client.clone()
+    }
+
+    /// The admin kubeconfig file (credentials embedded); valid while this `TestEnv` lives.
+    pub fn kubeconfig_path(&self) -> &Path {
+        &self.kubeconfig_path
+    }
+
+    pub fn kubeconfig(&self) -> Kubeconfig {
+        self.kubeconfig.clone()
+    }
+
+    /// `https://127.0.0.1:PORT` of the apiserver.
+    pub fn server_url(&self) -> String {
+        self.kubeconfig
+            .clusters
+            .first()
+            .and_then(|c| c.cluster.as_ref())
+            .and_then(|c| c.server.clone())
+            .unwrap_or_default()
+    }
+
+    /// The directory holding certificates, logs and etcd's data; removed on drop.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Time from [`TestEnvBuilder::start`] until the apiserver was ready and the CRDs established.
+    pub fn startup_duration(&self) -> Duration {
+        self.startup
+    }
+
+    /// The last lines of a process's output, e.g. for a failing assertion's message.
+    pub fn log_tail(&self, process: Process, lines: usize) -> String {
+        match process {
+            Process::Etcd => self.etcd.log_tail(lines),
+            Process::ApiServer => self.apiserver.log_tail(lines),
+            Process::Scheduler => self
+                .scheduler
+                .as_ref()
+                .map(|s| s.log_tail(lines))
+                .unwrap_or_default(),
+        }
+    }
+
+    /// Path of a process's log file.
+    pub fn log_path(&self, process: Process) -> Option<&Path> {
+        match process {
+            Process::Etcd => Some(self.etcd.log_path()),
+            Process::ApiServer => Some(self.apiserver.log_path()),
+            Process::Scheduler => self.scheduler.as_ref().map(ManagedProcess::log_path),
+        }
+    }
+
+    pub async fn create_namespace(&self, name: &str) -> Result<Namespace, TestEnvError> {
+        let namespace: Namespace = serde_json::from_value(json!({
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": name},
+        }))
+        .map_err(|e| TestEnvError::manifest("namespace", e))?;
+        Api::<Namespace>::all(self.client())
+            .create(&PostParams::default(), &namespace)
+            .await
+            .map_err(|e| TestEnvError::kube(format!("creating namespace {name}"), e))
+    }
+
+    /// Applies the CRDs (server-side) and waits until each is Established and served by discovery.
+    pub async fn install_crds(
+        &self,
+        crds: Vec<CustomResourceDefinition>,
+    ) -> Result<(), TestEnvError> {
+        let api = Api::<CustomResourceDefinition>::all(self.client());
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        for crd in &crds {
+            let name = crd.metadata.name.clone().unwrap_or_default();
+            let mut crd = crd.clone();
+            crd.metadata.resource_version = None;
+            crd.metadata.managed_fields = None;
+            crd.status = None;
+            api.patch(&name, &params, &Patch::Apply(&crd))
+                .await
+                .map_err(|e| TestEnvError::kube(format!("applying CRD {name}"), e))?;
+        }
+        for crd in &crds {
+            let name = crd.metadata.name.clone().unwrap_or_default();
+            let established = await_condition(api.clone(), &name, conditions::is_crd_established());
+            match tokio::time::timeout(ESTABLISH_TIMEOUT, established).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => {
+                    return Err(TestEnvError::Timeout {
+                        what: format!("CRD {name} Established"),
+                        timeout: ESTABLISH_TIMEOUT,
+                        details: format!(": {e}"),
+                    });
+                }
+                Err(_) => {
+                    return Err(TestEnvError::Timeout {
+                        what: format!("CRD {name} Established"),
+                        timeout: ESTABLISH_TIMEOUT,
+                        details: String::new(),
+                    });
+                }
+            }
+            self.wait_until_discoverable(crd).await?;
+        }
+        Ok(())
+    }
+
+    /// Installs the CRDs of YAML files (directories expand to their YAML files).
+    pub async fn install_crd_files<I, P>(&self, paths: I) -> Result<(), TestEnvError>
+    where
+        I: IntoIterator<Item = P>,
+        P: AsRef<Path>,
+    {
+        let mut crds = Vec::new();
+        for (origin, doc) in read_yaml_files(&yaml_files(paths)?)? {
+            crds.push(parse_crd(&origin, doc)?);
+        }
+        self.install_crds(crds).await
+    }
+
+    /// Established does not yet mean every apiserver handler serves the resource; discovery does.
+    async fn wait_until_discoverable(
+        &self,
+        crd: &CustomResourceDefinition,
+    ) -> Result<(), TestEnvError> {
+        let group = &crd.spec.group;
+        let plural = &crd.spec.names.plural;
+        for version in crd.spec.versions.iter().filter(|v| v.served) {
+            let group_version = format!("{group}/{}", version.name);
+            eventually(
+                &format!("{plural}.{group_version} in discovery"),
+                ESTABLISH_TIMEOUT,
+                || async {
+                    let resources = self
+                        .client
+                        .list_api_group_resources(&group_version)
+                        .await
+                        .ok()?;
+                    resources
+                        .resources
+                        .iter()
+                        .any(|r| &r.name == plural)
+                        .then_some(())
+                },
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// Applies (server-side) every object of a YAML text, resolving kinds through discovery.
+    /// Namespaced objects without a namespace go to `default`.
+    pub async fn apply_yaml(
+        &self,
+        text: &str,
+        origin: &str,
+    ) -> Result<Vec<DynamicObject>, TestEnvError> {
+        let mut applied = Vec::new();
+        for doc in crate::parse_yaml_documents(text, origin)? {
+            applied.push(self.apply_document(origin, doc).await?);
+        }
+        Ok(applied)
+    }
+
+    /// Applies every object of YAML files (directories expand to their YAML files).
+    pub async fn apply_files<I, P>(&self, paths: I) -> Result<Vec<DynamicObject>, TestEnvError>
+    where
+        I: IntoIterator<Item = P>,
+        P: AsRef<Path>,
+    {
+        let mut applied = Vec::new();
+        for (origin, doc) in read_yaml_files(&yaml_files(paths)?)? {
+            applied.push(self.apply_document(&origin, doc).await?);
+        }
+        Ok(applied)
+    }
+
+    async fn apply_document(
+        &self,
+        origin: &str,
+        doc: Value,
+    ) -> Result<DynamicObject, TestEnvError> {
+        let api_version = doc
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let kind = kind_of(&doc);
+        let name = doc
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        if api_version.is_empty() || kind.is_empty() || name.is_empty() {
+            return Err(TestEnvError::manifest(
+                origin,
+                "every object needs apiVersion, kind and metadata.name",
+            ));
+        }
+        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+        let gvk = GroupVersionKind::gvk(group, version, kind);
+        let (resource, capabilities) = kube::discovery::pinned_kind(&self.client, &gvk)
+            .await
+            .map_err(|e| {
+                TestEnvError::kube(format!("{origin}: resolving {api_version} {kind}"), e)
+            })?;
+        let api: Api<DynamicObject> = match capabilities.scope {
+            Scope::Namespaced => {
+                let namespace = doc
+                    .pointer("/metadata/namespace")
+                    .and_then(Value::as_str)
+                    .unwrap_or("default");
+                Api::namespaced_with(self.client(), namespace, &resource)
+            }
+            Scope::Cluster => Api::all_with(self.client(), &resource),
+        };
+        api.patch(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&doc),
+        )
+        .await
+        .map_err(|e| TestEnvError::kube(format!("{origin}: applying {kind} {name}"), e))
+    }
+
+    /// Registers the webhook configurations, pointed at the local server (see
+    /// [`WebhookRegistration`]). The apiserver picks new configurations up asynchronously
+    /// (within about a second): tests should wait until a request is seen, e.g. with
+    /// [`eventually`] and dry-run creates.
+    pub async fn register_webhooks(
+        &self,
+        registration: WebhookRegistration,
+    ) -> Result<(), TestEnvError> {
+        let (mutating, validating) = registration.rewritten();
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        let mutating_api = Api::<MutatingWebhookConfiguration>::all(self.client());
+        for configuration in &mutating {
+            let name = configuration.metadata.name.clone().unwrap_or_default();
+            mutating_api
+                .patch(&name, &params, &Patch::Apply(configuration))
+                .await
+                .map_err(|e| {
+                    TestEnvError::kube(format!("applying MutatingWebhookConfiguration {name}"), e)
+                })?;
+        }
+        let validating_api = Api::<ValidatingWebhookConfiguration>::all(self.client());
+        for configuration in &validating {
+            let name = configuration.metadata.name.clone().unwrap_or_default();
+            validating_api
+                .patch(&name, &params, &Patch::Apply(configuration))
+                .await
+                .map_err(|e| {
+                    TestEnvError::kube(format!("applying ValidatingWebhookConfiguration {name}"), e)
+                })?;
+        }
+        Ok(())
+    }
+
+    /// Creates a Node that the scheduler considers: Ready, with allocatable cpu 16, memory 64Gi
+    /// and 110 pods, carrying exactly `labels` and `taints`.
+    ///
+    /// Nothing runs on the node; the scheduler only binds Pods to it. The apiserver's
+    /// TaintNodesByCondition admission adds a not-ready taint on creation that no node
+    /// controller would remove here, so the taints are set again after the status.
+    pub async fn ready_node(
+        &self,
+        name: &str,
+        labels: BTreeMap<String, String>,
+        taints: Vec<Taint>,
+    ) -> Result<Node, TestEnvError> {
+        let api = Api::<Node>::all(self.client());
+        let mut all_labels = BTreeMap::from([
+            ("kubernetes.io/hostname".to_owned(), name.to_owned()),
+            ("kubernetes.io/os".to_owned(), "linux".to_owned()),
+            ("kubernetes.io/arch".to_owned(), "amd64".to_owned()),
+        ]);
+        all_labels.extend(labels);
+        let node: Node = serde_json::from_value(json!({
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": name, "labels": all_labels},
+            "spec": {"taints": taints},
+        }))
+        .map_err(|e| TestEnvError::manifest("node", e))?;
+        api.create(&PostParams::default(), &node)
+            .await
+            .map_err(|e| TestEnvError::kube(format!("creating node {name}"), e))?;
+
+        let resources =
+            json!({"cpu": "16", "memory": "64Gi", "pods": "110", "ephemeral-storage": "100Gi"});
+        let now = k8s_openapi::jiff::Timestamp::now().to_string();
+        let status = json!({
+            "status": {
+                "capacity": resources,
+                "allocatable": resources,
+                "conditions": [
+                    {"type": "Ready", "status": "True", "reason": "KubeletReady",
+                     "message": "node created by poolkeeper-testenv",
+                     "lastHeartbeatTime": now, "lastTransitionTime": now},
+                    {"type": "MemoryPressure", "status": "False", "reason": "KubeletHasSufficientMemory",
+                     "lastHeartbeatTime": now, "lastTransitionTime": now},
+                    {"type": "DiskPressure", "status": "False", "reason": "KubeletHasNoDiskPressure",
+                     "lastHeartbeatTime": now, "lastTransitionTime": now},
+                    {"type": "PIDPressure", "status": "False", "reason": "KubeletHasSufficientPID",
+                     "lastHeartbeatTime": now, "lastTransitionTime": now},
+                ],
+                "nodeInfo": {
+                    "architecture": "amd64", "operatingSystem": "linux",
+                    "kubeletVersion": crate::kubernetes_version(), "kubeProxyVersion": "",
+                    "bootID": "", "machineID": "", "systemUUID": "", "kernelVersion": "",
+                    "osImage": "", "containerRuntimeVersion": "",
+                },
+            }
+        });
+        api.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+            .await
+            .map_err(|e| TestEnvError::kube(format!("setting the status of node {name}"), e))?;
+        // A JSON merge patch replaces the whole list, dropping the admission-added taint.
+        let taints_value = if taints.is_empty() {
+            Value::Null
+        } else {
+            json!(taints)
+        };
+        api.patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"taints": taints_value}})),
+        )
+        .await
+        .map_err(|e| TestEnvError::kube(format!("setting the taints of node {name}"), e))
+    }
+}
+
+/// Calls `check` every 100 ms until it returns `Some`, for at most `timeout`.
+pub async fn eventually<T, F, Fut>(
+    what: &str,
+    timeout: Duration,
+    mut check: F,
+) -> Result<T, TestEnvError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(value) = check().await {
+            return Ok(value);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(TestEnvError::Timeout {
+                what: what.to_owned(),
+                timeout,
+                details: String::new(),
+            });
+        }
+        tokio::time::sleep(POLL_INTERVAL).await;
+    }
+}
+
+fn parse_crd(origin: &str, doc: Value) -> Result<CustomResourceDefinition, TestEnvError> {
+    if kind_of(&doc) != "CustomResourceDefinition" {
+        return Err(TestEnvError::manifest(
+            origin,
+            format!(
+                "expected a CustomResourceDefinition, found kind {:?}",
+                kind_of(&doc)
+            ),
+        ));
+    }
+    serde_json::from_value(doc).map_err(|e| TestEnvError::manifest(origin, e))
+}
+
+fn args<const N: usize>(args: [String; N]) -> Vec<OsString> {
+    args.into_iter().map(OsString::from).collect()
+}
+
+async fn client_for(kubeconfig: &Kubeconfig) -> Result<Client, TestEnvError> {
+    let config =
+        Config::from_custom_kubeconfig(kubeconfig.clone(), &KubeConfigOptions::default()).await?;
+    Client::try_from(config).map_err(|e| TestEnvError::kube("building the admin client", e))
+}
+
+struct PkiFiles {
+    ca: PathBuf,
+    apiserver_cert: PathBuf,
+    apiserver_key: PathBuf,
+    service_account_private: PathBuf,
+    service_account_public: PathBuf,
+}
+
+impl PkiFiles {
+    fn write(dir: &Path, pki: &ClusterPki) -> Result<Self, TestEnvError> {
+        let pki_dir = dir.join("pki");
+        std::fs::create_dir(&pki_dir)
+            .map_err(|e| TestEnvError::io("creating the pki directory", e))?;
+        let write = |name: &str, contents: &str| {
+            let path = pki_dir.join(name);
+            std::fs::write(&path, contents)
+                .map(|()| path.clone())
+                .map_err(|e| TestEnvError::io(format!("writing {}", path.display()), e))
+        };
+        Ok(Self {
+            ca: write("ca.crt", &pki.ca_pem)?,
+            apiserver_cert: write("apiserver.crt", &pki.apiserver.cert_pem)?,
+            apiserver_key: write("apiserver.key", &pki.apiserver.key_pem)?,
+            service_account_private: write(
+                "service-account.key",
+                &pki.service_account_private_pem,
+            )?,
+            service_account_public: write("service-account.pub", &pki.service_account_public_pem)?,
+        })
+    }
+}
+
+/// Starts etcd and kube-apiserver on fresh ports and waits for `/readyz`.
+/// Returns both processes and the admin kubeconfig text.
+async fn start_etcd_and_apiserver(
+    binaries: &Binaries,
+    dir: &Path,
+    files: &PkiFiles,
+    pki: &ClusterPki,
+    attempt: usize,
+    timeout: Duration,
+) -> Result<(ManagedProcess, ManagedProcess, String), TestEnvError> {
+    let etcd_client = free_port()?;
+    let etcd_peer = free_port()?;
+    let apiserver_port = free_port()?;
+    let etcd_url = format!("http://127.0.0.1:{etcd_client}");
+    let peer_url = format!("http://127.0.0.1:{etcd_peer}");
+
+    let mut etcd = ManagedProcess::spawn(
+        "etcd",
+        &binaries.etcd,
+        args([
+            format!(
+                "--data-dir={}",
+                dir.join(format!("etcd-{attempt}")).display()
+            ),
+            format!("--listen-client-urls={etcd_url}"),
+            format!("--advertise-client-urls={etcd_url}"),
+            format!("--listen-peer-urls={peer_url}"),
+            format!("--initial-advertise-peer-urls={peer_url}"),
+            format!("--initial-cluster=default={peer_url}"),
+            "--unsafe-no-fsync=true".to_owned(),
+            "--log-level=warn".to_owned(),
+        ]),
+        dir.join(format!("etcd-{attempt}.log")),
+    )?;
+    // The apiserver retries its etcd connection, so both start at once.
+    let mut apiserver = ManagedProcess::spawn(
+        "kube-apiserver",
+        &binaries.kube_apiserver,
+        args([
+            format!("--etcd-servers={etcd_url}"),
+            format!("--cert-dir={}", dir.join("apiserver-certs").display()),
+            format!("--tls-cert-file={}", files.apiserver_cert.display()),
+            format!("--tls-private-key-file={}", files.apiserver_key.display()),
+            format!("--client-ca-file={}", files.ca.display()),
+            format!("--secure-port={apiserver_port}"),
+            "--bind-address=127.0.0.1".to_owned(),
+            "--advertise-address=127.0.0.1".to_owned(),
+            "--service-cluster-ip-range=10.0.0.0/24".to_owned(),
+            "--disable-admission-plugins=ServiceAccount".to_owned(),
+            "--authorization-mode=RBAC".to_owned(),
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local".to_owned(),
+            format!(
+                "--service-account-key-file={}",
+                files.service_account_public.display()
+            ),
+            format!(
+                "--service-account-signing-key-file={}",
+                files.service_account_private.display()
+            ),
+            "--allow-privileged=true".to_owned(),
+            // Background work a test cluster does not need.
+            "--enable-priority-and-fairness=false".to_owned(),
+            "--endpoint-reconciler-type=none".to_owned(),
+            "--profiling=false".to_owned(),
+        ]),
+        dir.join(format!("kube-apiserver-{attempt}.log")),
+    )?;
+
+    let text = kubeconfig::render(&format!("https://127.0.0.1:{apiserver_port}"), pki);
+    let client = client_for(&Kubeconfig::from_yaml(&text)?).await?;
+    let deadline = Instant::now() + timeout;
+    loop {
+        for process in [&mut etcd, &mut apiserver] {
+            if let Some(status) = process.exited() {
+                return Err(TestEnvError::Exited {
+                    process: process.name(),
+                    status,
+                    log_tail: process.log_tail(LOG_TAIL_LINES),
+                });
+            }
+        }
+        let request = http::Request::get("/readyz")
+            .body(Vec::new())
+            .map_err(|e| {
+                TestEnvError::kube("building the readyz request", kube::Error::HttpError(e))
+            })?;
+        let last_error = match client.request_text(request).await {
+            Ok(_) => return Ok((etcd, apiserver, text)),
+            Err(error) => error.to_string(),
+        };
+        if Instant::now() >= deadline {
+            return Err(TestEnvError::Timeout {
+                what: "kube-apiserver /readyz".to_owned(),
+                timeout,
+                details: format!(
+                    "; last answer: {last_error}\nlast lines of kube-apiserver's log:\n{}",
+                    apiserver.log_tail(LOG_TAIL_LINES)
+                ),
+            });
+        }
+        tokio::time::sleep(POLL_INTERVAL).await;
+    }
+}

@@ -1,0 +1,452 @@
+//! The list/relist bookkeeping of one watcher, free of I/O: fed with
+//! `watcher::Event`s and watch errors, it writes the index and returns the
+//! bus events to publish.
+
+use std::collections::HashSet;
+
+use kube::runtime::watcher;
+use poolkeeper_bus::{Change, Event, ObjectKey, ResourceKind};
+use poolkeeper_index::Index;
+
+use crate::WatchedKind;
+
+/// Bookkeeping of one watched kind.
+#[derive(Debug)]
+pub struct WatchBookkeeper {
+    kind: ResourceKind,
+    /// The first complete list is done.
+    synced: bool,
+    /// Keys seen since the last `Init`, while a (re)list is in progress.
+    listing: Option<HashSet<ObjectKey>>,
+    /// A watch error was reported and no event has arrived since.
+    failing: bool,
+}
+
+impl WatchBookkeeper {
+    pub fn new(kind: ResourceKind) -> Self {
+        Self {
+            kind,
+            synced: false,
+            listing: None,
+            failing: false,
+        }
+    }
+
+    pub fn kind(&self) -> ResourceKind {
+        self.kind
+    }
+
+    /// The first complete list has been applied.
+    pub fn is_synced(&self) -> bool {
+        self.synced
+    }
+
+    /// Applies one watch event to `index` and returns what to publish:
+    /// - only the first list is `initial`; objects that changed during a
+    ///   relist, and everything a relist finds deleted, are live changes;
+    /// - `ResourceSynced` after the first `InitDone`;
+    /// - `WatchRecovered` first when the previous poll was an error;
+    /// - nothing for an object whose projection did not change.
+    pub fn apply<K: WatchedKind>(&mut self, index: &Index, event: watcher::Event<K>) -> Vec<Event> {
+        debug_assert_eq!(K::KIND, self.kind);
+        let mut out = Vec::new();
+        if self.failing {
+            self.failing = false;
+            out.push(Event::WatchRecovered { kind: self.kind });
+        }
+        match event {
+            watcher::Event::Init => {
+                self.listing = Some(HashSet::new());
+            }
+            watcher::Event::InitApply(object) => {
+                let key = object.key();
+                let change = object.upsert(index).change();
+                if let Some(listing) = &mut self.listing {
+                    listing.insert(key.clone());
+                }
+                if let Some(change) = change {
+                    out.push(self.changed(key, change, !self.synced));
+                }
+            }
+            watcher::Event::InitDone => {
+                let seen = self.listing.take().unwrap_or_default();
+                for key in index.retain(self.kind, &seen) {
+                    // Deleted while nobody watched: a real change, never initial.
+                    out.push(self.changed(key, Change::Deleted, false));
+                }
+                if !self.synced {
+                    self.synced = true;
+                    out.push(Event::ResourceSynced { kind: self.kind });
+                }
+            }
+            watcher::Event::Apply(object) => {
+                let key = object.key();
+                if let Some(change) = object.upsert(index).change() {
+                    out.push(self.changed(key, change, false));
+                }
+            }
+            watcher::Event::Delete(object) => {
+                let key = object.key();
+                if K::remove(index, &key) {
+                    out.push(self.changed(key, Change::Deleted, false));
+                }
+            }
+        }
+        out
+    }
+
+    /// Records a watch error; returns `WatchFailed` for the first error of
+    /// a streak. A 410 Gone is kube's normal way to ask for a relist and is
+    /// not reported as a failure.
+    pub fn fail(&mut self, error: &watcher::Error) -> Option<Event> {
+        if is_gone(error) || self.failing {
+            return None;
+        }
+        self.failing = true;
+        Some(Event::WatchFailed {
+            kind: self.kind,
+            error: error.to_string(),
+        })
+    }
+
+    fn changed(&self, key: ObjectKey, change: Change, initial: bool) -> Event {
+        Event::ResourceChanged {
+            kind: self.kind,
+            key,
+            change,
+            initial,
+        }
+    }
+}
+
+fn is_gone(error: &watcher::Error) -> bool {
+    matches!(error, watcher::Error::WatchError(status) if status.code == 410)
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use kube::core::Status;
+    use poolkeeper_api::{ClassSpec, Machine, MachineSpec};
+
+    use super::*;
+
+    const NS: &str = "machine-system";
+
+    fn node(name: &str, ready: bool, heartbeat: &str) -> Node {
+        Node {
+            metadata: ObjectMeta {
+                name: Some(name.to_owned()),
+                resource_version: Some(heartbeat.to_owned()),
+                ..ObjectMeta::default()
+            },
+            status: Some(NodeStatus {
+                conditions: Some(vec![NodeCondition {
+                    type_: "Ready".to_owned(),
+                    status: if ready { "True" } else { "False" }.to_owned(),
+                    ..NodeCondition::default()
+                }]),
+                ..NodeStatus::default()
+            }),
+            ..Node::default()
+        }
+    }
+
+    fn machine(name: &str, class_name: &str) -> Machine {
+        let mut machine = Machine::new(
+            name,
+            MachineSpec {
+                class: ClassSpec {
+                    name: class_name.to_owned(),
+                    ..ClassSpec::default()
+                },
+                ..MachineSpec::default()
+            },
+        );
+        machine.metadata.namespace = Some(NS.to_owned());
+        machine
+    }
+
+    fn changed(kind: ResourceKind, key: ObjectKey, change: Change, initial: bool) -> Event {
+        Event::ResourceChanged {
+            kind,
+            key,
+            change,
+            initial,
+        }
+    }
+
+    fn node_changed(name: &str, change: Change, initial: bool) -> Event {
+        changed(
+            ResourceKind::Node,
+            ObjectKey::cluster(name),
+            change,
+            initial,
+        )
+    }
+
+    fn machine_changed(name: &str, change: Change, initial: bool) -> Event {
+        changed(
+            ResourceKind::Machine,
+            ObjectKey::namespaced(NS, name),
+            change,
+            initial,
+        )
+    }
+
+    /// Feeds `steps` in order, checking what each one publishes.
+    fn run_nodes(
+        index: &Index,
+        book: &mut WatchBookkeeper,
+        steps: Vec<(watcher::Event<Node>, Vec<Event>)>,
+    ) {
+        for (i, (event, expected)) in steps.into_iter().enumerate() {
+            let what = format!("step {i}: {event:?}");
+            assert_eq!(book.apply(index, event), expected, "{what}");
+        }
+    }
+
+    #[test]
+    fn first_list_is_initial_then_live() {
+        let index = Index::new("pool");
+        let mut book = WatchBookkeeper::new(ResourceKind::Node);
+        run_nodes(
+            &index,
+            &mut book,
+            vec![
+                (watcher::Event::Init, vec![]),
+                (
+                    watcher::Event::InitApply(node("n1", true, "1")),
+                    vec![node_changed("n1", Change::Created, true)],
+                ),
+                (
+                    watcher::Event::InitApply(node("n2", false, "2")),
+                    vec![node_changed("n2", Change::Created, true)],
+                ),
+                (
+                    watcher::Event::InitDone,
+                    vec![Event::ResourceSynced {
+                        kind: ResourceKind::Node,
+                    }],
+                ),
+                (
+                    watcher::Event::Apply(node("n3", true, "3")),
+                    vec![node_changed("n3", Change::Created, false)],
+                ),
+                (
+                    watcher::Event::Apply(node("n2", true, "4")),
+                    vec![node_changed("n2", Change::Updated, false)],
+                ),
+                (
+                    watcher::Event::Delete(node("n1", true, "5")),
+                    vec![node_changed("n1", Change::Deleted, false)],
+                ),
+                // A delete of something the index never had publishes nothing.
+                (watcher::Event::Delete(node("n9", true, "6")), vec![]),
+            ],
+        );
+        assert!(book.is_synced());
+        assert_eq!(index.count(ResourceKind::Node), 2);
+    }
+
+    #[test]
+    fn unchanged_projection_publishes_nothing() {
+        let index = Index::new("pool");
+        let mut book = WatchBookkeeper::new(ResourceKind::Node);
+        run_nodes(
+            &index,
+            &mut book,
+            vec![
+                (watcher::Event::Init, vec![]),
+                (
+                    watcher::Event::InitApply(node("n1", true, "1")),
+                    vec![node_changed("n1", Change::Created, true)],
+                ),
+                (
+                    watcher::Event::InitDone,
+                    vec![Event::ResourceSynced {
+                        kind: ResourceKind::Node,
+                    }],
+                ),
+                // Heartbeats: new resourceVersion, same projection.
+                (watcher::Event::Apply(node("n1", true, "2")), vec![]),
+                (watcher::Event::Apply(node("n1", true, "3")), vec![]),
+            ],
+        );
+    }
+
+    #[test]
+    fn relist_reports_deletes_and_changes_as_live() {
+        let index = Index::new("pool");
+        let mut book = WatchBookkeeper::new(ResourceKind::Node);
+        run_nodes(
+            &index,
+            &mut book,
+            vec![
+                (watcher::Event::Init, vec![]),
+                (
+                    watcher::Event::InitApply(node("n1", true, "1")),
+                    vec![node_changed("n1", Change::Created, true)],
+                ),
+                (
+                    watcher::Event::InitApply(node("n2", true, "1")),
+                    vec![node_changed("n2", Change::Created, true)],
+                ),
+                (
+                    watcher::Event::InitApply(node("n3", true, "1")),
+                    vec![node_changed("n3", Change::Created, true)],
+                ),
+                (
+                    watcher::Event::InitDone,
+                    vec![Event::ResourceSynced {
+                        kind: ResourceKind::Node,
+                    }],
+                ),
+                // Relist after a 410: n2 gone, n3 changed, n4 new, n1 the same.
+                (watcher::Event::Init, vec![]),
+                (watcher::Event::InitApply(node("n1", true, "9")), vec![]),
+                (
+                    watcher::Event::InitApply(node("n3", false, "9")),
+                    vec![node_changed("n3", Change::Updated, false)],
+                ),
+                (
+                    watcher::Event::InitApply(node("n4", true, "9")),
+                    vec![node_changed("n4", Change::Created, false)],
+                ),
+                // No second ResourceSynced.
+                (
+                    watcher::Event::InitDone,
+                    vec![node_changed("n2", Change::Deleted, false)],
+                ),
+            ],
+        );
+        let view = index.placement();
+        let names: Vec<&str> = view.nodes().map(|n| n.name.as_str()).collect();
+        assert_eq!(names, ["n1", "n3", "n4"]);
+    }
+
+    #[test]
+    fn relist_with_nothing_left_empties_the_kind() {
+        let index = Index::new("pool");
+        let mut book = WatchBookkeeper::new(ResourceKind::Machine);
+        let steps: Vec<(watcher::Event<Machine>, Vec<Event>)> = vec![
+            (watcher::Event::Init, vec![]),
+            (
+                watcher::Event::InitApply(machine("m1", "c1")),
+                vec![machine_changed("m1", Change::Created, true)],
+            ),
+            (
+                watcher::Event::InitDone,
+                vec![Event::ResourceSynced {
+                    kind: ResourceKind::Machine,
+                }],
+            ),
+            (watcher::Event::Init, vec![]),
+            (
+                watcher::Event::InitDone,
+                vec![machine_changed("m1", Change::Deleted, false)],
+            ),
+        ];
+        for (event, expected) in steps {
+            assert_eq!(book.apply(&index, event), expected);
+        }
+        assert_eq!(index.machines().machines_of_class(NS, "c1").count(), 0);
+    }
+
+    #[test]
+    fn restart_over_a_warm_index_reports_what_changed_meanwhile() {
+        // A new watcher instance (process restart with a kept index, or a
+        // second watcher) lists into an index that already holds objects.
+        let index = Index::new("pool");
+        index.upsert_machine(poolkeeper_index::Machine {
+            key: ObjectKey::namespaced(NS, "m1"),
+            class_name: "c1".into(),
+            deleting: false,
+        });
+        index.upsert_machine(poolkeeper_index::Machine {
+            key: ObjectKey::namespaced(NS, "gone"),
+            class_name: "c1".into(),
+            deleting: false,
+        });
+        let mut book = WatchBookkeeper::new(ResourceKind::Machine);
+        let steps: Vec<(watcher::Event<Machine>, Vec<Event>)> = vec![
+            (watcher::Event::Init, vec![]),
+            (watcher::Event::InitApply(machine("m1", "c1")), vec![]),
+            (
+                watcher::Event::InitApply(machine("m2", "c2")),
+                vec![machine_changed("m2", Change::Created, true)],
+            ),
+            (
+                watcher::Event::InitDone,
+                vec![
+                    machine_changed("gone", Change::Deleted, false),
+                    Event::ResourceSynced {
+                        kind: ResourceKind::Machine,
+                    },
+                ],
+            ),
+        ];
+        for (event, expected) in steps {
+            assert_eq!(book.apply(&index, event), expected);
+        }
+    }
+
+    #[test]
+    fn machine_class_change_is_an_update() {
+        let index = Index::new("pool");
+        let mut book = WatchBookkeeper::new(ResourceKind::Machine);
+        book.apply(&index, watcher::Event::Init::<Machine>);
+        book.apply(&index, watcher::Event::InitApply(machine("m1", "c1")));
+        book.apply(&index, watcher::Event::<Machine>::InitDone);
+        assert_eq!(
+            book.apply(&index, watcher::Event::Apply(machine("m1", "c2"))),
+            vec![machine_changed("m1", Change::Updated, false)]
+        );
+        let view = index.machines();
+        assert_eq!(view.machines_of_class(NS, "c1").count(), 0);
+        assert_eq!(view.machines_of_class(NS, "c2").count(), 1);
+    }
+
+    #[test]
+    fn failures_are_reported_once_per_streak() {
+        let index = Index::new("pool");
+        let mut book = WatchBookkeeper::new(ResourceKind::Node);
+        let failure = watcher::Error::NoResourceVersion;
+        let gone = watcher::Error::WatchError(
+            Status::failure("too old", "Expired").with_code(410).boxed(),
+        );
+        let failed = Event::WatchFailed {
+            kind: ResourceKind::Node,
+            error: failure.to_string(),
+        };
+        assert_eq!(book.fail(&failure), Some(failed.clone()));
+        assert_eq!(book.fail(&failure), None);
+        assert_eq!(
+            book.apply(&index, watcher::Event::<Node>::Init),
+            vec![Event::WatchRecovered {
+                kind: ResourceKind::Node
+            }]
+        );
+        assert_eq!(
+            book.apply(&index, watcher::Event::<Node>::InitDone),
+            vec![Event::ResourceSynced {
+                kind: ResourceKind::Node
+            }]
+        );
+        // 410 Gone is a relist request, not a failure.
+        assert_eq!(book.fail(&gone), None);
+        assert_eq!(book.apply(&index, watcher::Event::<Node>::Init), vec![]);
+        // A new streak is reported again.
+        assert_eq!(book.fail(&failure), Some(failed));
+        assert_eq!(
+            book.apply(&index, watcher::Event::Apply(node("n1", true, "1"))),
+            vec![
+                Event::WatchRecovered {
+                    kind: ResourceKind::Node
+                },
+                node_changed("n1", Change::Created, false)
+            ]
+        );
+    }
+}

@@ -1,0 +1,68 @@
+//! The serving certificate: read from `tls.crt` / `tls.key` in the cert
+//! directory (as cert-manager writes a `kubernetes.io/tls` Secret), turned
+//! into a rustls configuration with the ring provider, TLS 1.2 and 1.3.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rustls::ServerConfig;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+use crate::error::WebhookError;
+
+pub const CERT_FILE: &str = "tls.crt";
+pub const KEY_FILE: &str = "tls.key";
+
+/// The PEM contents of one certificate/key pair.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct PemPair {
+    pub(crate) cert: Vec<u8>,
+    pub(crate) key: Vec<u8>,
+}
+
+pub(crate) fn cert_path(dir: &Path) -> PathBuf {
+    dir.join(CERT_FILE)
+}
+
+pub(crate) fn key_path(dir: &Path) -> PathBuf {
+    dir.join(KEY_FILE)
+}
+
+pub(crate) async fn read_pair(dir: &Path) -> Result<PemPair, WebhookError> {
+    let read = |path: PathBuf| async move {
+        tokio::fs::read(&path)
+            .await
+            .map_err(|source| WebhookError::ReadCertificate { path, source })
+    };
+    Ok(PemPair {
+        cert: read(cert_path(dir)).await?,
+        key: read(key_path(dir)).await?,
+    })
+}
+
+/// A server configuration for `pair`; fails when the PEM does not parse or
+/// the key does not belong to the certificate.
+pub(crate) fn server_config(dir: &Path, pair: &PemPair) -> Result<Arc<ServerConfig>, WebhookError> {
+    let invalid = |reason: String| WebhookError::InvalidCertificate {
+        dir: dir.to_owned(),
+        reason,
+    };
+    let certs = CertificateDer::pem_slice_iter(&pair.cert)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| invalid(format!("{CERT_FILE}: {e}")))?;
+    if certs.is_empty() {
+        return Err(invalid(format!("{CERT_FILE} holds no certificate")));
+    }
+    let key = PrivateKeyDer::from_pem_slice(&pair.key)
+        .map_err(|e| invalid(format!("{KEY_FILE}: {e}")))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .map_err(|e| invalid(e.to_string()))?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .map_err(|e| invalid(e.to_string()))?;
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}

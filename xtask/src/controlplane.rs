@@ -1,0 +1,495 @@
+//! Building etcd, kube-apiserver and kube-scheduler from the Go modules under
+//! xtask/controlplane/, cached in target/control-plane/<kubernetes version>/.
+//!
+//! Each Go module has a stamp file next to the binaries holding a hash of its sources (go.mod,
+//! go.sum, *.go) and of the build flags; binaries are rebuilt when the stamp differs.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::run::{display, elapsed};
+use crate::{Error, Result, target_dir, workspace_root};
+
+pub const KUBEBUILDER_ASSETS: &str = "KUBEBUILDER_ASSETS";
+pub const BINARIES: [&str; 3] = ["etcd", "kube-apiserver", "kube-scheduler"];
+
+/// Reproducible, static, stripped binaries; modules exactly as go.sum pins them.
+const GOFLAGS: &str = "-buildvcs=false -mod=readonly";
+const BUILD_ENV: [(&str, &str); 3] = [
+    ("GOFLAGS", GOFLAGS),
+    ("CGO_ENABLED", "0"),
+    ("GOTOOLCHAIN", "local"),
+];
+const BUILD_ARGS: [&str; 3] = ["-trimpath", "-ldflags=-s -w", "-v"];
+
+struct GoModule {
+    /// Directory below xtask/controlplane/.
+    name: &'static str,
+    packages: &'static [&'static str],
+    binaries: &'static [&'static str],
+}
+
+const MODULES: [GoModule; 2] = [
+    GoModule {
+        name: "etcd",
+        packages: &["."],
+        binaries: &["etcd"],
+    },
+    GoModule {
+        name: "kubernetes",
+        packages: &[
+            "k8s.io/kubernetes/cmd/kube-apiserver",
+            "k8s.io/kubernetes/cmd/kube-scheduler",
+        ],
+        binaries: &["kube-apiserver", "kube-scheduler"],
+    },
+];
+
+pub fn command(args: &[String]) -> Result<()> {
+    let mut force = false;
+    for arg in args {
+        match arg.as_str() {
+            "--force" => force = true,
+            other => {
+                return Err(Error::Usage(format!(
+                    "control-plane: unknown option {other:?}"
+                )));
+            }
+        }
+    }
+    let dir = ensure(&workspace_root(), force)?;
+    println!("{}", dir.display());
+    Ok(())
+}
+
+/// The directory holding the three binaries: KUBEBUILDER_ASSETS when set, otherwise the cache,
+/// built first where missing or stale.
+pub fn ensure(root: &Path, force: bool) -> Result<PathBuf> {
+    if let Some(assets) = std::env::var_os(KUBEBUILDER_ASSETS).filter(|v| !v.is_empty()) {
+        let dir = PathBuf::from(assets);
+        let missing: Vec<_> = BINARIES.iter().filter(|b| !dir.join(b).is_file()).collect();
+        if !missing.is_empty() {
+            return Err(Error::ControlPlane(format!(
+                "{KUBEBUILDER_ASSETS}={} lacks {missing:?}; unset it to build the binaries from source",
+                dir.display()
+            )));
+        }
+        eprintln!(
+            "control plane: using {KUBEBUILDER_ASSETS}={}",
+            dir.display()
+        );
+        return Ok(dir);
+    }
+
+    let version = kubernetes_version(root)?;
+    let cache = target_dir(root).join("control-plane");
+    let out = cache.join(&version);
+    std::fs::create_dir_all(&out)
+        .map_err(|e| Error::io(format!("creating {}", out.display()), e))?;
+
+    let lock_path = cache.join(".lock");
+    let lock = File::create(&lock_path)
+        .map_err(|e| Error::io(format!("creating {}", lock_path.display()), e))?;
+    if lock.try_lock().is_err() {
+        eprintln!(
+            "control plane: waiting for another build to finish ({})",
+            lock_path.display()
+        );
+        lock.lock()
+            .map_err(|e| Error::io(format!("locking {}", lock_path.display()), e))?;
+    }
+
+    let started = Instant::now();
+    let mut built = Vec::new();
+    for module in &MODULES {
+        let source = root.join("xtask").join("controlplane").join(module.name);
+        let stamp_path = out.join(format!(".stamp-{}", module.name));
+        let stamp = source_stamp(&source)?;
+        let current = std::fs::read_to_string(&stamp_path).is_ok_and(|s| s == stamp)
+            && module.binaries.iter().all(|b| out.join(b).is_file());
+        if current && !force {
+            continue;
+        }
+        // A failed build must not leave a stamp that claims the old binaries are current.
+        let _ = std::fs::remove_file(&stamp_path);
+        build(root, module, &source, &out)?;
+        std::fs::write(&stamp_path, &stamp)
+            .map_err(|e| Error::io(format!("writing {}", stamp_path.display()), e))?;
+        built.extend(module.binaries.iter().copied());
+    }
+    drop(lock);
+    if built.is_empty() {
+        eprintln!("control plane {version}: up to date in {}", out.display());
+    } else {
+        eprintln!(
+            "control plane {version}: built {} in {} into {}",
+            built.join(", "),
+            elapsed(started.elapsed()),
+            out.display()
+        );
+    }
+    Ok(out)
+}
+
+/// The Kubernetes release pinned by xtask/controlplane/kubernetes/go.mod, e.g. `v1.36.3`.
+pub fn kubernetes_version(root: &Path) -> Result<String> {
+    let path = root.join("xtask/controlplane/kubernetes/go.mod");
+    let go_mod = std::fs::read_to_string(&path)
+        .map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+    required_version(&go_mod, "k8s.io/kubernetes")
+        .map(str::to_owned)
+        .ok_or_else(|| {
+            Error::ControlPlane(format!(
+                "{} does not require k8s.io/kubernetes",
+                path.display()
+            ))
+        })
+}
+
+fn required_version<'a>(go_mod: &'a str, module: &str) -> Option<&'a str> {
+    go_mod.lines().find_map(|line| {
+        let line = line.trim();
+        let line = line.strip_prefix("require ").unwrap_or(line).trim_start();
+        let mut words = line.split_whitespace();
+        (words.next() == Some(module))
+            .then(|| words.next())
+            .flatten()
+    })
+}
+
+/// Hash of the module's go.mod, go.sum and Go sources, and of the build settings.
+fn source_stamp(dir: &Path) -> Result<String> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|e| Error::io(format!("reading {}", dir.display()), e))?
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|p| {
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+            name == "go.mod" || name == "go.sum" || name.ends_with(".go")
+        })
+        .collect();
+    files.sort();
+    let mut hash = Fnv1a::new();
+    hash.write(format!("{BUILD_ENV:?}{BUILD_ARGS:?}").as_bytes());
+    for file in &files {
+        let contents =
+            std::fs::read(file).map_err(|e| Error::io(format!("reading {}", file.display()), e))?;
+        hash.write(file.file_name().unwrap_or_default().as_encoded_bytes());
+        hash.write(&(contents.len() as u64).to_le_bytes());
+        hash.write(&contents);
+    }
+    Ok(format!("{:016x}\n", hash.0))
+}
+
+/// 64-bit FNV-1a: stable across toolchains, unlike std's DefaultHasher.
+struct Fnv1a(u64);
+
+impl Fnv1a {
+    fn new() -> Self {
+        Self(0xcbf2_9ce4_8422_2325)
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for byte in bytes {
+            self.0 ^= u64::from(*byte);
+            self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+}
+
+fn go_command(source: &Path) -> Command {
+    let mut command = Command::new("go");
+    command.current_dir(source).envs(BUILD_ENV);
+    command
+}
+
+fn build(root: &Path, module: &GoModule, source: &Path, out: &Path) -> Result<()> {
+    let go_version = go_command(source)
+        .args(["env", "GOVERSION"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .ok_or_else(|| {
+            Error::ControlPlane(
+                "the Go toolchain (`go`) was not found on PATH; it is needed once to build etcd, \
+                 kube-apiserver and kube-scheduler (or set KUBEBUILDER_ASSETS to prebuilt ones)"
+                    .to_owned(),
+            )
+        })?;
+    let staging = out.join(format!(".build-{}", module.name));
+    let _ = std::fs::remove_dir_all(&staging);
+    std::fs::create_dir_all(&staging)
+        .map_err(|e| Error::io(format!("creating {}", staging.display()), e))?;
+
+    let mut build = go_command(source);
+    build
+        .arg("build")
+        .args(BUILD_ARGS)
+        .arg("-o")
+        .arg(format!("{}/", staging.display()))
+        .args(module.packages);
+    let retry = retry_hint(root, source, module, out);
+
+    eprintln!(
+        "control plane: building {} with {go_version} (the first build downloads Go modules and takes minutes)",
+        module.binaries.join(", ")
+    );
+    let started = Instant::now();
+
+    let mut list = go_command(source);
+    list.args(["list", "-deps", "-f", "{{.ImportPath}}"])
+        .args(module.packages);
+    let listed = run_with_progress(&mut list, "resolving packages", None)?;
+    if !listed.success {
+        return Err(failure(
+            "resolving the packages",
+            &listed.diagnostics,
+            &retry,
+        ));
+    }
+    let total = listed.stdout_lines;
+    eprintln!(
+        "  resolved {total} packages in {} ({} modules downloaded)",
+        elapsed(started.elapsed()),
+        listed.downloads
+    );
+
+    let compiled = run_with_progress(&mut build, "compiling", Some(total))?;
+    if !compiled.success {
+        return Err(failure("go build", &compiled.diagnostics, &retry));
+    }
+    for binary in module.binaries {
+        let from = staging.join(binary);
+        let to = out.join(binary);
+        std::fs::rename(&from, &to)
+            .map_err(|e| Error::io(format!("moving {} to {}", from.display(), to.display()), e))?;
+    }
+    let _ = std::fs::remove_dir_all(&staging);
+    eprintln!(
+        "control plane: built {} in {} ({} packages compiled)",
+        module.binaries.join(", "),
+        elapsed(started.elapsed()),
+        compiled.packages,
+    );
+    Ok(())
+}
+
+/// The build as a user would type it, writing straight into the cache directory.
+fn retry_hint(root: &Path, source: &Path, module: &GoModule, out: &Path) -> String {
+    let relative = source.strip_prefix(root).unwrap_or(source);
+    let mut by_hand = Command::new("go");
+    by_hand
+        .arg("build")
+        .args(BUILD_ARGS)
+        .arg("-o")
+        .arg(format!("{}/", out.display()))
+        .args(module.packages);
+    let env: Vec<String> = BUILD_ENV
+        .iter()
+        .map(|(k, v)| format!("{k}='{v}'"))
+        .collect();
+    format!(
+        "retry with `cargo xtask control-plane`, or by hand:\n  cd {} && {} {}",
+        relative.display(),
+        env.join(" "),
+        display(&by_hand)
+    )
+}
+
+fn failure(what: &str, diagnostics: &[String], retry: &str) -> Error {
+    const SHOWN: usize = 80;
+    let skipped = diagnostics.len().saturating_sub(SHOWN);
+    let mut message = format!("{what} failed; Go reported:\n");
+    if skipped > 0 {
+        message.push_str(&format!("  ... ({skipped} earlier lines)\n"));
+    }
+    for line in &diagnostics[skipped..] {
+        message.push_str("  ");
+        message.push_str(line);
+        message.push('\n');
+    }
+    message.push_str(retry);
+    Error::ControlPlane(message)
+}
+
+struct GoRun {
+    success: bool,
+    stdout_lines: usize,
+    packages: usize,
+    downloads: usize,
+    diagnostics: Vec<String>,
+}
+
+/// What a line of `go build -v` / `go list` stderr says.
+#[derive(Debug, PartialEq, Eq)]
+enum GoLine<'a> {
+    Download(&'a str),
+    Package(&'a str),
+    Diagnostic,
+}
+
+fn classify(line: &str) -> GoLine<'_> {
+    if let Some(module) = line.strip_prefix("go: downloading ") {
+        GoLine::Download(module)
+    } else if !line.is_empty() && !line.starts_with('#') && !line.contains([' ', '\t', ':']) {
+        GoLine::Package(line)
+    } else {
+        GoLine::Diagnostic
+    }
+}
+
+/// Runs go, showing one progress line (rewritten in place on a terminal, every 15 s otherwise).
+/// Errors and warnings from go are printed as they come.
+fn run_with_progress(command: &mut Command, what: &str, total: Option<usize>) -> Result<GoRun> {
+    let shown = display(command);
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| Error::io(format!("starting `{shown}`"), e))?;
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let counter =
+        std::thread::spawn(move || BufReader::new(stdout).lines().map_while(Result::ok).count());
+
+    let terminal = std::io::stderr().is_terminal();
+    let started = Instant::now();
+    let mut last_report = Instant::now();
+    let mut run = GoRun {
+        success: false,
+        stdout_lines: 0,
+        packages: 0,
+        downloads: 0,
+        diagnostics: Vec::new(),
+    };
+    let stderr = child.stderr.take().expect("stderr is piped");
+    for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+        let current = match classify(&line) {
+            GoLine::Download(module) => {
+                run.downloads += 1;
+                format!("downloading {module}")
+            }
+            GoLine::Package(package) => {
+                run.packages += 1;
+                package.to_owned()
+            }
+            GoLine::Diagnostic => {
+                if terminal {
+                    eprint!("\r\x1b[2K");
+                }
+                eprintln!("  go: {line}");
+                run.diagnostics.push(line);
+                continue;
+            }
+        };
+        let progress = match total {
+            Some(total) => format!("{}/{total} packages", run.packages),
+            None => format!("{} modules downloaded", run.downloads),
+        };
+        if terminal && last_report.elapsed() >= Duration::from_millis(100) {
+            let mut current = current;
+            current.truncate(60);
+            eprint!(
+                "\r\x1b[2K  {what}: {progress}, {} ({current})",
+                elapsed(started.elapsed())
+            );
+            let _ = std::io::stderr().flush();
+            last_report = Instant::now();
+        } else if !terminal && last_report.elapsed() >= Duration::from_secs(15) {
+            eprintln!("  {what}: {progress}, {}", elapsed(started.elapsed()));
+            last_report = Instant::now();
+        }
+    }
+    if terminal {
+        eprint!("\r\x1b[2K");
+    }
+    let status = child
+        .wait()
+        .map_err(|e| Error::io(format!("waiting for `{shown}`"), e))?;
+    run.stdout_lines = counter.join().unwrap_or(0);
+    run.success = status.success();
+    if !run.success {
+        run.diagnostics
+            .push(format!("`{shown}` exited with {status}"));
+    }
+    Ok(run)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn go_output_lines_are_classified() {
+        let cases = [
+            (
+                "go: downloading k8s.io/api v0.36.3",
+                GoLine::Download("k8s.io/api v0.36.3"),
+            ),
+            (
+                "k8s.io/kubernetes/pkg/apis/core",
+                GoLine::Package("k8s.io/kubernetes/pkg/apis/core"),
+            ),
+            (
+                "runtime/internal/sys",
+                GoLine::Package("runtime/internal/sys"),
+            ),
+            ("# k8s.io/kubernetes/cmd/kube-apiserver", GoLine::Diagnostic),
+            ("./main.go:12:2: undefined: etcdmain", GoLine::Diagnostic),
+            ("go: updates to go.mod needed", GoLine::Diagnostic),
+            ("", GoLine::Diagnostic),
+        ];
+        for (line, expected) in cases {
+            assert_eq!(classify(line), expected, "{line:?}");
+        }
+    }
+
+    #[test]
+    fn pinned_kubernetes_version_is_read() {
+        let version = kubernetes_version(&workspace_root()).unwrap();
+        assert!(version.starts_with("v1."), "{version}");
+        assert_eq!(
+            required_version(
+                "require (\n\tk8s.io/kubernetes v1.2.3\n)\n",
+                "k8s.io/kubernetes"
+            ),
+            Some("v1.2.3")
+        );
+        assert_eq!(
+            required_version("require k8s.io/kubernetes-x v1\n", "k8s.io/kubernetes"),
+            None
+        );
+    }
+
+    #[test]
+    fn stamp_changes_with_the_sources() {
+        let dir = std::env::temp_dir().join(format!("xtask-stamp-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("go.mod"), "module a\n").unwrap();
+        std::fs::write(dir.join("README.md"), "ignored").unwrap();
+        let first = source_stamp(&dir).unwrap();
+        std::fs::write(dir.join("README.md"), "still ignored").unwrap();
+        assert_eq!(source_stamp(&dir).unwrap(), first);
+        std::fs::write(dir.join("go.sum"), "x v1 h1:abc\n").unwrap();
+        let second = source_stamp(&dir).unwrap();
+        assert_ne!(second, first);
+        std::fs::write(dir.join("main.go"), "package main\n").unwrap();
+        assert_ne!(source_stamp(&dir).unwrap(), second);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn fnv1a_matches_reference_values() {
+        let hash = |bytes: &[u8]| {
+            let mut h = Fnv1a::new();
+            h.write(bytes);
+            h.0
+        };
+        assert_eq!(hash(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(hash(b"a"), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(hash(b"foobar"), 0x8594_4171_f739_67e8);
+    }
+}
