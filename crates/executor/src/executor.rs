@@ -20,7 +20,7 @@ use tokio::time::Instant;
 use tokio_util::time::{DelayQueue, delay_queue};
 
 use crate::decision::{after_write_error, decide};
-use crate::metrics::{ExecutorStats, Metrics, WriteResult};
+use crate::metrics::{ExecutorMetrics, ExecutorStats, Metrics, WriteResult};
 use crate::patch::finalizer_patch;
 use crate::settings::ExecutorSettings;
 use crate::writer::{ClassWriter, WriteError};
@@ -48,7 +48,19 @@ impl<W: ClassWriter> Executor<W> {
 
     /// Subscribes to `bus` right away, so construct it before `bus.start()`.
     /// A `concurrency` of 0 is taken as 1.
-    pub fn new(bus: &Bus, index: Arc<Index>, writer: W, mut settings: ExecutorSettings) -> Self {
+    pub fn new(bus: &Bus, index: Arc<Index>, writer: W, settings: ExecutorSettings) -> Self {
+        Self::with_metrics(bus, index, writer, settings, ExecutorMetrics::default())
+    }
+
+    /// [`Executor::new`] counting into `metrics`, registered once with
+    /// [`ExecutorMetrics::register`].
+    pub fn with_metrics(
+        bus: &Bus,
+        index: Arc<Index>,
+        writer: W,
+        mut settings: ExecutorSettings,
+        metrics: ExecutorMetrics,
+    ) -> Self {
         settings.concurrency = settings.concurrency.max(1);
         Self {
             subscription: bus.subscribe(Self::NAME),
@@ -57,8 +69,8 @@ impl<W: ClassWriter> Executor<W> {
                 index,
                 writer,
                 settings,
-                metrics: Metrics::new(),
-                stats: ExecutorStats::default(),
+                metrics: metrics.metrics,
+                stats: metrics.stats,
             }),
         }
     }

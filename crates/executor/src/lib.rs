@@ -30,7 +30,7 @@ mod writer;
 
 pub use decision::{Decision, FinalizerPatch, after_write_error, decide};
 pub use executor::Executor;
-pub use metrics::{ExecutorStats, StatsSnapshot};
+pub use metrics::{ExecutorMetrics, ExecutorStats, StatsSnapshot};
 pub use patch::finalizer_patch;
 pub use settings::{DEFAULT_FINALIZER, ExecutorSettings, Retries, Retry};
 pub use writer::{ClassWriter, FIELD_MANAGER, KubeClassWriter, WriteError, classify_status};

@@ -199,6 +199,35 @@ impl Metrics {
     }
 }
 
+/// The executor's metrics and running totals. Clones share their values,
+/// so successive executors (one per leadership term) count into one
+/// registration.
+#[derive(Clone)]
+pub struct ExecutorMetrics {
+    pub(crate) metrics: Metrics,
+    pub(crate) stats: ExecutorStats,
+}
+
+impl Default for ExecutorMetrics {
+    fn default() -> Self {
+        Self {
+            metrics: Metrics::new(),
+            stats: ExecutorStats::default(),
+        }
+    }
+}
+
+impl ExecutorMetrics {
+    /// Registers the metrics listed in the crate documentation.
+    pub fn register(&self, registry: &mut Registry) {
+        self.metrics.register(registry);
+    }
+
+    pub fn stats(&self) -> ExecutorStats {
+        self.stats.clone()
+    }
+}
+
 /// Running totals of the executor, readable while it runs.
 #[derive(Clone, Debug, Default)]
 pub struct ExecutorStats {

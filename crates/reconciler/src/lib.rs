@@ -75,14 +75,31 @@ struct ReasonLabels {
     reason: &'static str,
 }
 
+/// The debouncer's metrics. Clones share their values, so successive
+/// reconcilers (one per leadership term) can count into one registration.
 #[derive(Clone, Default)]
-struct Metrics {
+pub struct ReconcilerMetrics {
     triggers: Family<ReasonLabels, Counter>,
     changes_debounced: Counter,
 }
 
-impl Metrics {
-    fn new() -> Self {
+impl ReconcilerMetrics {
+    /// Registers `poolkeeper_reconciler_triggers_total{reason}` and
+    /// `poolkeeper_reconciler_changes_debounced_total`.
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "poolkeeper_reconciler_triggers",
+            "Reconciliation triggers published, by reason",
+            self.triggers.clone(),
+        );
+        registry.register(
+            "poolkeeper_reconciler_changes_debounced",
+            "Live resource changes folded into debounced triggers",
+            self.changes_debounced.clone(),
+        );
+    }
+
+    pub fn new() -> Self {
         let metrics = Self::default();
         // Every reason shows up from the start, at zero.
         for reason in [
@@ -104,7 +121,7 @@ pub struct Reconciler {
     bus: Bus,
     subscription: Subscription,
     settings: ReconcilerSettings,
-    metrics: Metrics,
+    metrics: ReconcilerMetrics,
 }
 
 impl std::fmt::Debug for Reconciler {
@@ -120,28 +137,29 @@ impl Reconciler {
 
     /// Subscribes to `bus` right away, so construct it before `bus.start()`.
     pub fn new(bus: &Bus, settings: ReconcilerSettings) -> Result<Self, ReconcilerError> {
+        Self::with_metrics(bus, settings, ReconcilerMetrics::new())
+    }
+
+    /// [`Reconciler::new`] counting into `metrics`, registered once with
+    /// [`ReconcilerMetrics::register`].
+    pub fn with_metrics(
+        bus: &Bus,
+        settings: ReconcilerSettings,
+        metrics: ReconcilerMetrics,
+    ) -> Result<Self, ReconcilerError> {
         settings.validate()?;
         Ok(Self {
             bus: bus.clone(),
             subscription: bus.subscribe(Self::NAME),
             settings,
-            metrics: Metrics::new(),
+            metrics,
         })
     }
 
     /// Registers `poolkeeper_reconciler_triggers_total{reason}` and
     /// `poolkeeper_reconciler_changes_debounced_total`.
     pub fn register_metrics(&self, registry: &mut Registry) {
-        registry.register(
-            "poolkeeper_reconciler_triggers",
-            "Reconciliation triggers published, by reason",
-            self.metrics.triggers.clone(),
-        );
-        registry.register(
-            "poolkeeper_reconciler_changes_debounced",
-            "Live resource changes folded into debounced triggers",
-            self.metrics.changes_debounced.clone(),
-        );
+        self.metrics.register(registry);
     }
 
     fn input_of(&self, delivery: &Delivery) -> Option<Input> {

@@ -27,7 +27,7 @@ use kube::Client;
 use poolkeeper_api::{Machine, MachineClass, NodePool};
 use poolkeeper_bus::{Bus, ObjectKey, ResourceKind};
 use poolkeeper_index::Index;
-use poolkeeper_supervisor::Component;
+use poolkeeper_supervisor::{Component, Gate};
 use prometheus_client::registry::Registry;
 
 pub use bookkeeping::WatchBookkeeper;
@@ -108,6 +108,7 @@ pub enum WatchersError {
 /// The watcher components for the enabled kinds plus the sync tracker.
 pub struct Watchers {
     components: Vec<Box<dyn Component>>,
+    tracker: SyncTracker,
     metrics: WatcherMetrics,
 }
 
@@ -181,13 +182,10 @@ impl Watchers {
             };
             components.push(watcher);
         }
-        components.push(Box::new(SyncTracker::new(
-            bus,
-            settings.kinds.clone(),
-            synced,
-        )));
+        let tracker = SyncTracker::new(bus, settings.kinds.clone(), synced);
         Ok(Self {
             components,
+            tracker,
             metrics,
         })
     }
@@ -197,9 +195,18 @@ impl Watchers {
         self.metrics.register(registry);
     }
 
+    /// Passes `gate` (the `index` readiness check) once the index is
+    /// synchronized.
+    pub fn with_readiness_gate(mut self, gate: Gate) -> Self {
+        self.tracker = self.tracker.with_gate(gate);
+        self
+    }
+
     /// The components, watchers first and the sync tracker last.
     pub fn into_components(self) -> Vec<Box<dyn Component>> {
-        self.components
+        let mut components = self.components;
+        components.push(Box::new(self.tracker));
+        components
     }
 }
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use parking_lot::Mutex;
 use poolkeeper_bus::{Bus, Delivery, Event, ResourceKind, Subscription};
-use poolkeeper_supervisor::{BoxError, Component, Context};
+use poolkeeper_supervisor::{BoxError, Component, Context, Gate};
 
 /// The kinds whose first list is complete, shared by the watchers and the
 /// tracker so that a lagging tracker subscription loses nothing.
@@ -33,6 +33,7 @@ pub struct SyncTracker {
     subscription: Subscription,
     expected: BTreeSet<ResourceKind>,
     synced: SyncedKinds,
+    gate: Option<Gate>,
 }
 
 impl SyncTracker {
@@ -43,7 +44,14 @@ impl SyncTracker {
             subscription: bus.subscribe("index-sync-tracker"),
             expected,
             synced,
+            gate: None,
         }
+    }
+
+    /// Also passes `gate` (a readiness check) once the index is synchronized.
+    pub fn with_gate(mut self, gate: Gate) -> Self {
+        self.gate = Some(gate);
+        self
     }
 }
 
@@ -59,6 +67,7 @@ impl Component for SyncTracker {
                 mut subscription,
                 expected,
                 synced,
+                gate,
             } = *self;
             let mut seen = BTreeSet::new();
             loop {
@@ -88,6 +97,9 @@ impl Component for SyncTracker {
             drop(subscription);
             tracing::info!(kinds = ?expected, "index synchronized");
             bus.publish(Event::IndexSynchronized);
+            if let Some(gate) = gate {
+                gate.pass();
+            }
             ctx.mark_ready();
             ctx.cancelled().await;
             Ok(())

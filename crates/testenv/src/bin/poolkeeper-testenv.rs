@@ -169,7 +169,6 @@ async fn up(args: UpArgs) -> Result<ExitCode, UpError> {
             let child = Command::new(program)
                 .args(&rest)
                 .env("KUBECONFIG", &kubeconfig)
-                .env("POOLKEEPER_WEBHOOK_CERT_DIR", &webhook.cert_dir)
                 .kill_on_drop(true)
                 .spawn()
                 .map_err(|e| io(format!("starting {program}"), e))?;

@@ -1,0 +1,60 @@
+//! `poolkeeper admit`: one AdmissionReview decided offline against objects
+//! from a file, exactly as the webhook would decide it.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use poolkeeper_bus::WebhookKind;
+use poolkeeper_config::Config;
+use poolkeeper_placement::{PlacementPolicy, build_index_from_objects};
+
+use crate::cli::EXIT_INVALID_INPUT;
+use crate::controller::placement_settings;
+
+/// Prints the AdmissionReview response; exit 0 for any decision, 2 for
+/// input that cannot be read.
+pub fn execute(objects: &Path, review: &Path, webhook: WebhookKind, config: Option<&Path>) -> ExitCode {
+    match respond(objects, review, webhook, config) {
+        Ok(response) => {
+            println!("{response}");
+            ExitCode::SUCCESS
+        }
+        Err(message) => {
+            eprintln!("poolkeeper admit: {message}");
+            ExitCode::from(EXIT_INVALID_INPUT)
+        }
+    }
+}
+
+/// The pretty-printed response JSON, or why the input cannot be used.
+pub fn respond(
+    objects: &Path,
+    review: &Path,
+    webhook: WebhookKind,
+    config: Option<&Path>,
+) -> Result<String, String> {
+    let config = match config {
+        Some(path) => Config::load(path)
+            .map_err(|errors| format!("{}: invalid configuration:\n{errors}", path.display()))?,
+        None => Config::default(),
+    };
+    let settings = placement_settings(&config);
+    let objects_yaml = read(objects)?;
+    let review_json = std::fs::read(review).map_err(|e| format!("{}: {e}", review.display()))?;
+
+    let offline = build_index_from_objects(&objects_yaml, &settings)
+        .map_err(|e| format!("{}: {e}", objects.display()))?;
+    for note in &offline.notes {
+        eprintln!("{}: {note}", objects.display());
+    }
+    let view = offline.index.placement();
+    let policy = PlacementPolicy::load(&view, &settings.policy);
+    let response =
+        poolkeeper_webhook::review_response(webhook, &review_json, &view, policy.as_ref(), &settings)
+            .map_err(|e| format!("{}: {e}", review.display()))?;
+    serde_json::to_string_pretty(&response).map_err(|e| format!("cannot print the response: {e}"))
+}
+
+fn read(path: &Path) -> Result<String, String> {
+    std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))
+}
