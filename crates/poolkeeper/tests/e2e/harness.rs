@@ -1,0 +1,152 @@
+//! Shared setup: a configuration for tests, the controller running in the
+//! test's runtime, and plain HTTP requests to its admin server.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use poolkeeper::controller::Controller;
+use poolkeeper_bus::Subscription;
+use poolkeeper_config::{Config, LogFormat};
+use poolkeeper_executor::{ClassWriter, ExecutorStats, KubeClassWriter};
+use poolkeeper_webhook::WebhookHandle;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+/// Generous bound for anything the control plane does asynchronously.
+pub const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A configuration for one test: loopback ports chosen by the kernel, no
+/// leader election (one replica), a short debounce so tests run quickly.
+pub fn test_config(namespace: &str, cert_dir: &Path) -> Config {
+    let mut config = Config::default();
+    config.namespace = namespace.to_owned();
+    config.leader_election.enabled = false;
+    config.reconciler.debounce_interval = Duration::from_millis(100);
+    config.reconciler.max_delay = Duration::from_secs(1);
+    config.watchers.sync_timeout = Duration::from_secs(60);
+    config.health.listen = SocketAddr::from(([127, 0, 0, 1], 0));
+    config.webhook.listen = SocketAddr::from(([127, 0, 0, 1], 0));
+    config.webhook.cert_dir = cert_dir.to_owned();
+    config.shutdown.grace_period = Duration::from_secs(5);
+    config.logging.format = LogFormat::Text;
+    config
+}
+
+/// The controller running in a task of the test's runtime.
+pub struct Running {
+    pub admin: SocketAddr,
+    pub webhook: Option<WebhookHandle>,
+    pub stats: Option<ExecutorStats>,
+    /// Subscribed before the bus started: sees every event.
+    pub events: Subscription,
+    shutdown: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<Result<(), poolkeeper::controller::ControllerError>>>,
+}
+
+impl Running {
+    pub async fn start(config: &Config, client: kube::Client) -> Self {
+        let writer = KubeClassWriter::new(client.clone());
+        Self::start_with_writer(config, client, writer).await
+    }
+
+    pub async fn start_with_writer<W: ClassWriter + Clone>(
+        config: &Config,
+        client: kube::Client,
+        writer: W,
+    ) -> Self {
+        init_logging();
+        let controller = Controller::build_with_writer(config, client, writer)
+            .await
+            .expect("the controller is wired");
+        let events = controller.bus().subscribe("e2e-observer");
+        let admin = controller.admin_addr();
+        let webhook = controller.webhook().cloned();
+        let stats = controller.executor_stats().cloned();
+        let (shutdown, stop) = oneshot::channel::<()>();
+        let task = tokio::spawn(controller.run(async move {
+            let _ = stop.await;
+        }));
+        Self {
+            admin,
+            webhook,
+            stats,
+            events,
+            shutdown: Some(shutdown),
+            task: Some(task),
+        }
+    }
+
+    /// Requests a graceful shutdown and asserts that it was clean.
+    pub async fn stop(mut self) {
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+        let task = self.task.take().expect("stopped once");
+        let result = tokio::time::timeout(TIMEOUT, task)
+            .await
+            .expect("the controller stops within the timeout")
+            .expect("the controller task joins");
+        assert!(result.is_ok(), "the controller stopped with {result:?}");
+    }
+
+    /// GET on the admin server.
+    pub async fn get(&self, path: &str) -> (u16, String) {
+        http_get(self.admin, path).await
+    }
+
+    /// Waits until `/readyz` answers 200.
+    pub async fn wait_ready(&self) {
+        let deadline = tokio::time::Instant::now() + TIMEOUT;
+        loop {
+            let (status, body) = self.get("/readyz?verbose").await;
+            if status == 200 {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "not ready within {TIMEOUT:?}: {body}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+/// A minimal HTTP/1.0 GET: status code and body.
+pub async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
+    let mut stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .unwrap_or_else(|e| panic!("connecting to {addr}: {e}"));
+    let request = format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).await.unwrap();
+    let response = String::from_utf8_lossy(&response);
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("no status line in {head:?}"));
+    (status, body.to_owned())
+}
+
+/// One subscriber for every test binary's logs; `RUST_LOG` selects them.
+fn init_logging() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_test_writer()
+        .try_init();
+}

@@ -1,0 +1,1 @@
+//! MachineClass protection end to end.

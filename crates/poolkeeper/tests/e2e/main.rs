@@ -1,0 +1,7 @@
+//! poolkeeper end to end: the whole controller, in process, against a real
+//! kube-apiserver (and kube-scheduler where pods must be placed). Each test
+//! starts its own control plane.
+
+mod harness;
+mod machineclass;
+mod placement;

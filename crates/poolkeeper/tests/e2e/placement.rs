@@ -1,0 +1,1 @@
+//! NodePool placement end to end.
