@@ -31,7 +31,6 @@ pub use decision::{
 pub use error::PlacementError;
 pub use objects::{
     NODE_POOL_GROUP, OfflineObjects, build_index_from_objects, node_pool_projection,
-    node_projection, taint_projection,
 };
 pub use policy::{
     DEFAULT_POLICY_KEY, DEFAULT_POLICY_NAME, DEFAULT_POLICY_NAMESPACE, DEFAULT_POOL_LABEL,

@@ -1,15 +1,12 @@
 //! Offline evaluation: an index built from a multi-document YAML file of
 //! Kubernetes objects (as `kubectl get -o yaml` prints them), so a policy can
 //! be checked without a cluster.
-//!
-//! Also the conversions from Kubernetes Node and NodePool objects to the
-//! index projections.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Node as K8sNode, Taint as K8sTaint};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use poolkeeper_index::{Index, Node, NodePool, PoolType, Taint};
+use k8s_openapi::api::core::v1::{ConfigMap, Node as K8sNode};
+use poolkeeper_api::projection;
+use poolkeeper_index::{Index, NodePool};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -18,84 +15,25 @@ use crate::policy::{PlacementSettings, yaml_error_message};
 
 /// OpenYurt's API group for NodePools (every version has `spec.type`,
 /// `spec.labels` and `spec.taints`).
-pub const NODE_POOL_GROUP: &str = "apps.openyurt.io";
+pub const NODE_POOL_GROUP: &str = poolkeeper_api::NODE_POOL_GROUP;
 
-/// The index projection of a Node: name, labels, taints and whether its
-/// `Ready` condition is `True`.
-pub fn node_projection(node: &K8sNode) -> Node {
-    let spec = node.spec.as_ref();
-    Node {
-        name: node.metadata.name.clone().unwrap_or_default(),
-        labels: node.metadata.labels.clone().unwrap_or_default(),
-        taints: spec
-            .and_then(|spec| spec.taints.as_deref())
-            .unwrap_or_default()
-            .iter()
-            .map(taint_projection)
-            .collect(),
-        ready: node
-            .status
-            .as_ref()
-            .and_then(|status| status.conditions.as_deref())
-            .unwrap_or_default()
-            .iter()
-            .any(|condition| condition.type_ == "Ready" && condition.status == "True"),
-    }
-}
-
-/// An empty taint value is the same as none.
-pub fn taint_projection(taint: &K8sTaint) -> Taint {
-    Taint {
-        key: taint.key.clone(),
-        value: taint.value.clone().filter(|value| !value.is_empty()),
-        effect: taint.effect.clone(),
-    }
-}
-
-#[derive(Deserialize)]
-struct NodePoolObject {
-    #[serde(default)]
-    metadata: ObjectMeta,
-    #[serde(default)]
-    spec: Option<NodePoolSpec>,
-}
-
-#[derive(Default, Deserialize)]
-struct NodePoolSpec {
-    #[serde(default, rename = "type")]
-    pool_type: Option<String>,
-    #[serde(default)]
-    labels: Option<BTreeMap<String, String>>,
-    #[serde(default)]
-    taints: Option<Vec<K8sTaint>>,
-}
-
-/// The index projection of an OpenYurt NodePool object given as JSON. A
-/// missing `spec.type` is `Edge`, OpenYurt's default; so is an unknown one.
+/// The index projection of an OpenYurt NodePool object given as JSON, of
+/// any version of the group. A missing `spec` is an empty one, as the API
+/// server defaults it.
 pub fn node_pool_projection(object: &Value) -> Result<NodePool, String> {
-    let pool = NodePoolObject::deserialize(object).map_err(|e| format!("invalid NodePool: {e}"))?;
-    let name = pool
-        .metadata
-        .name
-        .filter(|name| !name.is_empty())
-        .ok_or_else(|| "NodePool without metadata.name".to_owned())?;
-    let spec = pool.spec.unwrap_or_default();
-    // An unknown type keeps the stricter Edge checks, as the watchers do.
-    let pool_type = match spec.pool_type.as_deref() {
-        Some("Cloud") => PoolType::Cloud,
-        _ => PoolType::Edge,
-    };
-    Ok(NodePool {
-        name,
-        pool_type,
-        labels: spec.labels.unwrap_or_default(),
-        taints: spec
-            .taints
-            .unwrap_or_default()
-            .iter()
-            .map(taint_projection)
-            .collect(),
-    })
+    let mut object = object.clone();
+    if let Some(fields) = object.as_object_mut() {
+        let spec = fields.entry("spec").or_insert(Value::Null);
+        if spec.is_null() {
+            *spec = Value::Object(serde_json::Map::new());
+        }
+    }
+    let pool = poolkeeper_api::NodePool::deserialize(&object)
+        .map_err(|e| format!("invalid NodePool: {e}"))?;
+    if pool.metadata.name.as_deref().is_none_or(str::is_empty) {
+        return Err("NodePool without metadata.name".to_owned());
+    }
+    Ok(projection::node_pool(&pool))
 }
 
 /// An index filled from an objects file, with what was skipped.
@@ -182,7 +120,7 @@ pub fn build_index_from_objects(
             "Node" => {
                 let node: K8sNode = serde_json::from_value(object)
                     .map_err(|e| error(format!("invalid Node {name:?}: {e}")))?;
-                let projection = node_projection(&node);
+                let projection = projection::node(&node);
                 if projection.name.is_empty() {
                     return Err(error("Node without metadata.name".to_owned()));
                 }

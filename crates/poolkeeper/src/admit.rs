@@ -4,9 +4,11 @@
 use std::path::Path;
 use std::process::ExitCode;
 
+use base64::Engine as _;
 use poolkeeper_bus::WebhookKind;
 use poolkeeper_config::Config;
 use poolkeeper_placement::{PlacementPolicy, build_index_from_objects};
+use serde_json::Value;
 
 use crate::cli::EXIT_INVALID_INPUT;
 use crate::controller::placement_settings;
@@ -49,10 +51,22 @@ pub fn respond(
     }
     let view = offline.index.placement();
     let policy = PlacementPolicy::load(&view, &settings.policy);
-    let response =
+    let mut response =
         poolkeeper_webhook::review_response(webhook, &review_json, &view, policy.as_ref(), &settings)
             .map_err(|e| format!("{}: {e}", review.display()))?;
+    if let Some(patch) = encode_patch(&mut response) {
+        eprintln!("JSON patch: {patch}");
+    }
     serde_json::to_string_pretty(&response).map_err(|e| format!("cannot print the response: {e}"))
+}
+
+/// Rewrites `response.patch` from a byte array into base64, the form
+/// Kubernetes itself uses for it, and returns the patch as text for people.
+fn encode_patch(review: &mut Value) -> Option<String> {
+    let patch = review.pointer_mut("/response/patch")?;
+    let bytes: Vec<u8> = serde_json::from_value(patch.clone()).ok()?;
+    *patch = Value::String(base64::engine::general_purpose::STANDARD.encode(&bytes));
+    Some(String::from_utf8_lossy(&bytes).into_owned())
 }
 
 fn read(path: &Path) -> Result<String, String> {

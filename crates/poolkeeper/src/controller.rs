@@ -90,6 +90,7 @@ pub async fn client(kubeconfig: Option<&Path>) -> Result<Client, ControllerError
             .await
             .map_err(ControllerError::InferConfig)?,
     };
+    tracing::info!(server = %config.cluster_url, "using the Kubernetes API server");
     Client::try_from(config).map_err(ControllerError::Client)
 }
 
@@ -399,6 +400,22 @@ fn unique_suffix() -> String {
     format!("{:08x}", hasher.finish() as u32)
 }
 
+/// `error: cause: cause`, so that "connection refused" is not hidden behind
+/// a generic "client error".
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
 /// Fails startup with a clear error when the API server cannot be reached,
 /// instead of watchers retrying forever behind a `/readyz` that never
 /// turns green.
@@ -421,7 +438,7 @@ impl ApiServerCheck {
                 () = ctx.cancelled() => return Ok(()),
                 result = attempt => match result {
                     Ok(Ok(version)) => break version,
-                    Ok(Err(error)) => error.to_string(),
+                    Ok(Err(error)) => error_chain(&error),
                     Err(_) => "no answer".to_owned(),
                 },
             };

@@ -1,3 +1,5 @@
+use std::io::IsTerminal;
+
 use poolkeeper_config::{LogFormat, LoggingConfig};
 use tracing_subscriber::EnvFilter;
 
@@ -8,7 +10,8 @@ pub fn init(config: &LoggingConfig) {
         .unwrap_or_else(|_| EnvFilter::new(config.level.as_str()));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
     // A second init (tests running the controller in-process) keeps the first.
     let _ = match config.format {
         LogFormat::Json => builder

@@ -9,7 +9,7 @@ use poolkeeper_bus::{ObjectKey, ResourceKind};
 use poolkeeper_index::{Index, Upsert};
 use serde::de::DeserializeOwned;
 
-use crate::convert;
+use poolkeeper_api::projection;
 
 /// A Kubernetes type the watchers keep in the index.
 pub trait WatchedKind:
@@ -20,7 +20,7 @@ pub trait WatchedKind:
     const COMPONENT: &'static str;
 
     fn key(&self) -> ObjectKey {
-        convert::object_key(self.meta())
+        projection::object_key(self.meta())
     }
 
     /// Writes this object's projection.
@@ -35,7 +35,7 @@ impl WatchedKind for MachineClass {
     const COMPONENT: &'static str = "machine-class-watcher";
 
     fn upsert(&self, index: &Index) -> Upsert {
-        index.upsert_machine_class(convert::machine_class(self))
+        index.upsert_machine_class(projection::machine_class(self))
     }
 
     fn remove(index: &Index, key: &ObjectKey) -> bool {
@@ -48,7 +48,7 @@ impl WatchedKind for Machine {
     const COMPONENT: &'static str = "machine-watcher";
 
     fn upsert(&self, index: &Index) -> Upsert {
-        index.upsert_machine(convert::machine(self))
+        index.upsert_machine(projection::machine(self))
     }
 
     fn remove(index: &Index, key: &ObjectKey) -> bool {
@@ -61,7 +61,7 @@ impl WatchedKind for NodePool {
     const COMPONENT: &'static str = "node-pool-watcher";
 
     fn upsert(&self, index: &Index) -> Upsert {
-        index.upsert_node_pool(convert::node_pool(self))
+        index.upsert_node_pool(projection::node_pool(self))
     }
 
     fn remove(index: &Index, key: &ObjectKey) -> bool {
@@ -74,7 +74,7 @@ impl WatchedKind for Node {
     const COMPONENT: &'static str = "node-watcher";
 
     fn upsert(&self, index: &Index) -> Upsert {
-        index.upsert_node(convert::node(self))
+        index.upsert_node(projection::node(self))
     }
 
     fn remove(index: &Index, key: &ObjectKey) -> bool {
@@ -87,7 +87,7 @@ impl WatchedKind for ConfigMap {
     const COMPONENT: &'static str = "config-map-watcher";
 
     fn upsert(&self, index: &Index) -> Upsert {
-        let (key, data) = convert::config_map(self);
+        let (key, data) = projection::config_map(self);
         index.upsert_config_map(key, data)
     }
 

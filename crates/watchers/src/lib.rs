@@ -14,7 +14,6 @@
 
 mod bookkeeping;
 mod component;
-pub mod convert;
 mod kinds;
 mod metrics;
 mod sync;

@@ -1,13 +1,12 @@
 //! Reading an objects file for offline evaluation.
 
-use k8s_openapi::api::core::v1::Node as K8sNode;
 use poolkeeper_index::{PoolType, ResourceKind};
 use serde_json::json;
 
 use super::taint;
 use crate::{
     PlacementError, PlacementPolicy, PlacementSettings, PolicySource, build_index_from_objects,
-    node_pool_projection, node_projection,
+    node_pool_projection,
 };
 
 const OBJECTS: &str = r#"
@@ -187,23 +186,7 @@ fn errors_name_the_document() {
 }
 
 #[test]
-fn projections() {
-    let node: K8sNode = serde_json::from_value(json!({
-        "metadata": {"name": "n", "labels": {"a": "b"}},
-        "spec": {"taints": [{"key": "k", "value": "", "effect": "NoSchedule"}]},
-        "status": {"conditions": [{"type": "Ready", "status": "Unknown"}]}
-    }))
-    .unwrap();
-    let projection = node_projection(&node);
-    assert_eq!(projection.name, "n");
-    assert_eq!(projection.labels.get("a").map(String::as_str), Some("b"));
-    assert_eq!(
-        projection.taints,
-        [taint("k", None, "NoSchedule")],
-        "an empty taint value is none"
-    );
-    assert!(!projection.ready);
-
+fn node_pools_of_any_version_project() {
     let pool = node_pool_projection(
         &json!({"metadata": {"name": "p"}, "spec": {"type": "Cloud", "hostNetwork": true}}),
     )

@@ -5,3 +5,4 @@
 mod harness;
 mod machineclass;
 mod placement;
+mod process;

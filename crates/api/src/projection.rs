@@ -1,12 +1,13 @@
 //! Kubernetes objects to index projections. Pure functions: every field the
-//! index keeps is taken here, everything else is dropped.
+//! index keeps is taken here, everything else is dropped. The watchers and
+//! the offline `admit` objects file both convert through here.
 
 use std::collections::BTreeMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use poolkeeper_api::{Machine, MachineClass, NodePool, NodePoolType};
+use crate::{Machine, MachineClass, NodePool, NodePoolType};
 use poolkeeper_bus::ObjectKey;
 use poolkeeper_index as index;
 use serde_json::Value;
@@ -19,7 +20,8 @@ pub fn object_key(meta: &ObjectMeta) -> ObjectKey {
     }
 }
 
-fn taint(taint: &core::Taint) -> index::Taint {
+/// An empty taint value is the same as none.
+pub fn taint(taint: &core::Taint) -> index::Taint {
     index::Taint {
         key: taint.key.clone(),
         value: taint.value.clone().filter(|v| !v.is_empty()),
