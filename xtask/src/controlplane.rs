@@ -23,13 +23,39 @@ const BUILD_ENV: [(&str, &str); 3] = [
     ("CGO_ENABLED", "0"),
     ("GOTOOLCHAIN", "local"),
 ];
-const BUILD_ARGS: [&str; 3] = ["-trimpath", "-ldflags=-s -w", "-v"];
 
 struct GoModule {
     /// Directory below xtask/controlplane/.
     name: &'static str,
     packages: &'static [&'static str],
     binaries: &'static [&'static str],
+    /// Package whose `gitVersion` variables the build sets, so that the
+    /// binaries report the release (`/version`) instead of `v0.0.0-master`.
+    version_package: Option<&'static str>,
+}
+
+impl GoModule {
+    fn build_args(&self, kubernetes_version: &str) -> Vec<String> {
+        let mut ldflags = "-s -w".to_owned();
+        if let Some(package) = self.version_package {
+            let mut parts = kubernetes_version.trim_start_matches('v').split('.');
+            let major = parts.next().unwrap_or_default();
+            let minor = parts.next().unwrap_or_default();
+            for (variable, value) in [
+                ("gitVersion", kubernetes_version),
+                ("gitMajor", major),
+                ("gitMinor", minor),
+                ("gitTreeState", "clean"),
+            ] {
+                ldflags.push_str(&format!(" -X {package}.{variable}={value}"));
+            }
+        }
+        vec![
+            "-trimpath".to_owned(),
+            format!("-ldflags={ldflags}"),
+            "-v".to_owned(),
+        ]
+    }
 }
 
 const MODULES: [GoModule; 2] = [
@@ -37,6 +63,7 @@ const MODULES: [GoModule; 2] = [
         name: "etcd",
         packages: &["."],
         binaries: &["etcd"],
+        version_package: None,
     },
     GoModule {
         name: "kubernetes",
@@ -45,6 +72,7 @@ const MODULES: [GoModule; 2] = [
             "k8s.io/kubernetes/cmd/kube-scheduler",
         ],
         binaries: &["kube-apiserver", "kube-scheduler"],
+        version_package: Some("k8s.io/component-base/version"),
     },
 ];
 
@@ -107,7 +135,9 @@ pub fn ensure(root: &Path, force: bool) -> Result<PathBuf> {
     for module in &MODULES {
         let source = root.join("xtask").join("controlplane").join(module.name);
         let stamp_path = out.join(format!(".stamp-{}", module.name));
-        let stamp = source_stamp(&source)?;
+        let args = module.build_args(&version);
+        // The build flags are part of the stamp: changing them rebuilds.
+        let stamp = format!("{}\n{}", source_stamp(&source)?, args.join(" "));
         let current = std::fs::read_to_string(&stamp_path).is_ok_and(|s| s == stamp)
             && module.binaries.iter().all(|b| out.join(b).is_file());
         if current && !force {
@@ -115,7 +145,7 @@ pub fn ensure(root: &Path, force: bool) -> Result<PathBuf> {
         }
         // A failed build must not leave a stamp that claims the old binaries are current.
         let _ = std::fs::remove_file(&stamp_path);
-        build(root, module, &source, &out)?;
+        build(root, module, &args, &source, &out)?;
         std::fs::write(&stamp_path, &stamp)
             .map_err(|e| Error::io(format!("writing {}", stamp_path.display()), e))?;
         built.extend(module.binaries.iter().copied());
@@ -172,7 +202,7 @@ fn source_stamp(dir: &Path) -> Result<String> {
         .collect();
     files.sort();
     let mut hash = Fnv1a::new();
-    hash.write(format!("{BUILD_ENV:?}{BUILD_ARGS:?}").as_bytes());
+    hash.write(format!("{BUILD_ENV:?}").as_bytes());
     for file in &files {
         let contents =
             std::fs::read(file).map_err(|e| Error::io(format!("reading {}", file.display()), e))?;
@@ -205,7 +235,7 @@ fn go_command(source: &Path) -> Command {
     command
 }
 
-fn build(root: &Path, module: &GoModule, source: &Path, out: &Path) -> Result<()> {
+fn build(root: &Path, module: &GoModule, args: &[String], source: &Path, out: &Path) -> Result<()> {
     let go_version = go_command(source)
         .args(["env", "GOVERSION"])
         .output()
@@ -227,11 +257,11 @@ fn build(root: &Path, module: &GoModule, source: &Path, out: &Path) -> Result<()
     let mut build = go_command(source);
     build
         .arg("build")
-        .args(BUILD_ARGS)
+        .args(args)
         .arg("-o")
         .arg(format!("{}/", staging.display()))
         .args(module.packages);
-    let retry = retry_hint(root, source, module, out);
+    let retry = retry_hint(root, source, module, args, out);
 
     eprintln!(
         "control plane: building {} with {go_version} (the first build downloads Go modules and takes minutes)",
@@ -278,12 +308,18 @@ fn build(root: &Path, module: &GoModule, source: &Path, out: &Path) -> Result<()
 }
 
 /// The build as a user would type it, writing straight into the cache directory.
-fn retry_hint(root: &Path, source: &Path, module: &GoModule, out: &Path) -> String {
+fn retry_hint(
+    root: &Path,
+    source: &Path,
+    module: &GoModule,
+    args: &[String],
+    out: &Path,
+) -> String {
     let relative = source.strip_prefix(root).unwrap_or(source);
     let mut by_hand = Command::new("go");
     by_hand
         .arg("build")
-        .args(BUILD_ARGS)
+        .args(args)
         .arg("-o")
         .arg(format!("{}/", out.display()))
         .args(module.packages);

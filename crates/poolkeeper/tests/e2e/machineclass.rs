@@ -1,1 +1,893 @@
-//! MachineClass protection end to end.
+//! MachineClass protection end to end: the whole controller (placement and
+//! the webhook disabled) against a real kube-apiserver, one control plane
+//! per test.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use json_patch::Patch as JsonPatch;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use poolkeeper_api::{ClassSpec, Machine, MachineClass, MachineSpec};
+use poolkeeper_bus::{
+    Change, ClassOutcome, Delivery, EnqueueReason, Envelope, Event, ObjectKey, ResourceKind,
+    Subscription,
+};
+use poolkeeper_config::Config;
+use poolkeeper_executor::{ClassWriter, KubeClassWriter, StatsSnapshot, WriteError};
+use poolkeeper_testenv::{TestEnv, eventually};
+use serde_json::{Value, json};
+use tempfile::TempDir;
+
+use crate::harness::{Running, TIMEOUT, test_config};
+
+const NAMESPACE: &str = "machine-system";
+
+/// A control plane with the namespace created, and the configuration of a
+/// controller that does MachineClass protection only.
+struct Cluster {
+    env: TestEnv,
+    config: Config,
+    _cert_dir: TempDir,
+}
+
+impl Cluster {
+    async fn start() -> Self {
+        Self::start_with(TestEnv::builder().crds(poolkeeper_api::crds())).await
+    }
+
+    /// Without the MachineClass and Machine CRDs.
+    async fn start_without_crds() -> Self {
+        Self::start_with(TestEnv::builder()).await
+    }
+
+    async fn start_with(builder: poolkeeper_testenv::TestEnvBuilder) -> Self {
+        let env = builder.start().await.expect("the control plane starts");
+        env.create_namespace(NAMESPACE)
+            .await
+            .expect("the namespace is created");
+        let cert_dir = tempfile::tempdir().expect("a temporary directory");
+        let mut config = test_config(NAMESPACE, cert_dir.path());
+        config.placement.enabled = false;
+        config.webhook.enabled = false;
+        Self {
+            env,
+            config,
+            _cert_dir: cert_dir,
+        }
+    }
+
+    fn client(&self) -> Client {
+        self.env.client()
+    }
+
+    fn classes(&self) -> Api<MachineClass> {
+        Api::namespaced(self.client(), NAMESPACE)
+    }
+
+    fn machines(&self) -> Api<Machine> {
+        Api::namespaced(self.client(), NAMESPACE)
+    }
+
+    fn finalizer(&self) -> String {
+        self.config.machine_classes.finalizer.clone()
+    }
+}
+
+fn key(name: &str) -> ObjectKey {
+    ObjectKey::namespaced(NAMESPACE, name)
+}
+
+fn machine_class(name: &str) -> MachineClass {
+    let mut class = MachineClass::new(name, json!({"machineType": "m5.large"}));
+    class.provider = Some("AWS".to_owned());
+    class
+}
+
+fn machine(name: &str, class: &str) -> Machine {
+    Machine::new(
+        name,
+        MachineSpec {
+            class: ClassSpec {
+                kind: Some("MachineClass".to_owned()),
+                name: class.to_owned(),
+                ..ClassSpec::default()
+            },
+            ..MachineSpec::default()
+        },
+    )
+}
+
+async fn create_class(classes: &Api<MachineClass>, name: &str) {
+    classes
+        .create(&PostParams::default(), &machine_class(name))
+        .await
+        .unwrap_or_else(|e| panic!("creating MachineClass {name}: {e}"));
+}
+
+async fn create_machine(machines: &Api<Machine>, name: &str, class: &str) {
+    machines
+        .create(&PostParams::default(), &machine(name, class))
+        .await
+        .unwrap_or_else(|e| panic!("creating Machine {name}: {e}"));
+}
+
+async fn delete_machine(machines: &Api<Machine>, name: &str) {
+    machines
+        .delete(name, &DeleteParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("deleting Machine {name}: {e}"));
+}
+
+/// The class's finalizers; `None` once it is gone.
+async fn finalizers_of(classes: &Api<MachineClass>, name: &str) -> Option<Vec<String>> {
+    classes
+        .get_opt(name)
+        .await
+        .unwrap_or_else(|e| panic!("reading MachineClass {name}: {e}"))
+        .map(|class| class.metadata.finalizers.unwrap_or_default())
+}
+
+async fn has_finalizer(classes: &Api<MachineClass>, name: &str, finalizer: &str) -> bool {
+    finalizers_of(classes, name)
+        .await
+        .is_some_and(|finalizers| finalizers.iter().any(|f| f == finalizer))
+}
+
+/// `eventually` that fails the test with what it waited for.
+async fn wait_until<T, F, Fut>(what: &str, check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    eventually(what, TIMEOUT, check)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+async fn wait_finalizer(classes: &Api<MachineClass>, name: &str, finalizer: &str, present: bool) {
+    let what = if present {
+        format!("MachineClass {name} has the finalizer")
+    } else {
+        format!("MachineClass {name} has lost the finalizer")
+    };
+    wait_until(&what, || async {
+        (finalizers_of(classes, name).await.is_some()
+            && has_finalizer(classes, name, finalizer).await == present)
+            .then_some(())
+    })
+    .await;
+}
+
+/// Reads `events` until one satisfies `wanted`. Fails on a timeout and on a
+/// lag (the awaited event may be among the missed ones).
+async fn next_event(
+    events: &mut Subscription,
+    what: &str,
+    mut wanted: impl FnMut(&Event) -> bool,
+) -> Arc<Envelope> {
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    loop {
+        let delivery = tokio::time::timeout_at(deadline, events.recv())
+            .await
+            .unwrap_or_else(|_| panic!("no {what} within {TIMEOUT:?}"))
+            .expect("the bus stays open while the controller runs");
+        match delivery {
+            Delivery::Event(envelope) if wanted(&envelope.event) => return envelope,
+            Delivery::Event(_) => {}
+            Delivery::Lagged(missed) => {
+                panic!("the observer lagged ({missed} events missed) waiting for {what}")
+            }
+        }
+    }
+}
+
+fn stats(running: &Running) -> StatsSnapshot {
+    running
+        .stats
+        .as_ref()
+        .expect("MachineClass protection is enabled")
+        .snapshot()
+}
+
+/// For every class listed: whether it has `finalizer`.
+async fn finalized_classes(
+    classes: &Api<MachineClass>,
+    finalizer: &str,
+) -> BTreeMap<String, bool> {
+    classes
+        .list(&ListParams::default())
+        .await
+        .expect("listing MachineClasses")
+        .items
+        .into_iter()
+        .map(|class| {
+            let protected = class
+                .metadata
+                .finalizers
+                .iter()
+                .flatten()
+                .any(|f| f == finalizer);
+            (class.metadata.name.unwrap_or_default(), protected)
+        })
+        .collect()
+}
+
+/// The classes the Machines listed reference.
+async fn used_classes(machines: &Api<Machine>) -> BTreeSet<String> {
+    machines
+        .list(&ListParams::default())
+        .await
+        .expect("listing Machines")
+        .items
+        .into_iter()
+        .map(|machine| machine.spec.class.name)
+        .collect()
+}
+
+/// Classes, finalizer flags: used ones protected, the others not.
+fn expected_state(all: &[&str], used: &[&str]) -> BTreeMap<String, bool> {
+    all.iter()
+        .map(|name| (name.to_string(), used.contains(name)))
+        .collect()
+}
+
+/// Add, keep while in use, remove with the last Machine; a class deleted
+/// while in use waits (deletionTimestamp set, finalizer kept) until its
+/// Machines are gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finalizer_follows_machines_and_holds_back_deletion() {
+    let started = Instant::now();
+    let mut cluster = Cluster::start().await;
+    // The re-check of a class being deleted while in use.
+    cluster.config.executor.short_retry = Duration::from_secs(1);
+    let (classes, machines, finalizer) =
+        (cluster.classes(), cluster.machines(), cluster.finalizer());
+    let mut running = Running::start(&cluster.config, cluster.client()).await;
+    running.wait_ready().await;
+
+    create_class(&classes, "small").await;
+    create_machine(&machines, "m1", "small").await;
+    create_machine(&machines, "m2", "small").await;
+    wait_finalizer(&classes, "small", &finalizer, true).await;
+    let m1 = key("m1");
+    next_event(
+        &mut running.events,
+        "MachineEnqueued{m1, FinalizerAdded}",
+        |event| {
+            matches!(event, Event::MachineEnqueued { key, reason: EnqueueReason::FinalizerAdded } if *key == m1)
+        },
+    )
+    .await;
+
+    // Not the last Machine: the class stays protected.
+    delete_machine(&machines, "m1").await;
+    next_event(&mut running.events, "m1 deleted in the index", |event| {
+        matches!(event, Event::ResourceChanged { kind: ResourceKind::Machine, key, change: Change::Deleted, .. } if *key == m1)
+    })
+    .await;
+    let small = key("small");
+    let reconciled = next_event(
+        &mut running.events,
+        "a reconciliation of small after m1 went",
+        |event| matches!(event, Event::MachineClassReconciled { key, .. } if *key == small),
+    )
+    .await;
+    assert!(
+        matches!(
+            reconciled.event,
+            Event::MachineClassReconciled {
+                outcome: ClassOutcome::Unchanged,
+                ..
+            }
+        ),
+        "one Machine still uses small: {:?}",
+        reconciled.event
+    );
+    assert!(has_finalizer(&classes, "small", &finalizer).await);
+
+    // The last Machine goes: so does the finalizer.
+    delete_machine(&machines, "m2").await;
+    wait_finalizer(&classes, "small", &finalizer, false).await;
+
+    // In use again, then deleted while in use.
+    create_machine(&machines, "m3", "small").await;
+    wait_finalizer(&classes, "small", &finalizer, true).await;
+    classes
+        .delete("small", &DeleteParams::default())
+        .await
+        .expect("deleting MachineClass small");
+    let m3 = key("m3");
+    // Twice: the deletion was seen, and the class was looked at again after
+    // shortRetry and still kept.
+    for round in 1..=2 {
+        next_event(
+            &mut running.events,
+            &format!("MachineEnqueued{{m3, ClassDeleting}} #{round}"),
+            |event| {
+                matches!(event, Event::MachineEnqueued { key, reason: EnqueueReason::ClassDeleting } if *key == m3)
+            },
+        )
+        .await;
+    }
+    let held = classes
+        .get_opt("small")
+        .await
+        .expect("reading MachineClass small")
+        .expect("a class in use is not deleted");
+    assert!(
+        held.metadata.deletion_timestamp.is_some(),
+        "small is being deleted: {:?}",
+        held.metadata
+    );
+    assert!(
+        held.metadata.finalizers.iter().flatten().any(|f| *f == finalizer),
+        "small keeps the finalizer while m3 uses it: {:?}",
+        held.metadata.finalizers
+    );
+
+    // Its last Machine goes: the deletion completes.
+    delete_machine(&machines, "m3").await;
+    wait_until("MachineClass small is gone (404)", || async {
+        finalizers_of(&classes, "small").await.is_none().then_some(())
+    })
+    .await;
+
+    let totals = stats(&running);
+    println!("finalizer lifecycle: {totals:?} in {:?}", started.elapsed());
+    assert_eq!(totals.errors, 0, "{totals:?}");
+    running.stop().await;
+}
+
+/// A Machine that switches classes takes the protection along: the new
+/// class gains the finalizer, the old one (now unused) loses it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn moving_a_machine_moves_the_finalizer() {
+    let started = Instant::now();
+    let cluster = Cluster::start().await;
+    let (classes, machines, finalizer) =
+        (cluster.classes(), cluster.machines(), cluster.finalizer());
+    let mut running = Running::start(&cluster.config, cluster.client()).await;
+    running.wait_ready().await;
+
+    create_class(&classes, "old").await;
+    create_class(&classes, "new").await;
+    create_machine(&machines, "worker", "old").await;
+    wait_finalizer(&classes, "old", &finalizer, true).await;
+    let new = key("new");
+    next_event(&mut running.events, "new reconciled as unused", |event| {
+        matches!(event, Event::MachineClassReconciled { key, outcome: ClassOutcome::Unused, .. } if *key == new)
+    })
+    .await;
+    assert!(!has_finalizer(&classes, "new", &finalizer).await);
+
+    machines
+        .patch(
+            "worker",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"class": {"name": "new"}}})),
+        )
+        .await
+        .expect("moving the Machine to class new");
+    wait_until("the finalizer moved from old to new", || async {
+        let state = finalized_classes(&classes, &finalizer).await;
+        (state == expected_state(&["old", "new"], &["new"])).then_some(())
+    })
+    .await;
+    let worker = key("worker");
+    next_event(
+        &mut running.events,
+        "MachineEnqueued{worker, FinalizerAdded} for the new class",
+        |event| {
+            matches!(event, Event::MachineEnqueued { key, reason: EnqueueReason::FinalizerAdded } if *key == worker)
+        },
+    )
+    .await;
+
+    let totals = stats(&running);
+    println!("machine move: {totals:?} in {:?}", started.elapsed());
+    // Add on old, add on new, remove from old.
+    assert_eq!(totals.writes, 3, "{totals:?}");
+    running.stop().await;
+}
+
+const BURST_CLASSES: usize = 50;
+const BURST_MACHINES: usize = 1_000;
+const BURST_CONCURRENCY: usize = 32;
+const STEADY_STATE: Duration = Duration::from_secs(60);
+
+/// 1,000 Machines created as fast as the API server takes them, over 50
+/// classes: the debouncer folds them into a few passes and every class gets
+/// exactly one write. Then, with periodic requeues every 5 s, a minute of
+/// re-checks writes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_converges_in_few_passes_and_requeues_write_nothing() {
+    let mut cluster = Cluster::start().await;
+    cluster.config.executor.long_retry = Duration::from_secs(5);
+    let (classes, machines, finalizer) =
+        (cluster.classes(), cluster.machines(), cluster.finalizer());
+    let mut running = Running::start(&cluster.config, cluster.client()).await;
+    running.wait_ready().await;
+
+    let class_names: Vec<String> = (0..BURST_CLASSES).map(|i| format!("class-{i:02}")).collect();
+    let created: Vec<()> = futures::stream::iter(class_names.clone())
+        .map(|name| {
+            let classes = classes.clone();
+            async move { create_class(&classes, &name).await }
+        })
+        .buffer_unordered(BURST_CONCURRENCY)
+        .collect()
+        .await;
+    assert_eq!(created.len(), BURST_CLASSES);
+    // The classes themselves are settled (unused, nothing written) before
+    // the burst is measured.
+    let mut seen = HashSet::new();
+    while seen.len() < BURST_CLASSES {
+        let envelope = next_event(
+            &mut running.events,
+            "the new classes reconciled as unused",
+            |event| {
+                matches!(
+                    event,
+                    Event::MachineClassReconciled {
+                        outcome: ClassOutcome::Unused,
+                        ..
+                    }
+                )
+            },
+        )
+        .await;
+        if let Event::MachineClassReconciled { key, .. } = &envelope.event {
+            seen.insert(key.clone());
+        }
+    }
+    let before = stats(&running);
+    assert_eq!(before.writes, 0, "nothing to write for unused classes");
+
+    let burst_started = Instant::now();
+    let results: Vec<Result<(), String>> = futures::stream::iter(0..BURST_MACHINES)
+        .map(|i| {
+            let machines = machines.clone();
+            let class = class_names[i % BURST_CLASSES].clone();
+            async move {
+                machines
+                    .create(
+                        &PostParams::default(),
+                        &machine(&format!("machine-{i:04}"), &class),
+                    )
+                    .await
+                    .map(drop)
+                    .map_err(|e| format!("machine-{i:04}: {e}"))
+            }
+        })
+        .buffer_unordered(BURST_CONCURRENCY)
+        .collect()
+        .await;
+    let created_in = burst_started.elapsed();
+    let failures: Vec<&String> = results.iter().filter_map(|r| r.as_ref().err()).collect();
+    assert!(failures.is_empty(), "creates failed: {failures:?}");
+
+    wait_until("every class of the burst has the finalizer", || async {
+        let state = finalized_classes(&classes, &finalizer).await;
+        (state.len() == BURST_CLASSES && state.values().all(|protected| *protected)).then_some(())
+    })
+    .await;
+    // A write is counted when its answer is back, right after the API
+    // server has stored it.
+    let converged = wait_until("the executor counted its writes", || async {
+        let now = stats(&running);
+        (now.writes >= BURST_CLASSES as u64).then_some(now)
+    })
+    .await;
+    let converged_in = burst_started.elapsed();
+
+    let changes = BURST_MACHINES as u64;
+    let passes = converged.passes - before.passes;
+    let reconciliations = converged.reconciliations - before.reconciliations;
+    println!(
+        "burst: {changes} Machine creates over {BURST_CLASSES} classes \
+         (concurrency {BURST_CONCURRENCY}) took {created_in:?}; converged after {converged_in:?} \
+         with {passes} passes, {reconciliations} reconciliations, {} writes, {} conflicts, \
+         {} errors, {} machines enqueued",
+        converged.writes, converged.conflicts, converged.errors, converged.machines_enqueued
+    );
+    assert!(
+        passes < changes / 10,
+        "{passes} passes for {changes} changes: the debouncer should fold them"
+    );
+    assert_eq!(
+        converged.writes, BURST_CLASSES as u64,
+        "one finalizer add per class, nothing else: {converged:?}"
+    );
+    assert_eq!(converged.errors, 0, "{converged:?}");
+
+    // Steady state: every class is requeued every longRetry (5 s); the
+    // re-checks find nothing to do.
+    tokio::time::sleep(STEADY_STATE).await;
+    let steady = stats(&running);
+    let steady_passes = steady.passes - converged.passes;
+    let steady_reconciliations = steady.reconciliations - converged.reconciliations;
+    println!(
+        "steady state over {STEADY_STATE:?} (longRetry 5s): {steady_passes} passes, \
+         {steady_reconciliations} reconciliations, {} writes, {} conflicts, {} errors, \
+         {} machines enqueued",
+        steady.writes - converged.writes,
+        steady.conflicts - converged.conflicts,
+        steady.errors - converged.errors,
+        steady.machines_enqueued - converged.machines_enqueued
+    );
+    assert_eq!(steady.writes, converged.writes, "requeues wrote: {steady:?}");
+    assert_eq!(steady.errors, 0, "{steady:?}");
+    assert_eq!(
+        steady.machines_enqueued, converged.machines_enqueued,
+        "periodic re-checks do not enqueue Machines"
+    );
+    assert!(steady_passes > 0, "no requeue pass ran");
+    // 12 rounds are due in a minute; at least 5 of every class.
+    assert!(
+        steady_reconciliations >= 5 * BURST_CLASSES as u64,
+        "only {steady_reconciliations} requeued reconciliations in {STEADY_STATE:?}"
+    );
+    let state = finalized_classes(&classes, &finalizer).await;
+    assert!(state.values().all(|protected| *protected), "{state:?}");
+    running.stop().await;
+}
+
+/// Changes made while the controller is down are caught up by the next one:
+/// the same finalizers as if it had never stopped, with exactly the writes
+/// needed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_controller_catches_up() {
+    let started = Instant::now();
+    let cluster = Cluster::start().await;
+    let (classes, machines, finalizer) =
+        (cluster.classes(), cluster.machines(), cluster.finalizer());
+    let running = Running::start(&cluster.config, cluster.client()).await;
+    running.wait_ready().await;
+
+    for name in ["c0", "c1", "c2", "c3", "c4", "c5"] {
+        create_class(&classes, name).await;
+    }
+    for (name, class) in [
+        ("m0a", "c0"),
+        ("m0b", "c0"),
+        ("m1a", "c1"),
+        ("m1b", "c1"),
+        ("m2", "c2"),
+        ("m3", "c3"),
+    ] {
+        create_machine(&machines, name, class).await;
+    }
+    let first_all = ["c0", "c1", "c2", "c3", "c4", "c5"];
+    let first_used = ["c0", "c1", "c2", "c3"];
+    wait_until("the first controller converged", || async {
+        (finalized_classes(&classes, &finalizer).await == expected_state(&first_all, &first_used))
+            .then_some(())
+    })
+    .await;
+    running.stop().await;
+
+    // While no controller runs: new classes in use, c4 used, c1 unused,
+    // c0 still used by one Machine.
+    for name in ["c6", "c7"] {
+        create_class(&classes, name).await;
+    }
+    for (name, class) in [("m4", "c4"), ("m6a", "c6"), ("m6b", "c6"), ("m7", "c7")] {
+        create_machine(&machines, name, class).await;
+    }
+    for name in ["m1a", "m1b", "m0b"] {
+        delete_machine(&machines, name).await;
+    }
+    let all = ["c0", "c1", "c2", "c3", "c4", "c5", "c6", "c7"];
+    let used = ["c0", "c2", "c3", "c4", "c6", "c7"];
+    assert_eq!(
+        used_classes(&machines).await,
+        used.iter().map(|s| s.to_string()).collect(),
+        "the changes made while down"
+    );
+    // Nobody acted on them yet.
+    assert_eq!(
+        finalized_classes(&classes, &finalizer).await,
+        expected_state(&all, &first_used)
+    );
+
+    let running = Running::start(&cluster.config, cluster.client()).await;
+    running.wait_ready().await;
+    wait_until(
+        "the restarted controller converged: finalizers exactly on the classes in use",
+        || async {
+            let used = used_classes(&machines).await;
+            let state = finalized_classes(&classes, &finalizer).await;
+            let expected: BTreeMap<String, bool> = state
+                .keys()
+                .map(|name| (name.clone(), used.contains(name)))
+                .collect();
+            (state == expected && state == expected_state(&all, &["c0", "c2", "c3", "c4", "c6", "c7"]))
+                .then_some(())
+        },
+    )
+    .await;
+    let totals = wait_until("the executor counted its writes", || async {
+        let now = stats(&running);
+        (now.writes >= 4).then_some(now)
+    })
+    .await;
+    println!(
+        "restart: second controller {totals:?}, test took {:?}",
+        started.elapsed()
+    );
+    // c4, c6, c7 added, c1 removed; c0, c2, c3 already right.
+    assert_eq!(totals.writes, 4, "{totals:?}");
+    assert_eq!(totals.errors, 0, "{totals:?}");
+    running.stop().await;
+}
+
+const OTHER_WRITER_ANNOTATION: &str = "e2e.poolkeeper.io/other-writer";
+
+/// One patch the executor asked for.
+#[derive(Debug)]
+struct Attempt {
+    key: ObjectKey,
+    /// Another writer changed the class right before this patch.
+    interfered: Result<bool, String>,
+    result: Result<(), WriteError>,
+}
+
+/// A [`ClassWriter`] that lets another writer change each class (an
+/// annotation, which bumps its resourceVersion) right before the first
+/// finalizer patch of that class goes out.
+#[derive(Clone)]
+struct InterferingWriter {
+    inner: KubeClassWriter,
+    client: Client,
+    attempts: Arc<Mutex<Vec<Attempt>>>,
+}
+
+impl InterferingWriter {
+    fn new(client: Client) -> Self {
+        Self {
+            inner: KubeClassWriter::new(client.clone()),
+            client,
+            attempts: Arc::default(),
+        }
+    }
+
+    fn attempts(&self) -> Vec<(ObjectKey, Result<bool, String>, Result<(), WriteError>)> {
+        self.attempts
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|a| (a.key.clone(), a.interfered.clone(), a.result.clone()))
+            .collect()
+    }
+
+    async fn interfere(&self, key: &ObjectKey) -> Result<(), String> {
+        let classes: Api<MachineClass> =
+            Api::namespaced(self.client.clone(), key.namespace.as_deref().unwrap_or(""));
+        let patch = json!({"metadata": {"annotations": {OTHER_WRITER_ANNOTATION: "was-here"}}});
+        classes
+            .patch(&key.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map(drop)
+            .map_err(|e| e.to_string())
+    }
+}
+
+impl ClassWriter for InterferingWriter {
+    async fn patch_finalizers(&self, key: &ObjectKey, patch: &JsonPatch) -> Result<(), WriteError> {
+        let first = !self
+            .attempts
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|attempt| attempt.key == *key);
+        let interfered = if first {
+            self.interfere(key).await.map(|()| true)
+        } else {
+            Ok(false)
+        };
+        let result = self.inner.patch_finalizers(key, patch).await;
+        self.attempts.lock().unwrap().push(Attempt {
+            key: key.clone(),
+            interfered,
+            result: result.clone(),
+        });
+        result
+    }
+}
+
+/// A finalizer patch that loses a race with another writer is rejected by
+/// its guards (no clobbering), counted as a conflict, and retried: the class
+/// ends up with the finalizer and with the other writer's change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conflicting_write_is_retried_without_clobbering() {
+    let started = Instant::now();
+    let cluster = Cluster::start().await;
+    let (classes, machines, finalizer) =
+        (cluster.classes(), cluster.machines(), cluster.finalizer());
+    let writer = InterferingWriter::new(cluster.client());
+    let mut running =
+        Running::start_with_writer(&cluster.config, cluster.client(), writer.clone()).await;
+    running.wait_ready().await;
+
+    create_class(&classes, "contested").await;
+    create_machine(&machines, "m1", "contested").await;
+    let contested = key("contested");
+    next_event(&mut running.events, "a conflict on contested", |event| {
+        matches!(event, Event::MachineClassReconciled { key, outcome: ClassOutcome::Conflict, .. } if *key == contested)
+    })
+    .await;
+    wait_finalizer(&classes, "contested", &finalizer, true).await;
+    let totals = wait_until("the executor counted its write", || async {
+        let now = stats(&running);
+        (now.writes >= 1).then_some(now)
+    })
+    .await;
+
+    let class = classes.get("contested").await.expect("reading contested");
+    assert_eq!(
+        class
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(OTHER_WRITER_ANNOTATION))
+            .map(String::as_str),
+        Some("was-here"),
+        "the other writer's change is kept: {:?}",
+        class.metadata
+    );
+    let attempts = writer.attempts();
+    println!(
+        "conflict: attempts {attempts:?}; {totals:?} in {:?}",
+        started.elapsed()
+    );
+    assert!(
+        matches!(
+            attempts.first(),
+            Some((k, Ok(true), Err(WriteError::Conflict(_)))) if *k == contested
+        ),
+        "the first patch went out after the other writer and conflicted: {attempts:?}"
+    );
+    assert!(
+        matches!(attempts.last(), Some((k, Ok(false), Ok(()))) if *k == contested),
+        "a retry succeeded: {attempts:?}"
+    );
+    assert!(totals.conflicts >= 1, "{totals:?}");
+    assert_eq!(totals.writes, 1, "{totals:?}");
+    assert_eq!(totals.errors, 0, "{totals:?}");
+    running.stop().await;
+}
+
+/// The value of one series of the OpenMetrics text (`name` or
+/// `name{labels}`), if present.
+fn metric(text: &str, series: &str) -> Option<f64> {
+    text.lines().find_map(|line| {
+        let value = line.strip_prefix(series)?.strip_prefix(' ')?;
+        value.split_whitespace().next()?.parse().ok()
+    })
+}
+
+/// Started before the CRDs exist, the controller is alive but not ready
+/// until its watchers can list; then `/metrics` and `/debug/events` show
+/// the reconciliation that follows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_waits_for_the_index_and_admin_endpoints_report() {
+    let started = Instant::now();
+    let cluster = Cluster::start_without_crds().await;
+    let (classes, machines, finalizer) =
+        (cluster.classes(), cluster.machines(), cluster.finalizer());
+    let mut running = Running::start(&cluster.config, cluster.client()).await;
+
+    let failed = next_event(
+        &mut running.events,
+        "WatchFailed while the CRDs are missing",
+        |event| {
+            matches!(
+                event,
+                Event::WatchFailed {
+                    kind: ResourceKind::MachineClass | ResourceKind::Machine,
+                    ..
+                }
+            )
+        },
+    )
+    .await;
+    println!("without CRDs: {:?}", failed.event);
+    let (status, body) = running.get("/readyz").await;
+    assert_eq!(status, 503, "/readyz without CRDs: {body}");
+    assert!(body.contains("[-]index failed"), "/readyz: {body}");
+    let (status, body) = running.get("/readyz/index").await;
+    assert_eq!(status, 503, "/readyz/index without CRDs: {body}");
+    assert!(body.contains("[-]index failed"), "/readyz/index: {body}");
+    let (status, body) = running.get("/healthz").await;
+    assert_eq!(status, 200, "/healthz without CRDs: {body}");
+
+    cluster
+        .env
+        .install_crds(poolkeeper_api::crds())
+        .await
+        .expect("installing the CRDs");
+    let installed = Instant::now();
+    let deadline = installed + TIMEOUT;
+    loop {
+        let (status, body) = running.get("/readyz?verbose").await;
+        if status == 200 {
+            break;
+        }
+        assert_eq!(status, 503, "{body}");
+        assert!(
+            Instant::now() < deadline,
+            "not ready {TIMEOUT:?} after the CRDs were installed: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    println!("ready {:?} after the CRDs were installed", installed.elapsed());
+    // Everything published until the first 200 is waiting in `events`.
+    let mut synchronized = false;
+    while let Some(delivery) = running.events.try_recv() {
+        match delivery {
+            Delivery::Event(envelope) => {
+                synchronized |= matches!(envelope.event, Event::IndexSynchronized);
+            }
+            Delivery::Lagged(missed) => panic!("the observer lagged by {missed}"),
+        }
+    }
+    assert!(synchronized, "IndexSynchronized published before ready");
+    let (status, body) = running.get("/readyz/index").await;
+    assert_eq!(status, 200, "/readyz/index: {body}");
+    let (status, body) = running.get("/healthz").await;
+    assert_eq!(status, 200, "/healthz: {body}");
+
+    // One reconciliation that writes, then the admin endpoints.
+    create_class(&classes, "observed").await;
+    create_machine(&machines, "m1", "observed").await;
+    wait_finalizer(&classes, "observed", &finalizer, true).await;
+    wait_until("the executor counted its write", || async {
+        (stats(&running).writes >= 1).then_some(())
+    })
+    .await;
+
+    let (status, text) = running.get("/metrics").await;
+    assert_eq!(status, 200, "/metrics: {text}");
+    for series in [
+        "poolkeeper_reconciliations_total",
+        "poolkeeper_executor_passes_total",
+        "poolkeeper_api_writes_total{result=\"success\"}",
+        "poolkeeper_requeues_total{reason=\"long_retry\"}",
+        "poolkeeper_machineclass_outcomes_total{outcome=\"finalizer_added\"}",
+        "poolkeeper_machines_enqueued_total{reason=\"finalizer_added\"}",
+    ] {
+        let value = metric(&text, series).unwrap_or_else(|| panic!("no {series} in:\n{text}"));
+        assert!(value > 0.0, "{series} is {value}");
+    }
+    assert_eq!(
+        metric(&text, "poolkeeper_api_writes_total{result=\"error\"}"),
+        Some(0.0),
+        "{text}"
+    );
+
+    let (status, body) = running.get("/debug/events").await;
+    assert_eq!(status, 200, "/debug/events: {body}");
+    let entries: Vec<Value> = serde_json::from_str(&body)
+        .unwrap_or_else(|e| panic!("/debug/events is a JSON array ({e}): {body}"));
+    let reconciled = entries.iter().any(|entry| {
+        let event = &entry["event"];
+        event["type"] == "MachineClassReconciled"
+            && event["key"]["name"] == "observed"
+            && event["outcome"] == "FinalizerAdded"
+    });
+    assert!(
+        reconciled,
+        "no MachineClassReconciled of observed in /debug/events: {body}"
+    );
+    assert!(
+        entries
+            .iter()
+            .any(|entry| entry["event"]["type"] == "IndexSynchronized"),
+        "IndexSynchronized in /debug/events: {body}"
+    );
+    println!("readiness and admin endpoints: {:?}", started.elapsed());
+    running.stop().await;
+}
