@@ -15,7 +15,12 @@ use crate::controller::placement_settings;
 
 /// Prints the AdmissionReview response; exit 0 for any decision, 2 for
 /// input that cannot be read.
-pub fn execute(objects: &Path, review: &Path, webhook: WebhookKind, config: Option<&Path>) -> ExitCode {
+pub fn execute(
+    objects: &Path,
+    review: &Path,
+    webhook: WebhookKind,
+    config: Option<&Path>,
+) -> ExitCode {
     match respond(objects, review, webhook, config) {
         Ok(response) => {
             println!("{response}");
@@ -51,9 +56,14 @@ pub fn respond(
     }
     let view = offline.index.placement();
     let policy = PlacementPolicy::load(&view, &settings.policy);
-    let mut response =
-        poolkeeper_webhook::review_response(webhook, &review_json, &view, policy.as_ref(), &settings)
-            .map_err(|e| format!("{}: {e}", review.display()))?;
+    let mut response = poolkeeper_webhook::review_response(
+        webhook,
+        &review_json,
+        &view,
+        policy.as_ref(),
+        &settings,
+    )
+    .map_err(|e| format!("{}: {e}", review.display()))?;
     if let Some(patch) = encode_patch(&mut response) {
         eprintln!("JSON patch: {patch}");
     }

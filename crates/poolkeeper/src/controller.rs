@@ -73,12 +73,11 @@ pub enum ControllerError {
 pub async fn client(kubeconfig: Option<&Path>) -> Result<Client, ControllerError> {
     let config = match kubeconfig {
         Some(path) => {
-            let kubeconfig = Kubeconfig::read_from(path).map_err(|source| {
-                ControllerError::Kubeconfig {
+            let kubeconfig =
+                Kubeconfig::read_from(path).map_err(|source| ControllerError::Kubeconfig {
                     path: path.to_owned(),
                     source,
-                }
-            })?;
+                })?;
             kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
                 .await
                 .map_err(|source| ControllerError::Kubeconfig {
@@ -335,11 +334,7 @@ fn leader_gated<W: ClassWriter + Clone>(
             lease_duration: election.lease_duration,
             renew_deadline: election.renew_deadline,
             retry_period: election.retry_period,
-            ..LeaseSettings::new(
-                &election.lease_namespace,
-                &election.lease_name,
-                identity(),
-            )
+            ..LeaseSettings::new(&election.lease_namespace, &election.lease_name, identity())
         };
         Some(Box::new(LeaseElector::new(client, settings)?))
     } else {

@@ -6,8 +6,8 @@ use tracing_subscriber::EnvFilter;
 /// Installs the global subscriber. `RUST_LOG`, when set, wins over the
 /// configured level so one run can be made verbose without editing the file.
 pub fn init(config: &LoggingConfig) {
-    let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new(config.level.as_str()));
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(config.level.as_str()));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

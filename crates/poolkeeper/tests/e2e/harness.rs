@@ -20,8 +20,10 @@ pub const TIMEOUT: Duration = Duration::from_secs(30);
 /// A configuration for one test: loopback ports chosen by the kernel, no
 /// leader election (one replica), a short debounce so tests run quickly.
 pub fn test_config(namespace: &str, cert_dir: &Path) -> Config {
-    let mut config = Config::default();
-    config.namespace = namespace.to_owned();
+    let mut config = Config {
+        namespace: namespace.to_owned(),
+        ..Config::default()
+    };
     config.leader_election.enabled = false;
     config.reconciler.debounce_interval = Duration::from_millis(100);
     config.reconciler.max_delay = Duration::from_secs(1);

@@ -35,7 +35,11 @@ fn check_config_accepts_the_reference_file() {
 #[test]
 fn check_config_names_the_field_of_a_bad_duration_and_exits_2() {
     let dir = tempfile::tempdir().unwrap();
-    let file = write_temp(&dir, "bad.yaml", "reconciler: {debounceInterval: 5 parsecs}\n");
+    let file = write_temp(
+        &dir,
+        "bad.yaml",
+        "reconciler: {debounceInterval: 5 parsecs}\n",
+    );
     let output = poolkeeper(&["check-config", &file]);
     assert_eq!(output.status.code(), Some(2), "{output:?}");
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -66,7 +70,11 @@ fn default_config_passes_its_own_check() {
     let output = poolkeeper(&["default-config"]);
     assert_eq!(output.status.code(), Some(0));
     let dir = tempfile::tempdir().unwrap();
-    let file = write_temp(&dir, "default.yaml", &String::from_utf8_lossy(&output.stdout));
+    let file = write_temp(
+        &dir,
+        "default.yaml",
+        &String::from_utf8_lossy(&output.stdout),
+    );
     let output = poolkeeper(&["check-config", &file]);
     assert_eq!(output.status.code(), Some(0), "{output:?}");
 }
@@ -130,10 +138,15 @@ async fn run_without_a_reachable_cluster_fails_fast_and_probes_answer_meanwhile(
     let mut live = None;
     let mut not_ready = None;
     while live.is_none() || not_ready.is_none() {
-        assert!(started.elapsed() < Duration::from_secs(5), "no probe answers within 5s");
-        if let Ok(Ok(stream)) =
-            tokio::time::timeout(Duration::from_millis(200), tokio::net::TcpStream::connect(admin))
-                .await
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "no probe answers within 5s"
+        );
+        if let Ok(Ok(stream)) = tokio::time::timeout(
+            Duration::from_millis(200),
+            tokio::net::TcpStream::connect(admin),
+        )
+        .await
         {
             drop(stream);
             live = Some(http_get(admin, "/healthz").await);
@@ -159,5 +172,8 @@ async fn run_without_a_reachable_cluster_fails_fast_and_probes_answer_meanwhile(
         stderr.contains("API server could not be reached"),
         "no clear message in: {stderr}"
     );
-    assert!(elapsed < Duration::from_secs(20), "took {elapsed:?} to give up");
+    assert!(
+        elapsed < Duration::from_secs(20),
+        "took {elapsed:?} to give up"
+    );
 }
