@@ -93,17 +93,36 @@ fn classify(error: kube::Error) -> WriteError {
 /// Maps an API error status onto [`WriteError`].
 ///
 /// A failed `test` operation comes back as 422 (the patch could not be
-/// applied), with the JSON patch library's message as the cause; a racing
-/// update as 409. Both mean the object moved on. Other 422s are genuine
-/// validation errors.
+/// applied): kube-apiserver sends it bare, with only the generic 422
+/// message and neither causes nor the object in the details; other servers
+/// may carry the JSON patch library's message as the cause. A racing update
+/// is a 409. Both mean the object moved on. Other 422s are genuine
+/// validation errors, which name the object and the invalid field.
 pub fn classify_status(status: &Status) -> WriteError {
     let message = status_message(status);
     match status.code {
         404 => WriteError::NotFound,
         409 => WriteError::Conflict(message),
-        422 if is_failed_test(&message) => WriteError::Conflict(message),
+        422 if is_failed_test(&message) || is_unapplicable_patch(status) => {
+            WriteError::Conflict(message)
+        }
         _ => WriteError::Api(message),
     }
+}
+
+/// The message of kube-apiserver's generic 422 (`NewGenericServerResponse`),
+/// which it answers a JSON patch it cannot apply with.
+const GENERIC_UNPROCESSABLE: &str =
+    "the server rejected our request due to an error in our request";
+
+/// kube-apiserver's answer to a JSON patch it could not apply (a failed
+/// `test`, a removed path): the generic message, no causes.
+fn is_unapplicable_patch(status: &Status) -> bool {
+    status.message == GENERIC_UNPROCESSABLE
+        && status
+            .details
+            .as_ref()
+            .is_none_or(|details| details.causes.is_empty())
 }
 
 fn status_message(status: &Status) -> String {
@@ -158,6 +177,21 @@ mod tests {
 
     const REJECTED: &str = "the server rejected our request due to an error in our request";
 
+    /// What kube-apiserver answers a JSON patch whose `test` failed.
+    fn bare_unprocessable() -> Status {
+        serde_json::from_value(json!({
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": REJECTED,
+            "reason": "Invalid",
+            "details": {},
+            "code": 422,
+        }))
+        .unwrap()
+    }
+
     #[test]
     fn statuses_map_to_write_errors() {
         let cases = [
@@ -179,6 +213,11 @@ mod tests {
                     REJECTED,
                     Some("test operation does not apply: is missing path: /metadata/finalizers"),
                 ),
+                "conflict",
+            ),
+            (
+                "a failed test as kube-apiserver answers it (bare 422) is a conflict",
+                bare_unprocessable(),
                 "conflict",
             ),
             (

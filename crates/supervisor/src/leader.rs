@@ -190,9 +190,13 @@ impl LeaderGated {
                 },
                 exit = next_exit(&mut running) => {
                     let name = exit.name;
-                    let error = exit
-                        .into_failure()
-                        .unwrap_or_else(|| "stopped before it was asked to".into());
+                    // A clean exit after being asked to stop: the gated
+                    // components' tokens are children of this one's, so
+                    // shutdown has begun and this select may just have seen
+                    // the component end before noticing its own cancellation.
+                    let Some(error) = exit.into_failure() else {
+                        break Ok(());
+                    };
                     tracing::error!(component = name, "component \"{name}\" failed: {error}");
                     break Err(SupervisorError::ComponentFailed { name: name.to_string(), error }.into());
                 }

@@ -743,3 +743,32 @@ async fn leader_only_components_that_ignore_the_loss_are_aborted() {
     );
     assert!(log.contains("released"));
 }
+
+/// At shutdown the gated components are cancelled together with the gate
+/// (their tokens are children of its token). One of them may end before the
+/// gate notices its own cancellation; that clean stop is no failure. Each
+/// round leaves the gate unpolled until the component has ended, so both
+/// of its select branches are ready at once.
+#[tokio::test(start_paused = true)]
+async fn a_leader_only_component_stopping_with_the_gate_is_no_failure() {
+    for round in 0..32 {
+        let log = Log::default();
+        let factory_log = log.clone();
+        let gated = LeaderGated::new("leader-election", None, Bus::default(), move || {
+            vec![fake("executor", &factory_log, Behavior::Normal)]
+        });
+        let cancel = CancellationToken::new();
+        let (ready, _) = tokio::sync::watch::channel(false);
+        let mut run = Box::new(gated).run(Context::new(cancel.clone(), Activity::default(), ready));
+        tokio::select! {
+            result = &mut run => panic!("the gate ended on its own: {result:?}"),
+            () = settle() => {}
+        }
+        assert!(log.contains("start:executor"), "round {round}");
+        cancel.cancel();
+        settle().await;
+        assert!(log.contains("stop:executor"), "round {round}");
+        let result = run.await;
+        assert!(result.is_ok(), "round {round}: {result:?}");
+    }
+}

@@ -184,6 +184,19 @@ async fn next_event(
     }
 }
 
+/// `MachineEnqueued` of `machine` for `why`.
+fn is_enqueued(event: &Event, machine: &ObjectKey, why: EnqueueReason) -> bool {
+    matches!(event, Event::MachineEnqueued { key, reason } if key == machine && *reason == why)
+}
+
+/// `MachineClassReconciled` of `class` with `result`.
+fn is_reconciled(event: &Event, class: &ObjectKey, result: ClassOutcome) -> bool {
+    matches!(
+        event,
+        Event::MachineClassReconciled { key, outcome, .. } if key == class && *outcome == result
+    )
+}
+
 fn stats(running: &Running) -> StatsSnapshot {
     running
         .stats
@@ -193,10 +206,7 @@ fn stats(running: &Running) -> StatsSnapshot {
 }
 
 /// For every class listed: whether it has `finalizer`.
-async fn finalized_classes(
-    classes: &Api<MachineClass>,
-    finalizer: &str,
-) -> BTreeMap<String, bool> {
+async fn finalized_classes(classes: &Api<MachineClass>, finalizer: &str) -> BTreeMap<String, bool> {
     classes
         .list(&ListParams::default())
         .await
@@ -256,23 +266,33 @@ async fn finalizer_follows_machines_and_holds_back_deletion() {
     next_event(
         &mut running.events,
         "MachineEnqueued{m1, FinalizerAdded}",
-        |event| {
-            matches!(event, Event::MachineEnqueued { key, reason: EnqueueReason::FinalizerAdded } if *key == m1)
-        },
+        |event| is_enqueued(event, &m1, EnqueueReason::FinalizerAdded),
     )
     .await;
 
     // Not the last Machine: the class stays protected.
     delete_machine(&machines, "m1").await;
     next_event(&mut running.events, "m1 deleted in the index", |event| {
-        matches!(event, Event::ResourceChanged { kind: ResourceKind::Machine, key, change: Change::Deleted, .. } if *key == m1)
+        matches!(
+            event,
+            Event::ResourceChanged {
+                kind: ResourceKind::Machine,
+                key,
+                change: Change::Deleted,
+                ..
+            } if *key == m1
+        )
     })
     .await;
     let small = key("small");
     let reconciled = next_event(
         &mut running.events,
         "a reconciliation of small after m1 went",
-        |event| matches!(event, Event::MachineClassReconciled { key, .. } if *key == small),
+        // A conflict (stale index) decides nothing; the retry does.
+        |event| {
+            matches!(event, Event::MachineClassReconciled { key, outcome, .. }
+                if *key == small && *outcome != ClassOutcome::Conflict)
+        },
     )
     .await;
     assert!(
@@ -306,9 +326,7 @@ async fn finalizer_follows_machines_and_holds_back_deletion() {
         next_event(
             &mut running.events,
             &format!("MachineEnqueued{{m3, ClassDeleting}} #{round}"),
-            |event| {
-                matches!(event, Event::MachineEnqueued { key, reason: EnqueueReason::ClassDeleting } if *key == m3)
-            },
+            |event| is_enqueued(event, &m3, EnqueueReason::ClassDeleting),
         )
         .await;
     }
@@ -323,7 +341,11 @@ async fn finalizer_follows_machines_and_holds_back_deletion() {
         held.metadata
     );
     assert!(
-        held.metadata.finalizers.iter().flatten().any(|f| *f == finalizer),
+        held.metadata
+            .finalizers
+            .iter()
+            .flatten()
+            .any(|f| *f == finalizer),
         "small keeps the finalizer while m3 uses it: {:?}",
         held.metadata.finalizers
     );
@@ -331,7 +353,10 @@ async fn finalizer_follows_machines_and_holds_back_deletion() {
     // Its last Machine goes: the deletion completes.
     delete_machine(&machines, "m3").await;
     wait_until("MachineClass small is gone (404)", || async {
-        finalizers_of(&classes, "small").await.is_none().then_some(())
+        finalizers_of(&classes, "small")
+            .await
+            .is_none()
+            .then_some(())
     })
     .await;
 
@@ -358,7 +383,7 @@ async fn moving_a_machine_moves_the_finalizer() {
     wait_finalizer(&classes, "old", &finalizer, true).await;
     let new = key("new");
     next_event(&mut running.events, "new reconciled as unused", |event| {
-        matches!(event, Event::MachineClassReconciled { key, outcome: ClassOutcome::Unused, .. } if *key == new)
+        is_reconciled(event, &new, ClassOutcome::Unused)
     })
     .await;
     assert!(!has_finalizer(&classes, "new", &finalizer).await);
@@ -380,9 +405,7 @@ async fn moving_a_machine_moves_the_finalizer() {
     next_event(
         &mut running.events,
         "MachineEnqueued{worker, FinalizerAdded} for the new class",
-        |event| {
-            matches!(event, Event::MachineEnqueued { key, reason: EnqueueReason::FinalizerAdded } if *key == worker)
-        },
+        |event| is_enqueued(event, &worker, EnqueueReason::FinalizerAdded),
     )
     .await;
 
@@ -411,7 +434,9 @@ async fn a_burst_converges_in_few_passes_and_requeues_write_nothing() {
     let mut running = Running::start(&cluster.config, cluster.client()).await;
     running.wait_ready().await;
 
-    let class_names: Vec<String> = (0..BURST_CLASSES).map(|i| format!("class-{i:02}")).collect();
+    let class_names: Vec<String> = (0..BURST_CLASSES)
+        .map(|i| format!("class-{i:02}"))
+        .collect();
     let created: Vec<()> = futures::stream::iter(class_names.clone())
         .map(|name| {
             let classes = classes.clone();
@@ -482,46 +507,90 @@ async fn a_burst_converges_in_few_passes_and_requeues_write_nothing() {
     })
     .await;
     let converged_in = burst_started.elapsed();
-
     let changes = BURST_MACHINES as u64;
-    let passes = converged.passes - before.passes;
-    let reconciliations = converged.reconciliations - before.reconciliations;
     println!(
         "burst: {changes} Machine creates over {BURST_CLASSES} classes \
-         (concurrency {BURST_CONCURRENCY}) took {created_in:?}; converged after {converged_in:?} \
-         with {passes} passes, {reconciliations} reconciliations, {} writes, {} conflicts, \
-         {} errors, {} machines enqueued",
-        converged.writes, converged.conflicts, converged.errors, converged.machines_enqueued
+         (concurrency {BURST_CONCURRENCY}) took {created_in:?}; every class protected after \
+         {converged_in:?} with {} passes, {} reconciliations, {} writes, {} conflicts",
+        converged.passes - before.passes,
+        converged.reconciliations - before.reconciliations,
+        converged.writes,
+        converged.conflicts,
+    );
+
+    // Settled: the pass after the last change of the burst has run.
+    let mut created = HashSet::new();
+    while created.len() < BURST_MACHINES {
+        let envelope = next_event(
+            &mut running.events,
+            "every Machine of the burst in the index",
+            |event| {
+                matches!(
+                    event,
+                    Event::ResourceChanged {
+                        kind: ResourceKind::Machine,
+                        change: Change::Created,
+                        ..
+                    }
+                )
+            },
+        )
+        .await;
+        if let Event::ResourceChanged { key, .. } = &envelope.event {
+            created.insert(key.clone());
+        }
+    }
+    next_event(
+        &mut running.events,
+        "a trigger after the last change",
+        |event| matches!(event, Event::ReconciliationTriggered { .. }),
+    )
+    .await;
+    next_event(&mut running.events, "the pass after the burst", |event| {
+        matches!(
+            event,
+            Event::ReconciliationCompleted { .. } | Event::ReconciliationFailed { .. }
+        )
+    })
+    .await;
+    let settled = stats(&running);
+    let settled_in = burst_started.elapsed();
+    let passes = settled.passes - before.passes;
+    let reconciliations = settled.reconciliations - before.reconciliations;
+    println!(
+        "burst settled after {settled_in:?}: {passes} passes, {reconciliations} reconciliations, \
+         {} writes, {} conflicts, {} errors, {} machines enqueued",
+        settled.writes, settled.conflicts, settled.errors, settled.machines_enqueued
     );
     assert!(
         passes < changes / 10,
         "{passes} passes for {changes} changes: the debouncer should fold them"
     );
     assert_eq!(
-        converged.writes, BURST_CLASSES as u64,
-        "one finalizer add per class, nothing else: {converged:?}"
+        settled.writes, BURST_CLASSES as u64,
+        "one finalizer add per class, nothing else: {settled:?}"
     );
-    assert_eq!(converged.errors, 0, "{converged:?}");
+    assert_eq!(settled.errors, 0, "{settled:?}");
 
     // Steady state: every class is requeued every longRetry (5 s); the
     // re-checks find nothing to do.
     tokio::time::sleep(STEADY_STATE).await;
     let steady = stats(&running);
-    let steady_passes = steady.passes - converged.passes;
-    let steady_reconciliations = steady.reconciliations - converged.reconciliations;
+    let steady_passes = steady.passes - settled.passes;
+    let steady_reconciliations = steady.reconciliations - settled.reconciliations;
     println!(
         "steady state over {STEADY_STATE:?} (longRetry 5s): {steady_passes} passes, \
          {steady_reconciliations} reconciliations, {} writes, {} conflicts, {} errors, \
          {} machines enqueued",
-        steady.writes - converged.writes,
-        steady.conflicts - converged.conflicts,
-        steady.errors - converged.errors,
-        steady.machines_enqueued - converged.machines_enqueued
+        steady.writes - settled.writes,
+        steady.conflicts - settled.conflicts,
+        steady.errors - settled.errors,
+        steady.machines_enqueued - settled.machines_enqueued
     );
-    assert_eq!(steady.writes, converged.writes, "requeues wrote: {steady:?}");
+    assert_eq!(steady.writes, settled.writes, "requeues wrote: {steady:?}");
     assert_eq!(steady.errors, 0, "{steady:?}");
     assert_eq!(
-        steady.machines_enqueued, converged.machines_enqueued,
+        steady.machines_enqueued, settled.machines_enqueued,
         "periodic re-checks do not enqueue Machines"
     );
     assert!(steady_passes > 0, "no requeue pass ran");
@@ -604,8 +673,9 @@ async fn a_restarted_controller_catches_up() {
                 .keys()
                 .map(|name| (name.clone(), used.contains(name)))
                 .collect();
-            (state == expected && state == expected_state(&all, &["c0", "c2", "c3", "c4", "c6", "c7"]))
-                .then_some(())
+            (state == expected
+                && state == expected_state(&all, &["c0", "c2", "c3", "c4", "c6", "c7"]))
+            .then_some(())
         },
     )
     .await;
@@ -627,7 +697,7 @@ async fn a_restarted_controller_catches_up() {
 const OTHER_WRITER_ANNOTATION: &str = "e2e.poolkeeper.io/other-writer";
 
 /// One patch the executor asked for.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct Attempt {
     key: ObjectKey,
     /// Another writer changed the class right before this patch.
@@ -654,13 +724,8 @@ impl InterferingWriter {
         }
     }
 
-    fn attempts(&self) -> Vec<(ObjectKey, Result<bool, String>, Result<(), WriteError>)> {
-        self.attempts
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|a| (a.key.clone(), a.interfered.clone(), a.result.clone()))
-            .collect()
+    fn attempts(&self) -> Vec<Attempt> {
+        self.attempts.lock().unwrap().clone()
     }
 
     async fn interfere(&self, key: &ObjectKey) -> Result<(), String> {
@@ -716,7 +781,7 @@ async fn a_conflicting_write_is_retried_without_clobbering() {
     create_machine(&machines, "m1", "contested").await;
     let contested = key("contested");
     next_event(&mut running.events, "a conflict on contested", |event| {
-        matches!(event, Event::MachineClassReconciled { key, outcome: ClassOutcome::Conflict, .. } if *key == contested)
+        is_reconciled(event, &contested, ClassOutcome::Conflict)
     })
     .await;
     wait_finalizer(&classes, "contested", &finalizer, true).await;
@@ -746,12 +811,19 @@ async fn a_conflicting_write_is_retried_without_clobbering() {
     assert!(
         matches!(
             attempts.first(),
-            Some((k, Ok(true), Err(WriteError::Conflict(_)))) if *k == contested
+            Some(Attempt {
+                key,
+                interfered: Ok(true),
+                result: Err(WriteError::Conflict(_)),
+            }) if *key == contested
         ),
         "the first patch went out after the other writer and conflicted: {attempts:?}"
     );
     assert!(
-        matches!(attempts.last(), Some((k, Ok(false), Ok(()))) if *k == contested),
+        matches!(
+            attempts.last(),
+            Some(Attempt { key, interfered: Ok(false), result: Ok(()) }) if *key == contested
+        ),
         "a retry succeeded: {attempts:?}"
     );
     assert!(totals.conflicts >= 1, "{totals:?}");
@@ -823,7 +895,10 @@ async fn readiness_waits_for_the_index_and_admin_endpoints_report() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    println!("ready {:?} after the CRDs were installed", installed.elapsed());
+    println!(
+        "ready {:?} after the CRDs were installed",
+        installed.elapsed()
+    );
     // Everything published until the first 200 is waiting in `events`.
     let mut synchronized = false;
     while let Some(delivery) = running.events.try_recv() {
