@@ -21,7 +21,8 @@ commands:
                             control plane + CRDs + sample objects + webhooks, with poolkeeper
                             running against it (ARGS are appended to `poolkeeper run`); Ctrl-C stops
   crds [--check]            write deploy/crds/*.yaml from poolkeeper_api::crds(), or check them
-  bench [CARGO BENCH ARGS]  run the benchmarks (all, or those selected by the arguments)
+  bench [CARGO BENCH ARGS]  run the benchmarks (all, or those selected by the arguments); the
+                            webhook load benchmark needs wrk (`apt-get install wrk`)
 ";
 
 #[derive(Debug, thiserror::Error)]
@@ -97,11 +98,28 @@ fn main() -> ExitCode {
     }
 }
 
+/// The package whose load benchmark drives the webhook server with `wrk`.
+const WRK_PACKAGE: &str = "poolkeeper-webhook";
+
 fn bench(args: &[String]) -> Result<()> {
     let root = workspace_root();
     let selects_packages = args
         .iter()
         .any(|a| a == "-p" || a.starts_with("--package") || a.starts_with("-p"));
+    let names_webhook = args.iter().any(|a| a.contains(WRK_PACKAGE));
+    let excludes = args.iter().any(|a| a.starts_with("--exclude"));
+    let runs_webhook = if selects_packages {
+        names_webhook
+    } else {
+        !(excludes && names_webhook)
+    };
+    if runs_webhook && !wrk_installed() {
+        return Err(Error::Usage(format!(
+            "the webhook load benchmark ({WRK_PACKAGE}, bench `load`) needs `wrk` on the PATH: \
+             install it with `apt-get install wrk` (Debian/Ubuntu), or leave it out with \
+             `cargo xtask bench --exclude {WRK_PACKAGE}`"
+        )));
+    }
     let mut command = run::cargo(&root);
     command.arg("bench");
     if !selects_packages {
@@ -109,4 +127,14 @@ fn bench(args: &[String]) -> Result<()> {
     }
     command.args(args);
     run::status(&mut command)
+}
+
+/// `wrk` starts (it exits non-zero on `--version`, so only starting counts).
+fn wrk_installed() -> bool {
+    std::process::Command::new("wrk")
+        .arg("--version")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok()
 }

@@ -5,9 +5,9 @@
 use std::collections::BTreeMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 
+use crate::{Machine, MachineClass, NodePool, NodePoolType};
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use crate::{Machine, MachineClass, NodePool, NodePoolType};
 use poolkeeper_bus::ObjectKey;
 use poolkeeper_index as index;
 use serde_json::Value;

@@ -189,34 +189,54 @@ pub enum Event {
         initial: bool,
     },
     /// A watched kind finished its first list.
-    ResourceSynced { kind: ResourceKind },
+    ResourceSynced {
+        kind: ResourceKind,
+    },
     /// Every watched kind has synced: the index is complete.
     IndexSynchronized,
-    WatchFailed { kind: ResourceKind, error: String },
-    WatchRecovered { kind: ResourceKind },
-    ReconciliationTriggered { reason: TriggerReason },
-    ReconciliationStarted { pass: u64, keys: usize },
+    WatchFailed {
+        kind: ResourceKind,
+        error: String,
+    },
+    WatchRecovered {
+        kind: ResourceKind,
+    },
+    ReconciliationTriggered {
+        reason: TriggerReason,
+    },
+    ReconciliationStarted {
+        pass: u64,
+        keys: usize,
+    },
     ReconciliationCompleted {
         pass: u64,
         #[serde(with = "humantime_serde")]
         duration: Duration,
         writes: usize,
     },
-    ReconciliationFailed { pass: u64, error: String },
+    ReconciliationFailed {
+        pass: u64,
+        error: String,
+    },
     MachineClassReconciled {
         key: ObjectKey,
         outcome: ClassOutcome,
         #[serde(with = "humantime_serde")]
         requeue_after: Duration,
     },
-    MachineEnqueued { key: ObjectKey, reason: EnqueueReason },
+    MachineEnqueued {
+        key: ObjectKey,
+        reason: EnqueueReason,
+    },
     AdmissionDecided {
         webhook: WebhookKind,
         allowed: bool,
         patched: bool,
         reason: String,
     },
-    LeadershipChanged { leader: bool },
+    LeadershipChanged {
+        leader: bool,
+    },
     ShutdownRequested,
 }
 

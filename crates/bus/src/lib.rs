@@ -25,8 +25,7 @@ use prometheus_client::registry::Registry;
 use serde::Serialize;
 
 pub use event::{
-    Change, ClassOutcome, EnqueueReason, Event, ObjectKey, ResourceKind, TriggerReason,
-    WebhookKind,
+    Change, ClassOutcome, EnqueueReason, Event, ObjectKey, ResourceKind, TriggerReason, WebhookKind,
 };
 
 /// Default number of events a subscriber may fall behind before it lags.
@@ -115,7 +114,12 @@ impl Bus {
         let metrics = Metrics::default();
         let published_by_ordinal = Event::NAMES
             .iter()
-            .map(|&event| metrics.published.get_or_create(&EventLabels { event }).clone())
+            .map(|&event| {
+                metrics
+                    .published
+                    .get_or_create(&EventLabels { event })
+                    .clone()
+            })
             .collect();
         Self {
             inner: Arc::new(Inner {

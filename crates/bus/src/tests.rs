@@ -26,7 +26,10 @@ async fn events_published_before_start_arrive_in_order_after_start() {
     for i in 0..3 {
         bus.publish(changed(i));
     }
-    assert!(sub.try_recv().is_none(), "nothing is delivered before start");
+    assert!(
+        sub.try_recv().is_none(),
+        "nothing is delivered before start"
+    );
     bus.start();
     bus.publish(changed(3));
     let got: Vec<_> = (0..4).map(|_| name_of(sub.try_recv().unwrap())).collect();

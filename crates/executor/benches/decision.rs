@@ -29,9 +29,13 @@ fn populated_index() -> (Index, Vec<ObjectKey>) {
     let mut keys = Vec::with_capacity(CLASSES);
     for i in 0..CLASSES {
         let key = ObjectKey::namespaced(NAMESPACE, class_name(i));
-        let protected = if i < USED { i % 10 != 0 } else { i % 2 == 0 };
+        let protected = if i < USED {
+            !i.is_multiple_of(10)
+        } else {
+            i.is_multiple_of(2)
+        };
         let mut finalizers = Vec::new();
-        if i % 7 == 0 {
+        if i.is_multiple_of(7) {
             finalizers.push("example.com/backup-protection".to_owned());
         }
         if protected {
@@ -40,7 +44,7 @@ fn populated_index() -> (Index, Vec<ObjectKey>) {
         index.upsert_machine_class(MachineClass {
             key: key.clone(),
             finalizers,
-            deleting: i % 50 == 0,
+            deleting: i.is_multiple_of(50),
             spec_hash: i as u64 * 0x9E37_79B9,
             resource_version: (40_000_000 + i).to_string(),
         });
@@ -53,7 +57,7 @@ fn populated_index() -> (Index, Vec<ObjectKey>) {
                 format!("{}-z{}-{i:05}", class_name(i % USED), 1 + i % 3),
             ),
             class_name: class_name(i % USED),
-            deleting: i % 100 == 0,
+            deleting: i.is_multiple_of(100),
         });
     }
     (index, keys)

@@ -6,7 +6,7 @@
 //! counts every byte requested from and returned to the allocator (no
 //! `unsafe` here, so the workspace's `forbid(unsafe_code)` holds). Each
 //! figure is the change in live bytes across one phase; the objects are
-//! converted with the watchers' own conversion (`poolkeeper_watchers::convert`)
+//! converted with the watchers' own conversion (`poolkeeper_api::projection`)
 //! and fed to the store as a watcher's initial list would be
 //! (`Init`, `InitApply` per object, `InitDone`).
 //!
@@ -21,8 +21,8 @@ use kube::Resource;
 use kube::runtime::reflector::store;
 use kube::runtime::watcher::Event;
 use poolkeeper_api::Machine;
+use poolkeeper_api::projection as convert;
 use poolkeeper_index::Index;
-use poolkeeper_watchers::convert;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use stats_alloc::{INSTRUMENTED_SYSTEM, StatsAlloc};
@@ -113,11 +113,20 @@ const IMAGES: [(&str, &str); 25] = [
     ("registry.k8s.io/coredns/coredns", "v1.11.3"),
     ("registry.k8s.io/metrics-server/metrics-server", "v0.7.2"),
     ("registry.k8s.io/ingress-nginx/controller", "v1.11.3"),
-    ("registry.k8s.io/sig-storage/csi-node-driver-registrar", "v2.12.0"),
+    (
+        "registry.k8s.io/sig-storage/csi-node-driver-registrar",
+        "v2.12.0",
+    ),
     ("registry.k8s.io/sig-storage/livenessprobe", "v2.14.0"),
-    ("public.ecr.aws/ebs-csi-driver/aws-ebs-csi-driver", "v1.36.0"),
+    (
+        "public.ecr.aws/ebs-csi-driver/aws-ebs-csi-driver",
+        "v1.36.0",
+    ),
     ("quay.io/prometheus/node-exporter", "v1.8.2"),
-    ("quay.io/prometheus-operator/prometheus-config-reloader", "v0.78.1"),
+    (
+        "quay.io/prometheus-operator/prometheus-config-reloader",
+        "v0.78.1",
+    ),
     ("docker.io/calico/node", "v3.28.2"),
     ("docker.io/calico/cni", "v3.28.2"),
     ("docker.io/calico/kube-controllers", "v3.28.2"),
@@ -199,7 +208,7 @@ fn node_json(i: usize, rng: &mut Rng) -> Value {
     let cidr = format!("100.{}.{}.0/24", 64 + (i / 256) % 64, i % 256);
     let pool = format!("pool-{:03}", i % POOLS);
     let mut taints = vec![json!({"key": "node-role.kubernetes.io/edge", "effect": "NoSchedule"})];
-    if i % 10 == 0 {
+    if i.is_multiple_of(10) {
         taints.push(json!({"key": "dedicated", "value": "gpu", "effect": "NoExecute"}));
     }
     let images: Vec<Value> = IMAGES
@@ -406,13 +415,7 @@ fn run(count: usize) -> Vec<Row> {
     let mut rows = Vec::new();
 
     // Nodes.
-    let before = live();
     let nodes: Vec<Node> = generate(count, 1, node_json);
-    rows.push(Row {
-        kind: "Node",
-        what: "full objects, as deserialized (reference)",
-        held: held(before),
-    });
     let index = Index::new(POOL_LABEL);
     let before = live();
     for node in &nodes {
@@ -448,13 +451,7 @@ fn run(count: usize) -> Vec<Row> {
     drop(nodes);
 
     // Machines.
-    let before = live();
     let machines: Vec<Machine> = generate(count, 2, machine_json);
-    rows.push(Row {
-        kind: "Machine",
-        what: "full objects, as deserialized (reference)",
-        held: held(before),
-    });
     let before = live();
     for machine in &machines {
         index.upsert_machine(convert::machine(machine));
