@@ -280,6 +280,19 @@ impl<'a> PlacementView<'a> {
             .filter_map(|name| self.state.nodes.get(name.as_ref()))
     }
 
+    /// How many nodes carry `key=value`, in O(1).
+    pub fn label_count(&self, key: &str, value: &str) -> usize {
+        self.state.labels.nodes(key, value).map_or(0, BTreeSet::len)
+    }
+
+    /// How many nodes carry the label `key`, in O(distinct values).
+    pub fn label_key_count(&self, key: &str) -> usize {
+        self.state
+            .labels
+            .values(key)
+            .map_or(0, |values| values.values().map(BTreeSet::len).sum())
+    }
+
     /// Nodes carrying the label `key` with any value, in O(result).
     pub fn nodes_with_label_key(&self, key: &str) -> impl Iterator<Item = &Node> {
         self.state

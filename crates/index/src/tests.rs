@@ -448,6 +448,36 @@ fn node_label_change_moves_between_pools() {
 }
 
 #[test]
+fn label_counts_agree_with_the_node_sets() {
+    let index = placement_fixture();
+    index.upsert_node(node("n2", &[(POOL, "hangzhou"), ("zone", "a")]));
+    index.remove_node("n4");
+    let view = index.placement();
+    for (key, value, expected) in [
+        ("zone", "a", 2),
+        ("zone", "b", 0),
+        ("missing", "a", 0),
+        ("node-role.kubernetes.io/edge", "", 2),
+        (POOL, "hangzhou", 2),
+    ] {
+        assert_eq!(view.label_count(key, value), expected, "{key}={value}");
+        assert_eq!(
+            view.label_count(key, value),
+            view.nodes_with_label(key, value).count(),
+            "{key}={value}"
+        );
+    }
+    for (key, expected) in [("zone", 2), ("missing", 0), (POOL, 3)] {
+        assert_eq!(view.label_key_count(key), expected, "{key}");
+        assert_eq!(
+            view.label_key_count(key),
+            view.nodes_with_label_key(key).count(),
+            "{key}"
+        );
+    }
+}
+
+#[test]
 fn label_value_change_within_key() {
     let index = placement_fixture();
     index.upsert_node(node("n2", &[(POOL, "hangzhou"), ("zone", "a")]));

@@ -20,12 +20,13 @@ enum Source<'a> {
 }
 
 impl Source<'_> {
-    /// How many nodes iterating this source visits.
+    /// How many nodes iterating this source visits; answered from the
+    /// index's set sizes, so choosing a source costs nothing like using one.
     fn cost(&self, view: &PlacementView<'_>) -> usize {
         match self {
             Source::Named(name) => usize::from(view.node(name).is_some()),
-            Source::Label(key, value) => view.nodes_with_label(key, value).count(),
-            Source::LabelKey(key) => view.nodes_with_label_key(key).count(),
+            Source::Label(key, value) => view.label_count(key, value),
+            Source::LabelKey(key) => view.label_key_count(key),
             Source::Union(parts) => parts.iter().map(|part| part.cost(view)).sum(),
             Source::All => view.node_count(),
         }
