@@ -70,21 +70,33 @@ pub fn not_ready_review(review_json: &[u8]) -> Result<Reviewed, WebhookError> {
 }
 
 fn parse_request(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, WebhookError> {
-    let value: Value =
-        serde_json::from_slice(body).map_err(|e| WebhookError::MalformedJson(e.to_string()))?;
-    let field = |name: &str| {
-        value
-            .get(name)
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned()
+    /// Only the type fields; the rest of the body is skipped without being
+    /// built, so checking the type first costs little beside the full parse.
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct TypeFields {
+        #[serde(default)]
+        api_version: Option<Value>,
+        #[serde(default)]
+        kind: Option<Value>,
+    }
+    let text = |field: Option<Value>| match field {
+        Some(Value::String(text)) => text,
+        _ => String::new(),
     };
-    let (api_version, kind) = (field("apiVersion"), field("kind"));
+    let (api_version, kind) = match serde_json::from_slice::<TypeFields>(body) {
+        Ok(types) => (text(types.api_version), text(types.kind)),
+        // Not an object, or not JSON at all: the slow path tells which.
+        Err(_) => match serde_json::from_slice::<Value>(body) {
+            Ok(_) => (String::new(), String::new()),
+            Err(error) => return Err(WebhookError::MalformedJson(error.to_string())),
+        },
+    };
     if api_version != META_API_VERSION_V1 || kind != META_KIND {
         return Err(WebhookError::WrongType { api_version, kind });
     }
     let review: AdmissionReview<DynamicObject> =
-        serde_json::from_value(value).map_err(|e| WebhookError::MalformedReview(e.to_string()))?;
+        serde_json::from_slice(body).map_err(|e| WebhookError::MalformedReview(e.to_string()))?;
     review.try_into().map_err(|_| WebhookError::MissingRequest)
 }
 
