@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::gomod::required_version;
 use crate::run::{display, elapsed};
 use crate::{Error, Result, target_dir, workspace_root};
 
@@ -177,17 +178,6 @@ pub fn kubernetes_version(root: &Path) -> Result<String> {
                 path.display()
             ))
         })
-}
-
-fn required_version<'a>(go_mod: &'a str, module: &str) -> Option<&'a str> {
-    go_mod.lines().find_map(|line| {
-        let line = line.trim();
-        let line = line.strip_prefix("require ").unwrap_or(line).trim_start();
-        let mut words = line.split_whitespace();
-        (words.next() == Some(module))
-            .then(|| words.next())
-            .flatten()
-    })
 }
 
 /// Hash of the module's go.mod, go.sum and Go sources, and of the build settings.
@@ -487,17 +477,6 @@ mod tests {
     fn pinned_kubernetes_version_is_read() {
         let version = kubernetes_version(&workspace_root()).unwrap();
         assert!(version.starts_with("v1."), "{version}");
-        assert_eq!(
-            required_version(
-                "require (\n\tk8s.io/kubernetes v1.2.3\n)\n",
-                "k8s.io/kubernetes"
-            ),
-            Some("v1.2.3")
-        );
-        assert_eq!(
-            required_version("require k8s.io/kubernetes-x v1\n", "k8s.io/kubernetes"),
-            None
-        );
     }
 
     #[test]

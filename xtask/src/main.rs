@@ -3,6 +3,7 @@
 mod controlplane;
 mod crds;
 mod dev;
+mod gomod;
 mod pipeline;
 mod run;
 

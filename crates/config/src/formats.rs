@@ -1,6 +1,9 @@
 //! Field formats whose parse errors must say what is wrong, not just that
 //! something is.
 
+use std::fmt;
+
+use serde::de::{self, Visitor};
 use serde::{Deserialize, Deserializer};
 
 /// A section left empty (`reconciler:` with every key commented out) is null
@@ -13,17 +16,36 @@ where
     Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
 }
 
+/// Deserializes a string with `parse`, whose message becomes the serde
+/// error, so that it reaches the user next to the field's path.
+struct ParseStrVisitor<T> {
+    expecting: &'static str,
+    parse: fn(&str) -> Result<T, String>,
+}
+
+impl<T> Visitor<'_> for ParseStrVisitor<T> {
+    type Value = T;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.expecting)
+    }
+
+    fn visit_str<E: de::Error>(self, value: &str) -> Result<T, E> {
+        (self.parse)(value).map_err(E::custom)
+    }
+}
+
 /// Durations in humantime notation (`500ms`, `10m`, `1h 30m`).
 ///
 /// Serialization is humantime-serde's; deserialization parses with humantime
 /// directly because humantime-serde drops humantime's reason (unknown unit,
 /// missing unit, overflow) from its error.
 pub(crate) mod duration {
-    use std::fmt;
     use std::time::Duration;
 
-    use serde::de::{self, Visitor};
     use serde::{Deserializer, Serializer};
+
+    use super::ParseStrVisitor;
 
     pub(crate) fn serialize<S: Serializer>(
         value: &Duration,
@@ -35,21 +57,10 @@ pub(crate) mod duration {
     pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Duration, D::Error> {
-        deserializer.deserialize_str(DurationVisitor)
-    }
-
-    struct DurationVisitor;
-
-    impl Visitor<'_> for DurationVisitor {
-        type Value = Duration;
-
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("a duration such as 500ms, 5s or 10m")
-        }
-
-        fn visit_str<E: de::Error>(self, value: &str) -> Result<Duration, E> {
-            parse(value).map_err(E::custom)
-        }
+        deserializer.deserialize_str(ParseStrVisitor {
+            expecting: "a duration such as 500ms, 5s or 10m",
+            parse,
+        })
     }
 
     pub(crate) fn parse(value: &str) -> Result<Duration, String> {
@@ -63,11 +74,11 @@ pub(crate) mod duration {
 /// `SocketAddr`'s own error is only "invalid socket address syntax"; this
 /// names the part that is wrong (port out of range, host not an IP, ...).
 pub(crate) mod listen_addr {
-    use std::fmt;
     use std::net::{IpAddr, SocketAddr};
 
-    use serde::de::{self, Visitor};
     use serde::{Deserializer, Serialize, Serializer};
+
+    use super::ParseStrVisitor;
 
     pub(crate) fn serialize<S: Serializer>(
         value: &SocketAddr,
@@ -79,22 +90,12 @@ pub(crate) mod listen_addr {
     pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
         deserializer: D,
     ) -> Result<SocketAddr, D::Error> {
-        deserializer.deserialize_str(ListenAddrVisitor)
-    }
-
-    struct ListenAddrVisitor;
-
-    impl Visitor<'_> for ListenAddrVisitor {
-        type Value = SocketAddr;
-
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("a listen address IP:PORT such as 0.0.0.0:8081 or [::]:8081")
-        }
-
-        fn visit_str<E: de::Error>(self, value: &str) -> Result<SocketAddr, E> {
-            parse(value)
-                .map_err(|reason| E::custom(format!("invalid listen address {value:?}: {reason}")))
-        }
+        deserializer.deserialize_str(ParseStrVisitor {
+            expecting: "a listen address IP:PORT such as 0.0.0.0:8081 or [::]:8081",
+            parse: |value| {
+                parse(value).map_err(|reason| format!("invalid listen address {value:?}: {reason}"))
+            },
+        })
     }
 
     pub(crate) fn parse(value: &str) -> Result<SocketAddr, String> {

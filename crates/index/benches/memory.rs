@@ -22,7 +22,7 @@ use kube::runtime::reflector::store;
 use kube::runtime::watcher::Event;
 use poolkeeper_api::Machine;
 use poolkeeper_api::projection as convert;
-use poolkeeper_index::Index;
+use poolkeeper_index::{Index, ResourceKind, Upsert};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use stats_alloc::{INSTRUMENTED_SYSTEM, StatsAlloc};
@@ -411,77 +411,73 @@ struct Row {
     held: Live,
 }
 
+/// Adds the rows of one kind: what upserting `objects` adds to `index`, what
+/// their projections alone hold, and what reflector Stores of the full
+/// objects hold.
+fn measure_kind<K, P>(
+    rows: &mut Vec<Row>,
+    index: &Index,
+    kind: ResourceKind,
+    index_what: &'static str,
+    objects: Vec<K>,
+    project: fn(&K) -> P,
+    upsert: fn(&Index, P) -> Upsert,
+) where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone + Default,
+{
+    let before = live();
+    for object in &objects {
+        upsert(index, project(object));
+    }
+    rows.push(Row {
+        kind: kind.as_str(),
+        what: index_what,
+        held: held(before),
+    });
+    let before = live();
+    let projections: Vec<P> = objects.iter().map(project).collect();
+    rows.push(Row {
+        kind: kind.as_str(),
+        what: "  of which the projections alone",
+        held: held(before),
+    });
+    drop(projections);
+    rows.push(Row {
+        kind: kind.as_str(),
+        what: "kube reflector Store (full objects)",
+        held: store_bytes(&objects, keep_as_is),
+    });
+    rows.push(Row {
+        kind: kind.as_str(),
+        what: "kube reflector Store, managedFields cleared",
+        held: store_bytes(&objects, clear_managed_fields),
+    });
+    assert_eq!(index.count(kind), objects.len());
+}
+
 fn run(count: usize) -> Vec<Row> {
     let mut rows = Vec::new();
-
-    // Nodes.
-    let nodes: Vec<Node> = generate(count, 1, node_json);
+    // One index for both kinds, as in the controller: each kind's index row
+    // is what that kind adds to it.
     let index = Index::new(POOL_LABEL);
-    let before = live();
-    for node in &nodes {
-        index.upsert_node(convert::node(node));
-    }
-    rows.push(Row {
-        kind: "Node",
-        what: "poolkeeper Index (projection + label index)",
-        held: held(before),
-    });
-    let before = live();
-    let projections: Vec<_> = nodes.iter().map(convert::node).collect();
-    rows.push(Row {
-        kind: "Node",
-        what: "  of which the projections alone",
-        held: held(before),
-    });
-    drop(projections);
-    rows.push(Row {
-        kind: "Node",
-        what: "kube reflector Store (full objects)",
-        held: store_bytes(&nodes, keep_as_is),
-    });
-    rows.push(Row {
-        kind: "Node",
-        what: "kube reflector Store, managedFields cleared",
-        held: store_bytes(&nodes, clear_managed_fields),
-    });
-    assert_eq!(
-        index.count(poolkeeper_index::ResourceKind::Node),
-        nodes.len()
+    measure_kind(
+        &mut rows,
+        &index,
+        ResourceKind::Node,
+        "poolkeeper Index (projection + label index)",
+        generate::<Node>(count, 1, node_json),
+        convert::node,
+        Index::upsert_node,
     );
-    drop(nodes);
-
-    // Machines.
-    let machines: Vec<Machine> = generate(count, 2, machine_json);
-    let before = live();
-    for machine in &machines {
-        index.upsert_machine(convert::machine(machine));
-    }
-    rows.push(Row {
-        kind: "Machine",
-        what: "poolkeeper Index (projection + class index)",
-        held: held(before),
-    });
-    let before = live();
-    let projections: Vec<_> = machines.iter().map(convert::machine).collect();
-    rows.push(Row {
-        kind: "Machine",
-        what: "  of which the projections alone",
-        held: held(before),
-    });
-    drop(projections);
-    rows.push(Row {
-        kind: "Machine",
-        what: "kube reflector Store (full objects)",
-        held: store_bytes(&machines, keep_as_is),
-    });
-    rows.push(Row {
-        kind: "Machine",
-        what: "kube reflector Store, managedFields cleared",
-        held: store_bytes(&machines, clear_managed_fields),
-    });
-    assert_eq!(
-        index.count(poolkeeper_index::ResourceKind::Machine),
-        machines.len()
+    measure_kind(
+        &mut rows,
+        &index,
+        ResourceKind::Machine,
+        "poolkeeper Index (projection + class index)",
+        generate::<Machine>(count, 2, machine_json),
+        convert::machine,
+        Index::upsert_machine,
     );
     rows
 }

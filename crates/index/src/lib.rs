@@ -16,6 +16,7 @@
 
 mod machines;
 mod metrics;
+mod nested_sets;
 mod placement;
 mod types;
 

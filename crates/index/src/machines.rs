@@ -6,11 +6,12 @@ use std::sync::Arc;
 use parking_lot::RwLockReadGuard;
 use poolkeeper_bus::{ObjectKey, ResourceKind};
 
-use crate::types::{Machine, MachineClass, Upsert};
+use crate::nested_sets::NestedSets;
+use crate::types::{Machine, MachineClass, Upsert, upsert_keyed};
 
-/// Machine keys by namespace, then class name. Sets are never left empty and
-/// share their keys with the primary map.
-type ByClass = HashMap<String, HashMap<String, BTreeSet<Arc<ObjectKey>>>>;
+/// Machine keys by namespace, then class name, sharing their keys with the
+/// primary map. Class names are only looked up, so a `HashMap` holds them.
+type ByClass = NestedSets<HashMap<String, BTreeSet<Arc<ObjectKey>>>>;
 
 /// Machines without a namespace (never seen from the API server) are indexed
 /// under this one.
@@ -29,17 +30,7 @@ fn namespace_of(key: &ObjectKey) -> &str {
 
 impl MachinesState {
     pub(crate) fn upsert_class(&mut self, class: MachineClass) -> Upsert {
-        match self.classes.get_mut(&class.key) {
-            Some(existing) if *existing == class => Upsert::Unchanged,
-            Some(existing) => {
-                *existing = class;
-                Upsert::Updated
-            }
-            None => {
-                self.classes.insert(class.key.clone(), class);
-                Upsert::Created
-            }
-        }
+        upsert_keyed(&mut self.classes, class, |class| &class.key)
     }
 
     pub(crate) fn upsert_machine(&mut self, machine: Machine) -> Upsert {
@@ -71,32 +62,12 @@ impl MachinesState {
     }
 
     fn index(&mut self, key: &Arc<ObjectKey>, class_name: &str) {
-        let namespace = namespace_of(key);
-        let classes = match self.by_class.get_mut(namespace) {
-            Some(classes) => classes,
-            None => self.by_class.entry(namespace.to_owned()).or_default(),
-        };
-        let machines = match classes.get_mut(class_name) {
-            Some(machines) => machines,
-            None => classes.entry(class_name.to_owned()).or_default(),
-        };
-        machines.insert(Arc::clone(key));
+        self.by_class
+            .insert(namespace_of(key), class_name, Arc::clone(key));
     }
 
     fn unindex(&mut self, key: &ObjectKey, class_name: &str) {
-        let namespace = namespace_of(key);
-        let Some(classes) = self.by_class.get_mut(namespace) else {
-            return;
-        };
-        if let Some(machines) = classes.get_mut(class_name) {
-            machines.remove(key);
-            if machines.is_empty() {
-                classes.remove(class_name);
-            }
-        }
-        if classes.is_empty() {
-            self.by_class.remove(namespace);
-        }
+        self.by_class.remove(namespace_of(key), class_name, key);
     }
 
     pub(crate) fn retain(
@@ -154,16 +125,12 @@ impl MachinesState {
 
     #[cfg(test)]
     pub(crate) fn class_index_entries(&self) -> usize {
-        self.by_class
-            .values()
-            .flat_map(|classes| classes.values())
-            .map(BTreeSet::len)
-            .sum()
+        self.by_class.member_count()
     }
 
     #[cfg(test)]
     pub(crate) fn class_index_sets(&self) -> usize {
-        self.by_class.values().map(HashMap::len).sum()
+        self.by_class.set_count()
     }
 }
 
@@ -210,8 +177,7 @@ impl<'a> MachinesView<'a> {
     ) -> impl Iterator<Item = &Machine> {
         self.state
             .by_class
-            .get(namespace)
-            .and_then(|classes| classes.get(class_name))
+            .members(namespace, class_name)
             .into_iter()
             .flatten()
             .filter_map(|key| self.state.machines.get(key.as_ref()))
@@ -221,8 +187,7 @@ impl<'a> MachinesView<'a> {
     pub fn machine_count_of_class(&self, namespace: &str, class_name: &str) -> usize {
         self.state
             .by_class
-            .get(namespace)
-            .and_then(|classes| classes.get(class_name))
+            .members(namespace, class_name)
             .map_or(0, BTreeSet::len)
     }
 
@@ -230,7 +195,7 @@ impl<'a> MachinesView<'a> {
     pub fn referenced_classes(&self, namespace: &str) -> impl Iterator<Item = &str> {
         self.state
             .by_class
-            .get(namespace)
+            .sets_under(namespace)
             .into_iter()
             .flat_map(|classes| classes.keys())
             .map(String::as_str)

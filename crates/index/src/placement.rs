@@ -1,82 +1,35 @@
 //! Nodes, NodePools and ConfigMaps: the state the admission webhook reads.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 
 use parking_lot::RwLockReadGuard;
 use poolkeeper_bus::{ObjectKey, ResourceKind};
 
-use crate::types::{Node, NodePool, Upsert};
+use crate::nested_sets::NestedSets;
+use crate::types::{Node, NodePool, Upsert, upsert_keyed};
 
-/// Node names by label key, then label value. Sets are never left empty and
-/// share their name strings with the primary map.
-#[derive(Debug, Default)]
-struct LabelIndex {
-    by_key: HashMap<String, BTreeMap<String, BTreeSet<Arc<str>>>>,
-}
+/// Node names by label key, then label value, sharing their name strings with
+/// the primary map. Readers list a key's values in order, so a `BTreeMap`
+/// holds them.
+type LabelIndex = NestedSets<BTreeMap<String, BTreeSet<Arc<str>>>>;
 
-impl LabelIndex {
-    fn insert(&mut self, key: &str, value: &str, node: &Arc<str>) {
-        let values = match self.by_key.get_mut(key) {
-            Some(values) => values,
-            None => self.by_key.entry(key.to_owned()).or_default(),
-        };
-        let nodes = match values.get_mut(value) {
-            Some(nodes) => nodes,
-            None => values.entry(value.to_owned()).or_default(),
-        };
-        nodes.insert(Arc::clone(node));
-    }
-
-    fn remove(&mut self, key: &str, value: &str, node: &str) {
-        let Some(values) = self.by_key.get_mut(key) else {
-            return;
-        };
-        if let Some(nodes) = values.get_mut(value) {
-            nodes.remove(node);
-            if nodes.is_empty() {
-                values.remove(value);
-            }
-        }
-        if values.is_empty() {
-            self.by_key.remove(key);
+/// Moves `node` from the entries of `old` labels to those of `new`.
+fn relabel(
+    labels: &mut LabelIndex,
+    node: &Arc<str>,
+    old: &BTreeMap<String, String>,
+    new: &BTreeMap<String, String>,
+) {
+    for (key, value) in old {
+        if new.get(key) != Some(value) {
+            labels.remove(key, value, node.as_ref());
         }
     }
-
-    /// Moves `node` from the entries of `old` to those of `new`.
-    fn relabel(
-        &mut self,
-        node: &Arc<str>,
-        old: &BTreeMap<String, String>,
-        new: &BTreeMap<String, String>,
-    ) {
-        for (key, value) in old {
-            if new.get(key) != Some(value) {
-                self.remove(key, value, node);
-            }
+    for (key, value) in new {
+        if old.get(key) != Some(value) {
+            labels.insert(key, value, Arc::clone(node));
         }
-        for (key, value) in new {
-            if old.get(key) != Some(value) {
-                self.insert(key, value, node);
-            }
-        }
-    }
-
-    fn nodes(&self, key: &str, value: &str) -> Option<&BTreeSet<Arc<str>>> {
-        self.by_key.get(key)?.get(value)
-    }
-
-    fn values(&self, key: &str) -> Option<&BTreeMap<String, BTreeSet<Arc<str>>>> {
-        self.by_key.get(key)
-    }
-
-    #[cfg(test)]
-    fn entries(&self) -> usize {
-        self.by_key
-            .values()
-            .flat_map(|values| values.values())
-            .map(BTreeSet::len)
-            .sum()
     }
 }
 
@@ -95,14 +48,14 @@ impl PlacementState {
             Some((_, existing)) if *existing == node => Upsert::Unchanged,
             Some((name, existing)) => {
                 let name = Arc::clone(name);
-                self.labels.relabel(&name, &existing.labels, &node.labels);
+                relabel(&mut self.labels, &name, &existing.labels, &node.labels);
                 self.nodes.insert(name, node);
                 Upsert::Updated
             }
             None => {
                 let name: Arc<str> = Arc::from(node.name.as_str());
                 for (key, value) in &node.labels {
-                    self.labels.insert(key, value, &name);
+                    self.labels.insert(key, value, Arc::clone(&name));
                 }
                 self.nodes.insert(name, node);
                 Upsert::Created
@@ -121,17 +74,7 @@ impl PlacementState {
     }
 
     pub(crate) fn upsert_node_pool(&mut self, pool: NodePool) -> Upsert {
-        match self.pools.get_mut(&pool.name) {
-            Some(existing) if *existing == pool => Upsert::Unchanged,
-            Some(existing) => {
-                *existing = pool;
-                Upsert::Updated
-            }
-            None => {
-                self.pools.insert(pool.name.clone(), pool);
-                Upsert::Created
-            }
-        }
+        upsert_keyed(&mut self.pools, pool, |pool| &pool.name)
     }
 
     pub(crate) fn upsert_config_map(
@@ -232,12 +175,12 @@ impl PlacementState {
 
     #[cfg(test)]
     pub(crate) fn label_index_entries(&self) -> usize {
-        self.labels.entries()
+        self.labels.member_count()
     }
 
     #[cfg(test)]
     pub(crate) fn label_index_keys(&self) -> usize {
-        self.labels.by_key.len()
+        self.labels.outer_count()
     }
 }
 
@@ -274,7 +217,7 @@ impl<'a> PlacementView<'a> {
     pub fn nodes_with_label(&self, key: &str, value: &str) -> impl Iterator<Item = &Node> {
         self.state
             .labels
-            .nodes(key, value)
+            .members(key, value)
             .into_iter()
             .flatten()
             .filter_map(|name| self.state.nodes.get(name.as_ref()))
@@ -282,14 +225,17 @@ impl<'a> PlacementView<'a> {
 
     /// How many nodes carry `key=value`, in O(1).
     pub fn label_count(&self, key: &str, value: &str) -> usize {
-        self.state.labels.nodes(key, value).map_or(0, BTreeSet::len)
+        self.state
+            .labels
+            .members(key, value)
+            .map_or(0, BTreeSet::len)
     }
 
     /// How many nodes carry the label `key`, in O(distinct values).
     pub fn label_key_count(&self, key: &str) -> usize {
         self.state
             .labels
-            .values(key)
+            .sets_under(key)
             .map_or(0, |values| values.values().map(BTreeSet::len).sum())
     }
 
@@ -297,7 +243,7 @@ impl<'a> PlacementView<'a> {
     pub fn nodes_with_label_key(&self, key: &str) -> impl Iterator<Item = &Node> {
         self.state
             .labels
-            .values(key)
+            .sets_under(key)
             .into_iter()
             .flat_map(|values| values.values())
             .flatten()
@@ -308,7 +254,7 @@ impl<'a> PlacementView<'a> {
     pub fn label_values(&self, key: &str) -> impl Iterator<Item = &str> {
         self.state
             .labels
-            .values(key)
+            .sets_under(key)
             .into_iter()
             .flat_map(|values| values.keys())
             .map(String::as_str)

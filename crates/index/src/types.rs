@@ -103,3 +103,23 @@ impl Upsert {
         }
     }
 }
+
+/// Stores `value` in `map` under the key `key_of` reads from it, and tells
+/// what that did. The key is cloned only for a new entry.
+pub(crate) fn upsert_keyed<K: Ord + Clone, V: PartialEq>(
+    map: &mut BTreeMap<K, V>,
+    value: V,
+    key_of: impl Fn(&V) -> &K,
+) -> Upsert {
+    match map.get_mut(key_of(&value)) {
+        Some(existing) if *existing == value => Upsert::Unchanged,
+        Some(existing) => {
+            *existing = value;
+            Upsert::Updated
+        }
+        None => {
+            map.insert(key_of(&value).clone(), value);
+            Upsert::Created
+        }
+    }
+}

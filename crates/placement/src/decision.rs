@@ -266,16 +266,10 @@ pub fn mutate(
     let missing = missing_edge_tolerations(pod, pool, policy);
     if !missing.is_empty() {
         match spec.tolerations {
-            None => ops.push(add(
-                &["spec", "tolerations"],
-                serde_json::to_value(&missing).unwrap_or(Value::Null),
-            )),
+            None => ops.push(add(&["spec", "tolerations"], to_value(&missing))),
             Some(_) => {
                 for toleration in missing {
-                    ops.push(add(
-                        &["spec", "tolerations", "-"],
-                        serde_json::to_value(toleration).unwrap_or(Value::Null),
-                    ));
+                    ops.push(add(&["spec", "tolerations", "-"], to_value(&toleration)));
                 }
             }
         }

@@ -13,6 +13,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::*;
 
+use Behavior::{
+    BusyUntil, FailAfter, NeverReady, Normal, PanicAfter, ReadyOn, ReturnAfter, Stubborn,
+};
+
 /// What fake components did, in order.
 #[derive(Clone, Debug, Default)]
 struct Log(Arc<Mutex<Vec<String>>>);
@@ -130,6 +134,28 @@ fn settings() -> SupervisorSettings {
     }
 }
 
+/// Stages of fakes in start order: each a stage name and its fakes' names
+/// and behaviours.
+type FakeStages = Vec<(&'static str, Vec<(&'static str, Behavior)>)>;
+
+fn add_fake_stages(supervisor: &mut Supervisor, log: &Log, stages: FakeStages) {
+    for (stage, fakes) in stages {
+        supervisor.stage(stage).extend(
+            fakes
+                .into_iter()
+                .map(|(name, behavior)| fake(name, log, behavior)),
+        );
+    }
+}
+
+/// A supervisor of nothing but fakes, for tests that watch neither its health
+/// nor its bus.
+fn supervisor_of_fakes(log: &Log, stages: FakeStages) -> Supervisor {
+    let mut supervisor = Supervisor::new(settings(), Health::default(), Bus::default());
+    add_fake_stages(&mut supervisor, log, stages);
+    supervisor
+}
+
 struct Running {
     shutdown: oneshot::Sender<()>,
     task: JoinHandle<Result<(), SupervisorError>>,
@@ -139,6 +165,15 @@ impl Running {
     async fn stop(self) -> Result<(), SupervisorError> {
         let _ = self.shutdown.send(());
         self.task.await.expect("the supervisor task does not panic")
+    }
+
+    /// Waits for the run to fail on its own. `self.shutdown` stays alive
+    /// meanwhile: dropping it would request a shutdown.
+    async fn failure(self) -> SupervisorError {
+        self.task
+            .await
+            .expect("the supervisor task does not panic")
+            .expect_err("the run fails")
     }
 }
 
@@ -175,20 +210,34 @@ fn check(checks: &[CheckResult], name: &str) -> Result<(), String> {
         .clone()
 }
 
+fn assert_shutting_down(health: &Health) {
+    assert_eq!(
+        check(&health.readiness(), SHUTDOWN_CHECK),
+        Err("shutting down".to_string())
+    );
+}
+
+fn assert_component_failed(error: &SupervisorError, component: &str, message: &str) {
+    match error {
+        SupervisorError::ComponentFailed { name, error } => {
+            assert_eq!(name, component);
+            assert_eq!(error.to_string(), message);
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn stages_start_in_order_and_stop_in_reverse() {
     let log = Log::default();
-    let mut supervisor = Supervisor::new(settings(), Health::default(), Bus::default());
-    supervisor
-        .stage("one")
-        .add(fake("a", &log, Behavior::Normal))
-        .add(fake("b", &log, Behavior::Normal));
-    supervisor
-        .stage("two")
-        .add(fake("c", &log, Behavior::Normal));
-    supervisor
-        .stage("three")
-        .add(fake("d", &log, Behavior::Normal));
+    let supervisor = supervisor_of_fakes(
+        &log,
+        vec![
+            ("one", vec![("a", Normal), ("b", Normal)]),
+            ("two", vec![("c", Normal)]),
+            ("three", vec![("d", Normal)]),
+        ],
+    );
 
     let running = start(supervisor);
     settle().await;
@@ -204,13 +253,13 @@ async fn stages_start_in_order_and_stop_in_reverse() {
 async fn a_stage_waits_for_the_previous_one_to_be_ready() {
     let log = Log::default();
     let (make_ready, ready) = oneshot::channel();
-    let mut supervisor = Supervisor::new(settings(), Health::default(), Bus::default());
-    supervisor
-        .stage("index")
-        .add(fake("watchers", &log, Behavior::ReadyOn(ready)));
-    supervisor
-        .stage("webhook")
-        .add(fake("webhook", &log, Behavior::Normal));
+    let supervisor = supervisor_of_fakes(
+        &log,
+        vec![
+            ("index", vec![("watchers", ReadyOn(ready))]),
+            ("webhook", vec![("webhook", Normal)]),
+        ],
+    );
 
     let running = start(supervisor);
     tokio::time::sleep(Duration::from_secs(20)).await;
@@ -225,18 +274,17 @@ async fn a_stage_waits_for_the_previous_one_to_be_ready() {
 #[tokio::test(start_paused = true)]
 async fn a_stage_not_ready_in_time_fails_startup() {
     let log = Log::default();
-    let mut supervisor = Supervisor::new(settings(), Health::default(), Bus::default());
-    supervisor
-        .stage("index")
-        .add(fake("watchers", &log, Behavior::Normal))
-        .add(fake("sync", &log, Behavior::NeverReady));
-    supervisor
-        .stage("webhook")
-        .add(fake("webhook", &log, Behavior::Normal));
+    let supervisor = supervisor_of_fakes(
+        &log,
+        vec![
+            ("index", vec![("watchers", Normal), ("sync", NeverReady)]),
+            ("webhook", vec![("webhook", Normal)]),
+        ],
+    );
 
     let started = Instant::now();
     let running = start(supervisor);
-    let error = running.task.await.unwrap().unwrap_err();
+    let error = running.failure().await;
     assert_eq!(started.elapsed(), Duration::from_secs(30));
     match &error {
         SupervisorError::StartupTimeout {
@@ -258,14 +306,13 @@ async fn a_stage_not_ready_in_time_fails_startup() {
 #[tokio::test(start_paused = true)]
 async fn components_that_do_not_stop_within_the_grace_period_are_reported() {
     let log = Log::default();
-    let mut supervisor = Supervisor::new(settings(), Health::default(), Bus::default());
-    supervisor
-        .stage("base")
-        .add(fake("admin", &log, Behavior::Normal));
-    supervisor
-        .stage("work")
-        .add(fake("polite", &log, Behavior::Normal))
-        .add(fake("stubborn", &log, Behavior::Stubborn));
+    let supervisor = supervisor_of_fakes(
+        &log,
+        vec![
+            ("base", vec![("admin", Normal)]),
+            ("work", vec![("polite", Normal), ("stubborn", Stubborn)]),
+        ],
+    );
 
     let running = start(supervisor);
     settle().await;
@@ -296,55 +343,45 @@ async fn a_failing_component_stops_everything_in_reverse_order() {
     let bus = Bus::default();
     let mut events_seen = bus.subscribe("test");
     let mut supervisor = Supervisor::new(settings(), health.clone(), bus);
-    supervisor
-        .stage("one")
-        .add(fake("a", &log, Behavior::Normal));
-    supervisor
-        .stage("two")
-        .add(fake("b", &log, Behavior::Normal))
-        .add(fake(
-            "bad",
-            &log,
-            Behavior::FailAfter(Duration::from_secs(3)),
-        ));
-    supervisor
-        .stage("three")
-        .add(fake("c", &log, Behavior::Normal));
+    add_fake_stages(
+        &mut supervisor,
+        &log,
+        vec![
+            ("one", vec![("a", Normal)]),
+            (
+                "two",
+                vec![("b", Normal), ("bad", FailAfter(Duration::from_secs(3)))],
+            ),
+            ("three", vec![("c", Normal)]),
+        ],
+    );
 
     let running = start(supervisor);
     // No shutdown is requested: the failure alone ends the run.
-    let error = running.task.await.unwrap().unwrap_err();
-    match &error {
-        SupervisorError::ComponentFailed { name, error } => {
-            assert_eq!(name, "bad");
-            assert_eq!(error.to_string(), "boom");
-        }
-        other => panic!("unexpected {other:?}"),
-    }
+    let error = running.failure().await;
+    assert_component_failed(&error, "bad", "boom");
     assert_eq!(error.to_string(), "component \"bad\" failed: boom");
     assert!(log.position("stop:c") < log.position("stop:b"));
     assert!(log.position("stop:b") < log.position("stop:a"));
     assert!(events(&mut events_seen).contains(&Event::ShutdownRequested));
-    assert_eq!(
-        check(&health.readiness(), SHUTDOWN_CHECK),
-        Err("shutting down".to_string())
-    );
+    assert_shutting_down(&health);
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_component_returning_early_is_a_failure() {
     let log = Log::default();
-    let mut supervisor = Supervisor::new(settings(), Health::default(), Bus::default());
-    supervisor
-        .stage("one")
-        .add(fake("a", &log, Behavior::Normal));
-    supervisor.stage("two").add(fake(
-        "quitter",
+    let supervisor = supervisor_of_fakes(
         &log,
-        Behavior::ReturnAfter(Duration::from_secs(1)),
-    ));
+        vec![
+            ("one", vec![("a", Normal)]),
+            (
+                "two",
+                vec![("quitter", ReturnAfter(Duration::from_secs(1)))],
+            ),
+        ],
+    );
 
-    let error = start(supervisor).task.await.unwrap().unwrap_err();
+    let error = start(supervisor).failure().await;
     assert_eq!(
         error.to_string(),
         "component \"quitter\" failed: stopped before it was asked to"
@@ -355,27 +392,22 @@ async fn a_component_returning_early_is_a_failure() {
 #[tokio::test(start_paused = true)]
 async fn a_panicking_component_stops_everything() {
     let log = Log::default();
-    let mut supervisor = Supervisor::new(settings(), Health::default(), Bus::default());
-    supervisor
-        .stage("one")
-        .add(fake("a", &log, Behavior::Normal));
-    supervisor
-        .stage("two")
-        .add(fake("b", &log, Behavior::Normal))
-        .add(fake(
-            "crasher",
-            &log,
-            Behavior::PanicAfter(Duration::from_secs(2)),
-        ));
+    let supervisor = supervisor_of_fakes(
+        &log,
+        vec![
+            ("one", vec![("a", Normal)]),
+            (
+                "two",
+                vec![
+                    ("b", Normal),
+                    ("crasher", PanicAfter(Duration::from_secs(2))),
+                ],
+            ),
+        ],
+    );
 
-    let error = start(supervisor).task.await.unwrap().unwrap_err();
-    match &error {
-        SupervisorError::ComponentFailed { name, error } => {
-            assert_eq!(name, "crasher");
-            assert_eq!(error.to_string(), "panicked: kaboom");
-        }
-        other => panic!("unexpected {other:?}"),
-    }
+    let error = start(supervisor).failure().await;
+    assert_component_failed(&error, "crasher", "panicked: kaboom");
     assert!(log.position("stop:b") < log.position("stop:a"));
 }
 
@@ -383,23 +415,22 @@ async fn a_panicking_component_stops_everything() {
 async fn a_failure_during_startup_stops_the_started_stages() {
     let log = Log::default();
     let (_never, ready) = oneshot::channel();
-    let mut supervisor = Supervisor::new(settings(), Health::default(), Bus::default());
-    supervisor
-        .stage("one")
-        .add(fake("a", &log, Behavior::Normal));
-    supervisor
-        .stage("two")
-        .add(fake("waiting", &log, Behavior::ReadyOn(ready)))
-        .add(fake(
-            "bad",
-            &log,
-            Behavior::FailAfter(Duration::from_secs(1)),
-        ));
-    supervisor
-        .stage("three")
-        .add(fake("c", &log, Behavior::Normal));
+    let supervisor = supervisor_of_fakes(
+        &log,
+        vec![
+            ("one", vec![("a", Normal)]),
+            (
+                "two",
+                vec![
+                    ("waiting", ReadyOn(ready)),
+                    ("bad", FailAfter(Duration::from_secs(1))),
+                ],
+            ),
+            ("three", vec![("c", Normal)]),
+        ],
+    );
 
-    let error = start(supervisor).task.await.unwrap().unwrap_err();
+    let error = start(supervisor).failure().await;
     assert_eq!(error.to_string(), "component \"bad\" failed: boom");
     assert!(!log.contains("start:c"));
     assert!(log.contains("stop:waiting"));
@@ -416,8 +447,8 @@ async fn a_stalled_component_fails_its_liveness_check_until_it_finishes() {
     supervisor.register_metrics(&mut registry);
     supervisor
         .stage("one")
-        .add(fake("slowpoke", &log, Behavior::BusyUntil(done)))
-        .add(fake("fine", &log, Behavior::Normal));
+        .add(fake("slowpoke", &log, BusyUntil(done)))
+        .add(fake("fine", &log, Normal));
 
     let running = start(supervisor);
     tokio::time::sleep(Duration::from_secs(9)).await;
@@ -446,9 +477,7 @@ async fn shutdown_turns_readiness_off_and_is_announced() {
     let bus = Bus::default();
     let mut events_seen = bus.subscribe("test");
     let mut supervisor = Supervisor::new(settings(), health.clone(), bus);
-    supervisor
-        .stage("one")
-        .add(fake("a", &log, Behavior::Normal));
+    supervisor.stage("one").add(fake("a", &log, Normal));
 
     let running = start(supervisor);
     settle().await;
@@ -457,25 +486,20 @@ async fn shutdown_turns_readiness_off_and_is_announced() {
 
     running.stop().await.unwrap();
     assert_eq!(events(&mut events_seen), [Event::ShutdownRequested]);
-    assert_eq!(
-        check(&health.readiness(), SHUTDOWN_CHECK),
-        Err("shutting down".to_string())
-    );
+    assert_shutting_down(&health);
 }
 
 #[tokio::test(start_paused = true)]
 async fn shutdown_during_startup_stops_what_started() {
     let log = Log::default();
-    let mut supervisor = Supervisor::new(settings(), Health::default(), Bus::default());
-    supervisor
-        .stage("one")
-        .add(fake("a", &log, Behavior::Normal));
-    supervisor
-        .stage("two")
-        .add(fake("slow", &log, Behavior::NeverReady));
-    supervisor
-        .stage("three")
-        .add(fake("c", &log, Behavior::Normal));
+    let supervisor = supervisor_of_fakes(
+        &log,
+        vec![
+            ("one", vec![("a", Normal)]),
+            ("two", vec![("slow", NeverReady)]),
+            ("three", vec![("c", Normal)]),
+        ],
+    );
 
     let running = start(supervisor);
     tokio::time::sleep(Duration::from_secs(5)).await;
@@ -489,14 +513,11 @@ async fn shutdown_during_startup_stops_what_started() {
 #[tokio::test(start_paused = true)]
 async fn component_names_must_be_unique() {
     let log = Log::default();
-    let mut supervisor = Supervisor::new(settings(), Health::default(), Bus::default());
-    supervisor
-        .stage("one")
-        .add(fake("a", &log, Behavior::Normal));
-    supervisor
-        .stage("two")
-        .add(fake("a", &log, Behavior::Normal));
-    let error = start(supervisor).task.await.unwrap().unwrap_err();
+    let supervisor = supervisor_of_fakes(
+        &log,
+        vec![("one", vec![("a", Normal)]), ("two", vec![("a", Normal)])],
+    );
+    let error = start(supervisor).failure().await;
     assert_eq!(
         error.to_string(),
         "component name \"a\" is used more than once"
@@ -536,6 +557,38 @@ impl LeaderElector for FakeElector {
     }
 }
 
+/// A [`FakeElector`] and the sender that reports its leadership.
+fn fake_elector(log: &Log) -> (mpsc::UnboundedSender<bool>, Box<dyn LeaderElector>) {
+    let (leadership, elected) = mpsc::unbounded_channel();
+    let elector = FakeElector {
+        leadership: elected,
+        log: log.clone(),
+    };
+    (leadership, Box::new(elector))
+}
+
+/// A gate named "leader-election" whose factory builds a fresh fake per name
+/// in `workers`, each behaving as `behavior` returns, and counts its builds.
+fn leader_gate(
+    elector: Option<Box<dyn LeaderElector>>,
+    bus: Bus,
+    log: &Log,
+    workers: &'static [&'static str],
+    behavior: fn() -> Behavior,
+) -> (LeaderGated, Arc<AtomicUsize>) {
+    let built = Arc::new(AtomicUsize::new(0));
+    let factory_built = built.clone();
+    let factory_log = log.clone();
+    let gated = LeaderGated::new("leader-election", elector, bus, move || {
+        factory_built.fetch_add(1, Ordering::SeqCst);
+        workers
+            .iter()
+            .map(|name| fake(name, &factory_log, behavior()))
+            .collect()
+    });
+    (gated, built)
+}
+
 struct Gating {
     log: Log,
     health: Health,
@@ -548,23 +601,18 @@ struct Gating {
 fn gated_supervisor(elector: Option<Box<dyn LeaderElector>>, log: &Log) -> Gating {
     let bus = Bus::default();
     let events = bus.subscribe("test");
-    let built = Arc::new(AtomicUsize::new(0));
-    let factory_log = log.clone();
-    let factory_built = built.clone();
-    let gated = LeaderGated::new("leader-election", elector, bus.clone(), move || {
-        factory_built.fetch_add(1, Ordering::SeqCst);
-        vec![
-            fake("reconciler", &factory_log, Behavior::Normal),
-            fake("executor", &factory_log, Behavior::Normal),
-        ]
-    });
+    let (gated, built) = leader_gate(
+        elector,
+        bus.clone(),
+        log,
+        &["reconciler", "executor"],
+        || Normal,
+    );
     let mut registry = Registry::default();
     gated.register_metrics(&mut registry);
     let health = Health::default();
     let mut supervisor = Supervisor::new(settings(), health.clone(), bus);
-    supervisor
-        .stage("base")
-        .add(fake("webhook", log, Behavior::Normal));
+    supervisor.stage("base").add(fake("webhook", log, Normal));
     supervisor.stage("leader").add(Box::new(gated));
     Gating {
         log: log.clone(),
@@ -583,12 +631,8 @@ fn count(log: &Log, entry: &str) -> usize {
 #[tokio::test(start_paused = true)]
 async fn leader_only_components_follow_leadership() {
     let log = Log::default();
-    let (leadership, elected) = mpsc::unbounded_channel();
-    let elector = FakeElector {
-        leadership: elected,
-        log: log.clone(),
-    };
-    let mut gating = gated_supervisor(Some(Box::new(elector)), &log);
+    let (leadership, elector) = fake_elector(&log);
+    let mut gating = gated_supervisor(Some(elector), &log);
     settle().await;
     assert_eq!(
         gating.log.entries(),
@@ -681,21 +725,14 @@ async fn without_election_leader_only_components_just_run() {
 async fn a_failing_leader_only_component_fails_the_process() {
     let log = Log::default();
     let bus = Bus::default();
-    let factory_log = log.clone();
-    let gated = LeaderGated::new("leader-election", None, bus.clone(), move || {
-        vec![fake(
-            "executor",
-            &factory_log,
-            Behavior::FailAfter(Duration::from_secs(1)),
-        )]
+    let (gated, _) = leader_gate(None, bus.clone(), &log, &["executor"], || {
+        FailAfter(Duration::from_secs(1))
     });
     let mut supervisor = Supervisor::new(settings(), Health::default(), bus);
-    supervisor
-        .stage("base")
-        .add(fake("webhook", &log, Behavior::Normal));
+    supervisor.stage("base").add(fake("webhook", &log, Normal));
     supervisor.stage("leader").add(Box::new(gated));
 
-    let error = start(supervisor).task.await.unwrap().unwrap_err();
+    let error = start(supervisor).failure().await;
     assert_eq!(
         error.to_string(),
         "component \"leader-election\" failed: component \"executor\" failed: boom"
@@ -706,20 +743,10 @@ async fn a_failing_leader_only_component_fails_the_process() {
 #[tokio::test(start_paused = true)]
 async fn leader_only_components_that_ignore_the_loss_are_aborted() {
     let log = Log::default();
-    let (leadership, elected) = mpsc::unbounded_channel();
+    let (leadership, elector) = fake_elector(&log);
     let bus = Bus::default();
-    let factory_log = log.clone();
-    let elector = FakeElector {
-        leadership: elected,
-        log: log.clone(),
-    };
-    let gated = LeaderGated::new(
-        "leader-election",
-        Some(Box::new(elector)),
-        bus.clone(),
-        move || vec![fake("executor", &factory_log, Behavior::Stubborn)],
-    )
-    .with_stop_timeout(Duration::from_secs(3));
+    let (gated, _) = leader_gate(Some(elector), bus.clone(), &log, &["executor"], || Stubborn);
+    let gated = gated.with_stop_timeout(Duration::from_secs(3));
     let mut supervisor = Supervisor::new(settings(), Health::default(), bus);
     supervisor.stage("leader").add(Box::new(gated));
     let running = start(supervisor);
@@ -753,10 +780,7 @@ async fn leader_only_components_that_ignore_the_loss_are_aborted() {
 async fn a_leader_only_component_stopping_with_the_gate_is_no_failure() {
     for round in 0..32 {
         let log = Log::default();
-        let factory_log = log.clone();
-        let gated = LeaderGated::new("leader-election", None, Bus::default(), move || {
-            vec![fake("executor", &factory_log, Behavior::Normal)]
-        });
+        let (gated, _) = leader_gate(None, Bus::default(), &log, &["executor"], || Normal);
         let cancel = CancellationToken::new();
         let (ready, _) = tokio::sync::watch::channel(false);
         let mut run = Box::new(gated).run(Context::new(cancel.clone(), Activity::default(), ready));

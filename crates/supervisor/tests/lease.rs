@@ -10,7 +10,7 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::{get, post};
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 use poolkeeper_supervisor::{LeaderElector, LeadershipReporter, LeaseElector, LeaseSettings};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -29,7 +29,10 @@ struct Store {
 
 type Shared = Arc<Mutex<Store>>;
 
-fn status(code: StatusCode, reason: &str) -> (StatusCode, axum::Json<Value>) {
+/// What the stand-in answers: a status code and a JSON body.
+type Reply = (StatusCode, axum::Json<Value>);
+
+fn status(code: StatusCode, reason: &str) -> Reply {
     (
         code,
         axum::Json(json!({
@@ -39,14 +42,24 @@ fn status(code: StatusCode, reason: &str) -> (StatusCode, axum::Json<Value>) {
     )
 }
 
-async fn read(State(store): State<Shared>) -> (StatusCode, axum::Json<Value>) {
+async fn read(State(store): State<Shared>) -> Reply {
     match &store.lock().lease {
         Some(lease) => (StatusCode::OK, axum::Json(lease.clone())),
         None => status(StatusCode::NOT_FOUND, "NotFound"),
     }
 }
 
-fn stored(store: &mut Store, mut lease: Value) -> (StatusCode, axum::Json<Value>) {
+/// Locks the store for a write, or answers with the failure that a test
+/// switched on.
+fn lock_for_write(store: &Shared) -> Result<MutexGuard<'_, Store>, Reply> {
+    let store = store.lock();
+    if store.fail_writes {
+        return Err(status(StatusCode::INTERNAL_SERVER_ERROR, "InternalError"));
+    }
+    Ok(store)
+}
+
+fn stored(store: &mut Store, mut lease: Value) -> Reply {
     store.version += 1;
     lease["metadata"]["resourceVersion"] = json!(store.version.to_string());
     lease["kind"] = json!("Lease");
@@ -58,35 +71,29 @@ fn stored(store: &mut Store, mut lease: Value) -> (StatusCode, axum::Json<Value>
 async fn create(
     State(store): State<Shared>,
     axum::Json(lease): axum::Json<Value>,
-) -> (StatusCode, axum::Json<Value>) {
-    let mut store = store.lock();
-    if store.fail_writes {
-        return status(StatusCode::INTERNAL_SERVER_ERROR, "InternalError");
-    }
+) -> Result<Reply, Reply> {
+    let mut store = lock_for_write(&store)?;
     if store.lease.is_some() {
-        return status(StatusCode::CONFLICT, "AlreadyExists");
+        return Err(status(StatusCode::CONFLICT, "AlreadyExists"));
     }
-    stored(&mut store, lease)
+    Ok(stored(&mut store, lease))
 }
 
 async fn replace(
     State(store): State<Shared>,
     axum::Json(lease): axum::Json<Value>,
-) -> (StatusCode, axum::Json<Value>) {
-    let mut store = store.lock();
-    if store.fail_writes {
-        return status(StatusCode::INTERNAL_SERVER_ERROR, "InternalError");
-    }
+) -> Result<Reply, Reply> {
+    let mut store = lock_for_write(&store)?;
     let current = store
         .lease
         .as_ref()
         .map(|l| l["metadata"]["resourceVersion"].clone());
     match current {
-        None => status(StatusCode::NOT_FOUND, "NotFound"),
+        None => Err(status(StatusCode::NOT_FOUND, "NotFound")),
         Some(version) if version != lease["metadata"]["resourceVersion"] => {
-            status(StatusCode::CONFLICT, "Conflict")
+            Err(status(StatusCode::CONFLICT, "Conflict"))
         }
-        Some(_) => stored(&mut store, lease),
+        Some(_) => Ok(stored(&mut store, lease)),
     }
 }
 

@@ -3,6 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::TestEnvError;
+use crate::gomod::required_version;
 
 /// Directory of binaries following controller-runtime's envtest convention.
 pub const KUBEBUILDER_ASSETS: &str = "KUBEBUILDER_ASSETS";
@@ -14,19 +15,7 @@ const KUBERNETES_GO_MOD: &str = include_str!("../../../xtask/controlplane/kubern
 
 /// The Kubernetes release the control plane is built from, e.g. `v1.36.3`.
 pub fn kubernetes_version() -> &'static str {
-    parse_required_version(KUBERNETES_GO_MOD, "k8s.io/kubernetes").unwrap_or("unknown")
-}
-
-/// Finds `module vX.Y.Z` in a go.mod, inside or outside a `require ( ... )` block.
-pub(crate) fn parse_required_version<'a>(go_mod: &'a str, module: &str) -> Option<&'a str> {
-    go_mod.lines().find_map(|line| {
-        let line = line.trim();
-        let line = line.strip_prefix("require ").unwrap_or(line).trim_start();
-        let mut words = line.split_whitespace();
-        (words.next() == Some(module))
-            .then(|| words.next())
-            .flatten()
-    })
+    required_version(KUBERNETES_GO_MOD, "k8s.io/kubernetes").unwrap_or("unknown")
 }
 
 /// The directory `cargo xtask control-plane` builds into: `<workspace>/target/control-plane/<version>`.
@@ -95,27 +84,6 @@ mod tests {
             "{}",
             kubernetes_version()
         );
-    }
-
-    #[test]
-    fn parses_require_lines_in_and_outside_blocks() {
-        let cases = [
-            ("require k8s.io/kubernetes v1.36.3\n", Some("v1.36.3")),
-            (
-                "require (\n\tk8s.io/kubernetes v1.2.3 // indirect\n)\n",
-                Some("v1.2.3"),
-            ),
-            ("require k8s.io/kubernetes-extra v9\n", None),
-            ("module k8s.io/kubernetes\n", None),
-            ("", None),
-        ];
-        for (go_mod, expected) in cases {
-            assert_eq!(
-                parse_required_version(go_mod, "k8s.io/kubernetes"),
-                expected,
-                "{go_mod:?}"
-            );
-        }
     }
 
     #[test]

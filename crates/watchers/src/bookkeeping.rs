@@ -195,11 +195,15 @@ mod tests {
         )
     }
 
+    fn synced(kind: ResourceKind) -> Event {
+        Event::ResourceSynced { kind }
+    }
+
     /// Feeds `steps` in order, checking what each one publishes.
-    fn run_nodes(
+    fn run<K: WatchedKind>(
         index: &Index,
         book: &mut WatchBookkeeper,
-        steps: Vec<(watcher::Event<Node>, Vec<Event>)>,
+        steps: Vec<(watcher::Event<K>, Vec<Event>)>,
     ) {
         for (i, (event, expected)) in steps.into_iter().enumerate() {
             let what = format!("step {i}: {event:?}");
@@ -211,7 +215,7 @@ mod tests {
     fn first_list_is_initial_then_live() {
         let index = Index::new("pool");
         let mut book = WatchBookkeeper::new(ResourceKind::Node);
-        run_nodes(
+        run(
             &index,
             &mut book,
             vec![
@@ -224,12 +228,7 @@ mod tests {
                     watcher::Event::InitApply(node("n2", false, "2")),
                     vec![node_changed("n2", Change::Created, true)],
                 ),
-                (
-                    watcher::Event::InitDone,
-                    vec![Event::ResourceSynced {
-                        kind: ResourceKind::Node,
-                    }],
-                ),
+                (watcher::Event::InitDone, vec![synced(ResourceKind::Node)]),
                 (
                     watcher::Event::Apply(node("n3", true, "3")),
                     vec![node_changed("n3", Change::Created, false)],
@@ -254,7 +253,7 @@ mod tests {
     fn unchanged_projection_publishes_nothing() {
         let index = Index::new("pool");
         let mut book = WatchBookkeeper::new(ResourceKind::Node);
-        run_nodes(
+        run(
             &index,
             &mut book,
             vec![
@@ -263,12 +262,7 @@ mod tests {
                     watcher::Event::InitApply(node("n1", true, "1")),
                     vec![node_changed("n1", Change::Created, true)],
                 ),
-                (
-                    watcher::Event::InitDone,
-                    vec![Event::ResourceSynced {
-                        kind: ResourceKind::Node,
-                    }],
-                ),
+                (watcher::Event::InitDone, vec![synced(ResourceKind::Node)]),
                 // Heartbeats: new resourceVersion, same projection.
                 (watcher::Event::Apply(node("n1", true, "2")), vec![]),
                 (watcher::Event::Apply(node("n1", true, "3")), vec![]),
@@ -280,7 +274,7 @@ mod tests {
     fn relist_reports_deletes_and_changes_as_live() {
         let index = Index::new("pool");
         let mut book = WatchBookkeeper::new(ResourceKind::Node);
-        run_nodes(
+        run(
             &index,
             &mut book,
             vec![
@@ -297,12 +291,7 @@ mod tests {
                     watcher::Event::InitApply(node("n3", true, "1")),
                     vec![node_changed("n3", Change::Created, true)],
                 ),
-                (
-                    watcher::Event::InitDone,
-                    vec![Event::ResourceSynced {
-                        kind: ResourceKind::Node,
-                    }],
-                ),
+                (watcher::Event::InitDone, vec![synced(ResourceKind::Node)]),
                 // Relist after a 410: n2 gone, n3 changed, n4 new, n1 the same.
                 (watcher::Event::Init, vec![]),
                 (watcher::Event::InitApply(node("n1", true, "9")), vec![]),
@@ -330,27 +319,26 @@ mod tests {
     fn relist_with_nothing_left_empties_the_kind() {
         let index = Index::new("pool");
         let mut book = WatchBookkeeper::new(ResourceKind::Machine);
-        let steps: Vec<(watcher::Event<Machine>, Vec<Event>)> = vec![
-            (watcher::Event::Init, vec![]),
-            (
-                watcher::Event::InitApply(machine("m1", "c1")),
-                vec![machine_changed("m1", Change::Created, true)],
-            ),
-            (
-                watcher::Event::InitDone,
-                vec![Event::ResourceSynced {
-                    kind: ResourceKind::Machine,
-                }],
-            ),
-            (watcher::Event::Init, vec![]),
-            (
-                watcher::Event::InitDone,
-                vec![machine_changed("m1", Change::Deleted, false)],
-            ),
-        ];
-        for (event, expected) in steps {
-            assert_eq!(book.apply(&index, event), expected);
-        }
+        run(
+            &index,
+            &mut book,
+            vec![
+                (watcher::Event::Init, vec![]),
+                (
+                    watcher::Event::InitApply(machine("m1", "c1")),
+                    vec![machine_changed("m1", Change::Created, true)],
+                ),
+                (
+                    watcher::Event::InitDone,
+                    vec![synced(ResourceKind::Machine)],
+                ),
+                (watcher::Event::Init, vec![]),
+                (
+                    watcher::Event::InitDone,
+                    vec![machine_changed("m1", Change::Deleted, false)],
+                ),
+            ],
+        );
         assert_eq!(index.machines().machines_of_class(NS, "c1").count(), 0);
     }
 
@@ -370,26 +358,25 @@ mod tests {
             deleting: false,
         });
         let mut book = WatchBookkeeper::new(ResourceKind::Machine);
-        let steps: Vec<(watcher::Event<Machine>, Vec<Event>)> = vec![
-            (watcher::Event::Init, vec![]),
-            (watcher::Event::InitApply(machine("m1", "c1")), vec![]),
-            (
-                watcher::Event::InitApply(machine("m2", "c2")),
-                vec![machine_changed("m2", Change::Created, true)],
-            ),
-            (
-                watcher::Event::InitDone,
-                vec![
-                    machine_changed("gone", Change::Deleted, false),
-                    Event::ResourceSynced {
-                        kind: ResourceKind::Machine,
-                    },
-                ],
-            ),
-        ];
-        for (event, expected) in steps {
-            assert_eq!(book.apply(&index, event), expected);
-        }
+        run(
+            &index,
+            &mut book,
+            vec![
+                (watcher::Event::Init, vec![]),
+                (watcher::Event::InitApply(machine("m1", "c1")), vec![]),
+                (
+                    watcher::Event::InitApply(machine("m2", "c2")),
+                    vec![machine_changed("m2", Change::Created, true)],
+                ),
+                (
+                    watcher::Event::InitDone,
+                    vec![
+                        machine_changed("gone", Change::Deleted, false),
+                        synced(ResourceKind::Machine),
+                    ],
+                ),
+            ],
+        );
     }
 
     #[test]
@@ -430,9 +417,7 @@ mod tests {
         );
         assert_eq!(
             book.apply(&index, watcher::Event::<Node>::InitDone),
-            vec![Event::ResourceSynced {
-                kind: ResourceKind::Node
-            }]
+            vec![synced(ResourceKind::Node)]
         );
         // 410 Gone is a relist request, not a failure.
         assert_eq!(book.fail(&gone), None);

@@ -11,14 +11,16 @@ use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use poolkeeper_bus::{Bus, Event};
 use poolkeeper_index::Index;
-use poolkeeper_supervisor::{Activity, Component, Context, Health};
-use poolkeeper_webhook::{CERT_FILE, KEY_FILE, WebhookServer, WebhookSettings};
+use poolkeeper_supervisor::{Activity, BoxError, Component, Context, Health};
+use poolkeeper_webhook::{CERT_FILE, KEY_FILE, WebhookHandle, WebhookServer, WebhookSettings};
 use prometheus_client::registry::Registry;
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
 use rustls::pki_types::{CertificateDer, ServerName};
 use rustls::{ClientConfig, RootCertStore};
 use serde_json::{Value, json};
 use tokio::net::TcpStream;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
 use tokio_rustls::TlsConnector;
 use tokio_util::sync::CancellationToken;
 
@@ -148,6 +150,73 @@ async fn admit(connection: &mut Connection, uid: &str) -> Value {
     review["response"].clone()
 }
 
+/// A webhook server on a free local port, running as a component, serving
+/// the pair in `cert_dir` and looking for a new one every 20ms.
+struct Served {
+    bus: Bus,
+    health: Health,
+    handle: WebhookHandle,
+    registry: Registry,
+    cancel: CancellationToken,
+    ready: watch::Receiver<bool>,
+    task: JoinHandle<Result<(), BoxError>>,
+}
+
+impl Served {
+    fn start(cert_dir: &Path) -> Self {
+        let bus = Bus::default();
+        let health = Health::default();
+        let gate = health.readiness_gate("webhook", "starting");
+        let settings = WebhookSettings {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            cert_dir: cert_dir.to_owned(),
+            cert_reload_interval: Duration::from_millis(20),
+            ..WebhookSettings::default()
+        };
+        let server =
+            WebhookServer::new(settings, Arc::new(Index::new("pool")), &bus, gate).unwrap();
+        let handle = server.handle();
+        let mut registry = Registry::default();
+        server.register_metrics(&mut registry);
+        bus.start();
+        let cancel = CancellationToken::new();
+        let (ready_tx, ready) = watch::channel(false);
+        let ctx = Context::new(cancel.clone(), Activity::default(), ready_tx);
+        let task = tokio::spawn(Box::new(server).run(ctx));
+        Self {
+            bus,
+            health,
+            handle,
+            registry,
+            cancel,
+            ready,
+            task,
+        }
+    }
+
+    /// Waits until the server listens and reports ready; returns where.
+    async fn listening_and_ready(&mut self) -> std::net::SocketAddr {
+        let addr = tokio::time::timeout(PATIENCE, self.handle.listening())
+            .await
+            .unwrap();
+        tokio::time::timeout(PATIENCE, self.ready.wait_for(|ready| *ready))
+            .await
+            .unwrap()
+            .unwrap();
+        addr
+    }
+
+    /// Cancels the server and checks that it stops cleanly.
+    async fn stop(self) {
+        self.cancel.cancel();
+        let result = tokio::time::timeout(PATIENCE, self.task)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(result.is_ok(), "{result:?}");
+    }
+}
+
 #[tokio::test]
 async fn serves_rotates_certificates_and_keeps_connections() {
     let ca = Ca::new();
@@ -155,38 +224,13 @@ async fn serves_rotates_certificates_and_keeps_connections() {
     let (first_pem, first_key, first_der) = ca.leaf("first");
     install(dir.path(), &first_pem, &first_key);
 
-    let bus = Bus::default();
-    let health = Health::default();
-    let gate = health.readiness_gate("webhook", "starting");
-    let settings = WebhookSettings {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        cert_dir: dir.path().to_owned(),
-        cert_reload_interval: Duration::from_millis(20),
-        ..WebhookSettings::default()
-    };
-    let server = WebhookServer::new(settings, Arc::new(Index::new("pool")), &bus, gate).unwrap();
-    let handle = server.handle();
-    let mut registry = Registry::default();
-    server.register_metrics(&mut registry);
-    bus.start();
-    bus.publish(Event::IndexSynchronized);
-
-    let cancel = CancellationToken::new();
-    let (ready_tx, mut ready_rx) = tokio::sync::watch::channel(false);
-    let ctx = Context::new(cancel.clone(), Activity::default(), ready_tx);
-    let running = tokio::spawn(Box::new(server).run(ctx));
-
-    let addr = tokio::time::timeout(PATIENCE, handle.listening())
-        .await
-        .unwrap();
-    tokio::time::timeout(PATIENCE, ready_rx.wait_for(|ready| *ready))
-        .await
-        .unwrap()
-        .unwrap();
-    let readiness = health.readiness();
+    let mut served = Served::start(dir.path());
+    served.bus.publish(Event::IndexSynchronized);
+    let addr = served.listening_and_ready().await;
+    let readiness = served.health.readiness();
     assert_eq!(readiness.len(), 1);
     assert_eq!(readiness[0].status, Ok(()));
-    tokio::time::timeout(PATIENCE, handle.wait_index_synchronized())
+    tokio::time::timeout(PATIENCE, served.handle.wait_index_synchronized())
         .await
         .unwrap();
 
@@ -206,16 +250,16 @@ async fn serves_rotates_certificates_and_keeps_connections() {
     let (second_pem, second_key, second_der) = ca.leaf("second");
     std::fs::write(dir.path().join(CERT_FILE), &second_pem).unwrap();
     eventually("the mismatched pair to be refused", || {
-        encode(&registry)
+        encode(&served.registry)
             .contains("poolkeeper_webhook_certificate_reloads_total{result=\"error\"} 1")
     })
     .await;
-    assert_eq!(handle.certificate_generation(), 1);
+    assert_eq!(served.handle.certificate_generation(), 1);
     let mut during = connect(&connector, addr).await;
     assert_eq!(during.peer, first_der, "the mismatched pair is not served");
     assert_eq!(admit(&mut during, "during").await["allowed"], true);
     install(dir.path(), &second_pem, &second_key);
-    tokio::time::timeout(PATIENCE, handle.wait_certificate_generation(2))
+    tokio::time::timeout(PATIENCE, served.handle.wait_certificate_generation(2))
         .await
         .expect("the new certificate is loaded");
 
@@ -233,23 +277,19 @@ async fn serves_rotates_certificates_and_keeps_connections() {
     // Garbage in the files later on does not take the server down.
     std::fs::write(dir.path().join(CERT_FILE), "not a certificate").unwrap();
     eventually("the garbage to be refused", || {
-        encode(&registry)
+        encode(&served.registry)
             .contains("poolkeeper_webhook_certificate_reloads_total{result=\"error\"} 2")
     })
     .await;
     let mut after_garbage = connect(&connector, addr).await;
     assert_eq!(admit(&mut after_garbage, "four").await["allowed"], true);
     assert_eq!(after_garbage.peer, second_der);
-    assert!(encode(&registry).contains(
+    assert!(encode(&served.registry).contains(
         "poolkeeper_admission_requests_total{webhook=\"validate\",result=\"allowed\"} 6"
     ));
 
-    cancel.cancel();
-    let result = tokio::time::timeout(PATIENCE, running)
-        .await
-        .unwrap()
-        .unwrap();
-    assert!(result.is_ok(), "{result:?}");
+    let health = served.health.clone();
+    served.stop().await;
     assert!(
         health.readiness()[0].status.is_err(),
         "not ready after shutdown"
@@ -260,25 +300,7 @@ async fn serves_rotates_certificates_and_keeps_connections() {
 async fn waits_for_a_certificate_before_listening() {
     let ca = Ca::new();
     let dir = tempfile::tempdir().unwrap();
-    let bus = Bus::default();
-    let health = Health::default();
-    let gate = health.readiness_gate("webhook", "starting");
-    let settings = WebhookSettings {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        cert_dir: dir.path().to_owned(),
-        cert_reload_interval: Duration::from_millis(20),
-        ..WebhookSettings::default()
-    };
-    let server = WebhookServer::new(settings, Arc::new(Index::new("pool")), &bus, gate).unwrap();
-    let handle = server.handle();
-    bus.start();
-    let cancel = CancellationToken::new();
-    let (ready_tx, mut ready_rx) = tokio::sync::watch::channel(false);
-    let running = tokio::spawn(Box::new(server).run(Context::new(
-        cancel.clone(),
-        Activity::default(),
-        ready_tx,
-    )));
+    let mut served = Served::start(dir.path());
 
     // Not ready while the Secret is empty; the reason says why.
     let waiting = |health: &Health| match &health.readiness()[0].status {
@@ -286,23 +308,17 @@ async fn waits_for_a_certificate_before_listening() {
         _ => None,
     };
     eventually("the gate to report the missing certificate", || {
-        waiting(&health).is_some()
+        waiting(&served.health).is_some()
     })
     .await;
-    let reason = waiting(&health).unwrap();
+    let reason = waiting(&served.health).unwrap();
     assert!(reason.contains(CERT_FILE), "{reason}");
-    assert_eq!(handle.local_addr(), None);
-    assert!(!*ready_rx.borrow());
+    assert_eq!(served.handle.local_addr(), None);
+    assert!(!*served.ready.borrow());
 
     let (pem, key, der) = ca.leaf("late");
     install(dir.path(), &pem, &key);
-    let addr = tokio::time::timeout(PATIENCE, handle.listening())
-        .await
-        .unwrap();
-    tokio::time::timeout(PATIENCE, ready_rx.wait_for(|ready| *ready))
-        .await
-        .unwrap()
-        .unwrap();
+    let addr = served.listening_and_ready().await;
     let mut connection = connect(&ca.client(&[&rustls::version::TLS13]), addr).await;
     assert_eq!(connection.peer, der);
     // The index has not synchronized: the request is answered, and denied.
@@ -310,14 +326,7 @@ async fn waits_for_a_certificate_before_listening() {
     assert_eq!(response["allowed"], false);
     assert_eq!(response["status"]["code"], 503);
 
-    cancel.cancel();
-    assert!(
-        tokio::time::timeout(PATIENCE, running)
-            .await
-            .unwrap()
-            .unwrap()
-            .is_ok()
-    );
+    served.stop().await;
 }
 
 #[tokio::test]
