@@ -232,7 +232,7 @@ fn run_all(root: &Path, scope: &Scope, pipeline: &mut Pipeline) -> Result<()> {
         }
         if counts.ignored > 0 {
             return Err(Error::Check(format!(
-                "{} end-to-end tests were skipped (#[ignore]); every end-to-end test must run",
+                "{} end-to-end tests were marked ignored and skipped; every end-to-end test must run",
                 counts.ignored
             )));
         }
