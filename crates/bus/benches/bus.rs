@@ -14,6 +14,7 @@ fn event() -> Event {
         key: ObjectKey::namespaced("machine-system", "machine-0001"),
         change: Change::Updated,
         initial: false,
+        related: Vec::new(),
     }
 }
 

@@ -1,46 +1,50 @@
 //! The event catalog: every message that crosses the bus.
 //!
 //! Events say *what happened* and *to which object*, never carry whole
-//! Kubernetes objects: state lives in the index.
+//! Kubernetes objects: state lives in the index. Every event has a consumer
+//! (the table in this crate's README); the metrics observer derives the
+//! Prometheus metrics from them, so each thing that happens is recorded once.
 
 use std::fmt;
 use std::time::Duration;
 
 use serde::Serialize;
 
-/// The Kubernetes kinds poolkeeper watches.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-pub enum ResourceKind {
-    MachineClass,
-    Machine,
-    NodePool,
-    Node,
-    ConfigMap,
-}
+/// The derives every label-like enum of the catalog shares: its label value
+/// (`as_str`, snake_case unless the enum says otherwise) and the list of its
+/// variants (`strum::IntoEnumIterator::iter`).
+macro_rules! label_enum {
+    ($(#[$meta:meta])* $vis:vis enum $name:ident { $($(#[$vmeta:meta])* $variant:ident),+ $(,)? }) => {
+        #[derive(
+            Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize,
+            strum::IntoStaticStr, strum::EnumIter,
+        )]
+        $(#[$meta])*
+        $vis enum $name { $($(#[$vmeta])* $variant),+ }
 
-impl ResourceKind {
-    pub const ALL: [ResourceKind; 5] = [
-        ResourceKind::MachineClass,
-        ResourceKind::Machine,
-        ResourceKind::NodePool,
-        ResourceKind::Node,
-        ResourceKind::ConfigMap,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ResourceKind::MachineClass => "MachineClass",
-            ResourceKind::Machine => "Machine",
-            ResourceKind::NodePool => "NodePool",
-            ResourceKind::Node => "Node",
-            ResourceKind::ConfigMap => "ConfigMap",
+        impl $name {
+            /// The value this variant has as a metric label.
+            pub fn as_str(self) -> &'static str {
+                self.into()
+            }
         }
-    }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
 }
 
-impl fmt::Display for ResourceKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+label_enum! {
+    /// The Kubernetes kinds poolkeeper watches.
+    pub enum ResourceKind {
+        MachineClass,
+        Machine,
+        NodePool,
+        Node,
+        ConfigMap,
     }
 }
 
@@ -77,24 +81,28 @@ impl fmt::Display for ObjectKey {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
-pub enum Change {
-    Created,
-    Updated,
-    Deleted,
+label_enum! {
+    #[strum(serialize_all = "snake_case")]
+    pub enum Change {
+        Created,
+        Updated,
+        Deleted,
+    }
 }
 
-/// Why a reconciliation pass was asked for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
-pub enum TriggerReason {
-    /// The quiet period after a burst of changes expired (or `maxDelay` was reached).
-    Debounced,
-    /// Every watched kind finished its initial list.
-    IndexSynchronized,
-    /// This replica just became the leader.
-    LeadershipGained,
-    /// A subscriber lagged behind the bus: changes may have been missed.
-    Lagged,
+label_enum! {
+    /// Why a reconciliation pass was asked for.
+    #[strum(serialize_all = "snake_case")]
+    pub enum TriggerReason {
+        /// The quiet period after a burst of changes expired (or `maxDelay` was reached).
+        Debounced,
+        /// Every watched kind finished its initial list.
+        IndexSynchronized,
+        /// This replica just became the leader.
+        LeadershipGained,
+        /// A subscriber lagged behind the bus: changes may have been missed.
+        Lagged,
+    }
 }
 
 impl TriggerReason {
@@ -102,83 +110,90 @@ impl TriggerReason {
     pub fn is_full(self) -> bool {
         !matches!(self, TriggerReason::Debounced)
     }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TriggerReason::Debounced => "debounced",
-            TriggerReason::IndexSynchronized => "index_synchronized",
-            TriggerReason::LeadershipGained => "leadership_gained",
-            TriggerReason::Lagged => "lagged",
-        }
-    }
 }
 
-/// What a MachineClass reconciliation did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
-pub enum ClassOutcome {
-    FinalizerAdded,
-    FinalizerRemoved,
-    /// In use (possibly being deleted): finalizer already present, nothing written.
-    Unchanged,
-    /// Not in use and no finalizer: nothing to do.
-    Unused,
-    /// The class is gone from the index.
-    Gone,
-    Conflict,
-    Error,
+label_enum! {
+    /// What a MachineClass reconciliation did.
+    #[strum(serialize_all = "snake_case")]
+    pub enum ClassOutcome {
+        FinalizerAdded,
+        FinalizerRemoved,
+        /// In use (possibly being deleted): finalizer already present, nothing written.
+        Unchanged,
+        /// Not in use and no finalizer: nothing to do.
+        Unused,
+        /// The class is gone from the index.
+        Gone,
+        /// The write lost a race with another writer; retried after `conflictRetry`.
+        Conflict,
+        /// The write failed; retried after `shortRetry`.
+        Error,
+    }
 }
 
 impl ClassOutcome {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ClassOutcome::FinalizerAdded => "finalizer_added",
-            ClassOutcome::FinalizerRemoved => "finalizer_removed",
-            ClassOutcome::Unchanged => "unchanged",
-            ClassOutcome::Unused => "unused",
-            ClassOutcome::Gone => "gone",
-            ClassOutcome::Conflict => "conflict",
-            ClassOutcome::Error => "error",
-        }
+    /// The outcomes that wrote to the API server successfully.
+    pub fn wrote(self) -> bool {
+        matches!(
+            self,
+            ClassOutcome::FinalizerAdded | ClassOutcome::FinalizerRemoved
+        )
     }
 }
 
-/// Why a Machine was handed on for reconciliation.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
-pub enum EnqueueReason {
-    FinalizerAdded,
-    ClassSpecChanged,
-    ClassDeleting,
-}
-
-impl EnqueueReason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EnqueueReason::FinalizerAdded => "finalizer_added",
-            EnqueueReason::ClassSpecChanged => "class_spec_changed",
-            EnqueueReason::ClassDeleting => "class_deleting",
-        }
+label_enum! {
+    /// Which retry period a reconciliation asked for (`executor.*Retry`).
+    #[strum(serialize_all = "snake_case")]
+    pub enum Requeue {
+        /// `shortRetry`: after an API failure, or while a deleted class is in use.
+        Short,
+        /// `longRetry`: the periodic re-check of a settled class.
+        Long,
+        /// `conflictRetry`: after a write conflict.
+        Conflict,
+        /// Not requeued: the class is gone.
+        Never,
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
-pub enum WebhookKind {
-    Mutate,
-    Validate,
+label_enum! {
+    /// Why a Machine was handed on for reconciliation.
+    #[strum(serialize_all = "snake_case")]
+    pub enum EnqueueReason {
+        FinalizerAdded,
+        ClassSpecChanged,
+        ClassDeleting,
+    }
 }
 
-impl WebhookKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            WebhookKind::Mutate => "mutate",
-            WebhookKind::Validate => "validate",
-        }
+label_enum! {
+    #[strum(serialize_all = "snake_case")]
+    pub enum WebhookKind {
+        Mutate,
+        Validate,
+    }
+}
+
+label_enum! {
+    /// What an admission request came to.
+    #[strum(serialize_all = "snake_case")]
+    pub enum AdmissionResult {
+        /// Allowed unchanged.
+        Allowed,
+        /// Allowed with a JSON patch.
+        Patched,
+        Denied,
+        /// Not an AdmissionReview the webhook could read: answered with an
+        /// HTTP error status.
+        Invalid,
     }
 }
 
 /// Every event on the bus. The table in this crate's README says who
 /// publishes and who consumes each one.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, strum::EnumDiscriminants)]
 #[serde(tag = "type")]
+#[strum_discriminants(name(EventName), derive(strum::IntoStaticStr, strum::EnumIter, Hash))]
 pub enum Event {
     /// An object of a watched kind changed in the index.
     ResourceChanged {
@@ -187,124 +202,117 @@ pub enum Event {
         change: Change,
         /// Part of the initial list (or a relist) rather than a live change.
         initial: bool,
+        /// Other objects whose state this change affects, as the index knew
+        /// them before and after it: for a Machine, the MachineClass it
+        /// referenced and the one it references now. Empty for other kinds.
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        related: Vec<ObjectKey>,
     },
     /// A watched kind finished its first list.
-    ResourceSynced {
-        kind: ResourceKind,
-    },
+    ResourceSynced { kind: ResourceKind },
     /// Every watched kind has synced: the index is complete.
     IndexSynchronized,
-    WatchFailed {
-        kind: ResourceKind,
-        error: String,
-    },
-    WatchRecovered {
-        kind: ResourceKind,
-    },
-    ReconciliationTriggered {
-        reason: TriggerReason,
-    },
-    ReconciliationStarted {
-        pass: u64,
-        keys: usize,
-    },
+    /// A watch of `kind` failed; it is retried.
+    WatchFailed { kind: ResourceKind, error: String },
+    /// A watch of `kind` works again after [`Event::WatchFailed`].
+    WatchRecovered { kind: ResourceKind },
+    ReconciliationTriggered { reason: TriggerReason },
+    ReconciliationStarted { pass: u64, keys: usize },
+    /// A pass ended; `failed` of its `keys` classes ended in an API error.
     ReconciliationCompleted {
         pass: u64,
         #[serde(with = "humantime_serde")]
         duration: Duration,
         writes: usize,
-    },
-    ReconciliationFailed {
-        pass: u64,
-        error: String,
+        failed: usize,
     },
     MachineClassReconciled {
         key: ObjectKey,
         outcome: ClassOutcome,
+        requeue: Requeue,
         #[serde(with = "humantime_serde")]
         requeue_after: Duration,
+        #[serde(with = "humantime_serde")]
+        duration: Duration,
     },
-    MachineEnqueued {
-        key: ObjectKey,
-        reason: EnqueueReason,
-    },
+    MachineEnqueued { key: ObjectKey, reason: EnqueueReason },
     AdmissionDecided {
         webhook: WebhookKind,
-        allowed: bool,
-        patched: bool,
-        reason: String,
+        result: AdmissionResult,
+        /// The decision's reason, or why the request was invalid.
+        reason: &'static str,
+        /// Time spent on the request, from its body being read to its
+        /// response being built.
+        #[serde(with = "humantime_serde")]
+        duration: Duration,
     },
-    LeadershipChanged {
-        leader: bool,
-    },
+    LeadershipChanged { leader: bool },
     ShutdownRequested,
 }
 
-impl Event {
-    /// Names in catalog order; metrics use them as label values.
-    pub const NAMES: [&'static str; 14] = [
-        "ResourceChanged",
-        "ResourceSynced",
-        "IndexSynchronized",
-        "WatchFailed",
-        "WatchRecovered",
-        "ReconciliationTriggered",
-        "ReconciliationStarted",
-        "ReconciliationCompleted",
-        "ReconciliationFailed",
-        "MachineClassReconciled",
-        "MachineEnqueued",
-        "AdmissionDecided",
-        "LeadershipChanged",
-        "ShutdownRequested",
-    ];
-
-    /// Position of this event's variant in [`Event::NAMES`].
-    pub fn ordinal(&self) -> usize {
-        match self {
-            Event::ResourceChanged { .. } => 0,
-            Event::ResourceSynced { .. } => 1,
-            Event::IndexSynchronized => 2,
-            Event::WatchFailed { .. } => 3,
-            Event::WatchRecovered { .. } => 4,
-            Event::ReconciliationTriggered { .. } => 5,
-            Event::ReconciliationStarted { .. } => 6,
-            Event::ReconciliationCompleted { .. } => 7,
-            Event::ReconciliationFailed { .. } => 8,
-            Event::MachineClassReconciled { .. } => 9,
-            Event::MachineEnqueued { .. } => 10,
-            Event::AdmissionDecided { .. } => 11,
-            Event::LeadershipChanged { .. } => 12,
-            Event::ShutdownRequested => 13,
-        }
+impl EventName {
+    pub fn as_str(self) -> &'static str {
+        self.into()
     }
+}
 
+impl Event {
     pub fn name(&self) -> &'static str {
-        Self::NAMES[self.ordinal()]
+        EventName::from(self).as_str()
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use strum::IntoEnumIterator;
+
     use super::*;
 
     #[test]
-    fn names_follow_variants() {
+    fn serialized_type_is_the_event_name() {
         let samples = [
             Event::ResourceChanged {
                 kind: ResourceKind::Node,
                 key: ObjectKey::cluster("n1"),
                 change: Change::Created,
                 initial: false,
+                related: Vec::new(),
             },
             Event::IndexSynchronized,
             Event::ShutdownRequested,
             Event::LeadershipChanged { leader: true },
+            Event::AdmissionDecided {
+                webhook: WebhookKind::Mutate,
+                result: AdmissionResult::Patched,
+                reason: "placed",
+                duration: Duration::from_micros(10),
+            },
         ];
         for event in samples {
             let json = serde_json::to_value(&event).unwrap();
             assert_eq!(json["type"], event.name());
         }
+    }
+
+    #[test]
+    fn every_event_has_a_distinct_name() {
+        let names: Vec<&str> = EventName::iter().map(EventName::as_str).collect();
+        assert_eq!(names.len(), 13);
+        let unique: std::collections::BTreeSet<&str> = names.iter().copied().collect();
+        assert_eq!(unique.len(), names.len());
+        assert_eq!(names[0], "ResourceChanged");
+    }
+
+    #[test]
+    fn label_values_are_snake_case_except_kinds() {
+        assert_eq!(TriggerReason::IndexSynchronized.as_str(), "index_synchronized");
+        assert_eq!(ClassOutcome::FinalizerAdded.as_str(), "finalizer_added");
+        assert_eq!(Requeue::Conflict.as_str(), "conflict");
+        assert_eq!(EnqueueReason::ClassSpecChanged.as_str(), "class_spec_changed");
+        assert_eq!(WebhookKind::Validate.as_str(), "validate");
+        assert_eq!(AdmissionResult::Invalid.as_str(), "invalid");
+        assert_eq!(ResourceKind::MachineClass.as_str(), "MachineClass");
+        assert_eq!(ResourceKind::iter().count(), 5);
     }
 
     #[test]

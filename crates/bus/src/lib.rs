@@ -25,8 +25,10 @@ use prometheus_client::registry::Registry;
 use serde::Serialize;
 
 pub use event::{
-    Change, ClassOutcome, EnqueueReason, Event, ObjectKey, ResourceKind, TriggerReason, WebhookKind,
+    AdmissionResult, Change, ClassOutcome, EnqueueReason, Event, EventName, ObjectKey, Requeue,
+    ResourceKind, TriggerReason, WebhookKind,
 };
+pub use strum::IntoEnumIterator;
 
 /// Default number of events a subscriber may fall behind before it lags.
 pub const DEFAULT_CAPACITY: usize = 8192;
@@ -79,8 +81,8 @@ struct Inner {
     seq: AtomicU64,
     metrics: Metrics,
     /// One counter per catalog entry, resolved once so publishing skips the
-    /// label lookup.
-    published_by_ordinal: Vec<Counter>,
+    /// label lookup; indexed by [`EventName`].
+    published_by_name: Vec<Counter>,
 }
 
 /// Handle to the bus. Clone it freely.
@@ -112,12 +114,13 @@ impl Bus {
         sender.set_overflow(true);
         sender.set_await_active(false);
         let metrics = Metrics::default();
-        let published_by_ordinal = Event::NAMES
-            .iter()
-            .map(|&event| {
+        let published_by_name = EventName::iter()
+            .map(|name| {
                 metrics
                     .published
-                    .get_or_create(&EventLabels { event })
+                    .get_or_create(&EventLabels {
+                        event: name.as_str(),
+                    })
                     .clone()
             })
             .collect();
@@ -129,21 +132,22 @@ impl Bus {
                 pending: Mutex::new(Vec::new()),
                 seq: AtomicU64::new(0),
                 metrics,
-                published_by_ordinal,
+                published_by_name,
             }),
         }
     }
 
-    /// Registers `poolkeeper_bus_events_published` and
-    /// `poolkeeper_bus_events_lagged` in `registry`.
+    /// Registers `events_published_total{event}` and
+    /// `events_lagged_total{subscriber}` in `registry` (the binary passes its
+    /// `poolkeeper_bus` sub-registry).
     pub fn register_metrics(&self, registry: &mut Registry) {
         registry.register(
-            "poolkeeper_bus_events_published",
+            "events_published",
             "Events published on the bus, by event",
             self.inner.metrics.published.clone(),
         );
         registry.register(
-            "poolkeeper_bus_events_lagged",
+            "events_lagged",
             "Events a subscriber missed because it fell behind, by subscriber",
             self.inner.metrics.lagged.clone(),
         );
@@ -184,7 +188,7 @@ impl Bus {
 
     /// Publishes `event` to every subscriber. Never blocks.
     pub fn publish(&self, event: Event) {
-        self.inner.published_by_ordinal[event.ordinal()].inc();
+        self.inner.published_by_name[EventName::from(&event) as usize].inc();
         if self.is_started() {
             let envelope = self.envelope(event);
             self.send(envelope);
@@ -199,11 +203,6 @@ impl Bus {
         } else {
             pending.push(envelope);
         }
-    }
-
-    /// Number of events published so far.
-    pub fn published(&self) -> u64 {
-        self.inner.seq.load(Ordering::Relaxed)
     }
 
     fn envelope(&self, event: Event) -> Arc<Envelope> {

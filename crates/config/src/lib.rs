@@ -28,7 +28,7 @@ use std::path::Path;
 
 pub use error::{ConfigError, ConfigErrors, Location};
 pub use schema::{
-    BusConfig, Config, ExecutorConfig, HealthConfig, LeaderElectionConfig, LogFormat,
+    ApiServerConfig, BusConfig, Config, ExecutorConfig, HealthConfig, LeaderElectionConfig, LogFormat,
     LoggingConfig, MachineClassesConfig, PlacementConfig, PolicyConfigMapRef, ReconcilerConfig,
     ShutdownConfig, WatchersConfig, WebhookConfig,
 };
@@ -139,6 +139,8 @@ mod tests {
         config.executor.short_retry = Duration::from_secs(10);
         config.executor.long_retry = Duration::from_secs(1);
         config.executor.conflict_retry = Duration::ZERO;
+        config.executor.write_timeout = Duration::ZERO;
+        config.api_server.startup_timeout = Duration::ZERO;
         config.machine_classes.finalizer = "x".into();
         config.placement.pool_label = "/".into();
         let policy = &mut config.placement.policy_config_map;
@@ -151,6 +153,9 @@ mod tests {
         webhook.mutate_path = "x".into();
         webhook.validate_path = "x".into();
         webhook.max_body_bytes = 0;
+        webhook.cert_reload_interval = Duration::ZERO;
+        webhook.certificate_timeout = Duration::ZERO;
+        webhook.shutdown_timeout = Duration::ZERO;
         config.health.listen = "0.0.0.0:0".parse().unwrap();
         config.health.stall_timeout = Duration::ZERO;
         config.health.debug_events = 0;

@@ -19,6 +19,8 @@ pub struct Config {
     /// Namespace of the MachineClasses and Machines.
     pub namespace: String,
     #[serde(deserialize_with = "or_default")]
+    pub api_server: ApiServerConfig,
+    #[serde(deserialize_with = "or_default")]
     pub leader_election: LeaderElectionConfig,
     #[serde(deserialize_with = "or_default")]
     pub watchers: WatchersConfig,
@@ -46,6 +48,7 @@ impl Default for Config {
     fn default() -> Self {
         Self {
             namespace: "machine-system".to_owned(),
+            api_server: ApiServerConfig::default(),
             leader_election: LeaderElectionConfig::default(),
             watchers: WatchersConfig::default(),
             reconciler: ReconcilerConfig::default(),
@@ -57,6 +60,24 @@ impl Default for Config {
             bus: BusConfig::default(),
             shutdown: ShutdownConfig::default(),
             logging: LoggingConfig::default(),
+        }
+    }
+}
+
+/// `apiServer`: the connection to the Kubernetes API server.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct ApiServerConfig {
+    /// Startup fails when the API server has not answered within this time
+    /// (the timeout of the `apiserver` stage).
+    #[serde(with = "duration")]
+    pub startup_timeout: Duration,
+}
+
+impl Default for ApiServerConfig {
+    fn default() -> Self {
+        Self {
+            startup_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -99,7 +120,8 @@ impl Default for LeaderElectionConfig {
 pub struct WatchersConfig {
     /// Objects per page of the initial list.
     pub page_size: u32,
-    /// How long startup waits for every watched kind to be listed (`IndexSynchronized`).
+    /// How long startup waits for every watched kind to be listed
+    /// (`IndexSynchronized`): the timeout of the `watchers` stage.
     #[serde(with = "duration")]
     pub sync_timeout: Duration,
 }
@@ -149,6 +171,9 @@ pub struct ExecutorConfig {
     /// Requeue delay after a write conflict (HTTP 409).
     #[serde(with = "duration")]
     pub conflict_retry: Duration,
+    /// Longest one finalizer patch may take before it counts as failed.
+    #[serde(with = "duration")]
+    pub write_timeout: Duration,
 }
 
 impl Default for ExecutorConfig {
@@ -158,6 +183,7 @@ impl Default for ExecutorConfig {
             short_retry: Duration::from_secs(5),
             long_retry: Duration::from_secs(10 * 60),
             conflict_retry: Duration::from_millis(200),
+            write_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -230,6 +256,17 @@ pub struct WebhookConfig {
     pub listen: SocketAddr,
     /// Directory holding `tls.crt` and `tls.key`; reloaded when they change.
     pub cert_dir: PathBuf,
+    /// How often the certificate files are checked for a change.
+    #[serde(with = "duration")]
+    pub cert_reload_interval: Duration,
+    /// How long startup waits for the certificate files to appear: the
+    /// timeout of the `webhook` stage.
+    #[serde(with = "duration")]
+    pub certificate_timeout: Duration,
+    /// On shutdown, how long in-flight admission requests may take to
+    /// finish; part of `shutdown.gracePeriod`.
+    #[serde(with = "duration")]
+    pub shutdown_timeout: Duration,
     pub mutate_path: String,
     pub validate_path: String,
     /// Larger request bodies are refused.
@@ -242,6 +279,9 @@ impl Default for WebhookConfig {
             enabled: true,
             listen: SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 9443),
             cert_dir: PathBuf::from("/tmp/k8s-webhook-server/serving-certs"),
+            cert_reload_interval: Duration::from_secs(5),
+            certificate_timeout: Duration::from_secs(5 * 60),
+            shutdown_timeout: Duration::from_secs(20),
             mutate_path: "/mutate-pods".to_owned(),
             validate_path: "/validate-pods".to_owned(),
             max_body_bytes: 3 * 1024 * 1024,

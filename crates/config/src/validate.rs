@@ -10,7 +10,7 @@ use crate::schema::Config;
 #[derive(Debug)]
 pub(crate) struct Violation {
     pub(crate) path: &'static str,
-    pub(crate) related: &'static [&'static str],
+    pub(crate) related: Vec<&'static str>,
     pub(crate) reason: String,
 }
 
@@ -28,9 +28,31 @@ const MAX_DEBUG_EVENTS: usize = 1 << 16;
 
 pub(crate) fn validate(config: &Config) -> Vec<Violation> {
     let mut v = Rules::default();
-
     v.check("namespace", dns1123_label(&config.namespace));
+    v.positive("apiServer.startupTimeout", config.api_server.startup_timeout);
+    leader_election(&mut v, config);
+    watchers(&mut v, config);
+    reconciler(&mut v, config);
+    executor(&mut v, config);
+    v.check(
+        "machineClasses.finalizer",
+        qualified_name(&config.machine_classes.finalizer, PrefixRequired::Yes),
+    );
+    placement(&mut v, config);
+    webhook(&mut v, config);
+    health(&mut v, config);
+    v.range(
+        "bus.capacity",
+        config.bus.capacity,
+        MIN_BUS_CAPACITY,
+        MAX_BUS_CAPACITY,
+    );
+    v.positive("shutdown.gracePeriod", config.shutdown.grace_period);
+    v.check("logging.level", log_filter(&config.logging.level));
+    v.violations
+}
 
+fn leader_election(v: &mut Rules, config: &Config) {
     let le = &config.leader_election;
     v.check(
         "leaderElection.leaseName",
@@ -52,50 +74,35 @@ pub(crate) fn validate(config: &Config) -> Vec<Violation> {
             ),
         );
     }
-    if !le.renew_deadline.is_zero() && le.renew_deadline >= le.lease_duration {
-        v.fail_related(
-            "leaderElection.renewDeadline",
-            &["leaderElection.leaseDuration"],
-            format!(
-                "must be shorter than leaderElection.leaseDuration ({}), got {}",
-                show(le.lease_duration),
-                show(le.renew_deadline)
-            ),
-        );
-    }
-    if !le.retry_period.is_zero() && le.retry_period >= le.renew_deadline {
-        v.fail_related(
-            "leaderElection.retryPeriod",
-            &["leaderElection.renewDeadline"],
-            format!(
-                "must be shorter than leaderElection.renewDeadline ({}), got {}",
-                show(le.renew_deadline),
-                show(le.retry_period)
-            ),
-        );
-    }
+    v.shorter(
+        ("leaderElection.renewDeadline", le.renew_deadline),
+        ("leaderElection.leaseDuration", le.lease_duration),
+    );
+    v.shorter(
+        ("leaderElection.retryPeriod", le.retry_period),
+        ("leaderElection.renewDeadline", le.renew_deadline),
+    );
+}
 
+fn watchers(v: &mut Rules, config: &Config) {
     let watchers = &config.watchers;
     if watchers.page_size == 0 {
         v.fail("watchers.pageSize", "must be at least 1".to_owned());
     }
     v.positive("watchers.syncTimeout", watchers.sync_timeout);
+}
 
+fn reconciler(v: &mut Rules, config: &Config) {
     let reconciler = &config.reconciler;
     v.positive("reconciler.debounceInterval", reconciler.debounce_interval);
     v.positive("reconciler.maxDelay", reconciler.max_delay);
-    if !reconciler.max_delay.is_zero() && reconciler.max_delay < reconciler.debounce_interval {
-        v.fail_related(
-            "reconciler.maxDelay",
-            &["reconciler.debounceInterval"],
-            format!(
-                "must be at least reconciler.debounceInterval ({}), got {}",
-                show(reconciler.debounce_interval),
-                show(reconciler.max_delay)
-            ),
-        );
-    }
+    v.at_least(
+        ("reconciler.maxDelay", reconciler.max_delay),
+        ("reconciler.debounceInterval", reconciler.debounce_interval),
+    );
+}
 
+fn executor(v: &mut Rules, config: &Config) {
     let executor = &config.executor;
     v.range(
         "executor.concurrency",
@@ -106,23 +113,14 @@ pub(crate) fn validate(config: &Config) -> Vec<Violation> {
     v.positive("executor.shortRetry", executor.short_retry);
     v.positive("executor.longRetry", executor.long_retry);
     v.positive("executor.conflictRetry", executor.conflict_retry);
-    if !executor.long_retry.is_zero() && executor.long_retry < executor.short_retry {
-        v.fail_related(
-            "executor.longRetry",
-            &["executor.shortRetry"],
-            format!(
-                "must be at least executor.shortRetry ({}), got {}",
-                show(executor.short_retry),
-                show(executor.long_retry)
-            ),
-        );
-    }
-
-    v.check(
-        "machineClasses.finalizer",
-        qualified_name(&config.machine_classes.finalizer, PrefixRequired::Yes),
+    v.positive("executor.writeTimeout", executor.write_timeout);
+    v.at_least(
+        ("executor.longRetry", executor.long_retry),
+        ("executor.shortRetry", executor.short_retry),
     );
+}
 
+fn placement(v: &mut Rules, config: &Config) {
     let placement = &config.placement;
     v.check(
         "placement.poolLabel",
@@ -138,12 +136,21 @@ pub(crate) fn validate(config: &Config) -> Vec<Violation> {
         dns1123_subdomain(&policy.name),
     );
     v.check("placement.policyConfigMap.key", config_map_key(&policy.key));
+}
 
+fn webhook(v: &mut Rules, config: &Config) {
     let webhook = &config.webhook;
     v.fixed_port("webhook.listen", webhook.listen);
     if webhook.cert_dir.as_os_str().is_empty() {
         v.fail("webhook.certDir", "must not be empty".to_owned());
     }
+    v.positive("webhook.certReloadInterval", webhook.cert_reload_interval);
+    v.positive("webhook.certificateTimeout", webhook.certificate_timeout);
+    v.positive("webhook.shutdownTimeout", webhook.shutdown_timeout);
+    v.shorter(
+        ("webhook.shutdownTimeout", webhook.shutdown_timeout),
+        ("shutdown.gracePeriod", config.shutdown.grace_period),
+    );
     v.check("webhook.mutatePath", http_path(&webhook.mutate_path));
     v.check("webhook.validatePath", http_path(&webhook.validate_path));
     if webhook.mutate_path == webhook.validate_path {
@@ -165,8 +172,10 @@ pub(crate) fn validate(config: &Config) -> Vec<Violation> {
             ),
         );
     }
+}
 
-    let health = &config.health;
+fn health(v: &mut Rules, config: &Config) {
+    let (health, webhook) = (&config.health, &config.webhook);
     v.fixed_port("health.listen", health.listen);
     if webhook.enabled
         && webhook.listen.port() != 0
@@ -188,20 +197,10 @@ pub(crate) fn validate(config: &Config) -> Vec<Violation> {
         1,
         MAX_DEBUG_EVENTS,
     );
-
-    v.range(
-        "bus.capacity",
-        config.bus.capacity,
-        MIN_BUS_CAPACITY,
-        MAX_BUS_CAPACITY,
-    );
-
-    v.positive("shutdown.gracePeriod", config.shutdown.grace_period);
-
-    v.check("logging.level", log_filter(&config.logging.level));
-
-    v.violations
 }
+
+/// A duration field with its path, for the rules that compare two.
+type Field = (&'static str, Duration);
 
 #[derive(Default)]
 struct Rules {
@@ -216,12 +215,12 @@ impl Rules {
     fn fail_related(
         &mut self,
         path: &'static str,
-        related: &'static [&'static str],
+        related: &[&'static str],
         reason: String,
     ) {
         self.violations.push(Violation {
             path,
-            related,
+            related: related.to_vec(),
             reason,
         });
     }
@@ -235,6 +234,37 @@ impl Rules {
     fn positive(&mut self, path: &'static str, value: Duration) {
         if value.is_zero() {
             self.fail(path, "must be greater than 0".to_owned());
+        }
+    }
+
+    /// `value` must be shorter than `bound` (skipped when either is zero:
+    /// `positive` reports that).
+    fn shorter(&mut self, (path, value): Field, (bound_path, bound): Field) {
+        if !value.is_zero() && !bound.is_zero() && value >= bound {
+            self.fail_related(
+                path,
+                &[bound_path],
+                format!(
+                    "must be shorter than {bound_path} ({}), got {}",
+                    show(bound),
+                    show(value)
+                ),
+            );
+        }
+    }
+
+    /// `value` must be at least `bound` (skipped when `value` is zero).
+    fn at_least(&mut self, (path, value): Field, (bound_path, bound): Field) {
+        if !value.is_zero() && value < bound {
+            self.fail_related(
+                path,
+                &[bound_path],
+                format!(
+                    "must be at least {bound_path} ({}), got {}",
+                    show(bound),
+                    show(value)
+                ),
+            );
         }
     }
 
@@ -386,15 +416,19 @@ fn config_map_key(value: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn http_path(value: &str) -> Result<(), String> {
+/// A plain URL path: what the webhook's router can serve as it is (no
+/// captures such as `{id}` or `*rest`, no query, nothing to escape).
+pub(crate) fn http_path(value: &str) -> Result<(), String> {
     if !value.starts_with('/') {
         return Err(format!("{value:?} must start with '/'"));
     }
     if let Some(c) = value
         .chars()
-        .find(|c| c.is_whitespace() || c.is_control() || matches!(c, '?' | '#'))
+        .find(|&c| !(c.is_ascii_alphanumeric() || matches!(c, '/' | '-' | '.' | '_' | '~')))
     {
-        return Err(format!("{value:?} must be a plain URL path without {c:?}"));
+        return Err(format!(
+            "{value:?} must be a plain path of letters, digits, '/', '-', '.', '_' and '~', not {c:?}"
+        ));
     }
     Ok(())
 }
@@ -497,7 +531,10 @@ mod tests {
     #[test]
     fn http_paths() {
         assert_eq!(http_path("/mutate-pods"), Ok(()));
-        for bad in ["mutate", "", "/a b", "/a?b", "/a#b"] {
+        assert_eq!(http_path("/v1/validate_pods.x~y"), Ok(()));
+        for bad in [
+            "mutate", "", "/a b", "/a?b", "/a#b", "/mutate:pods", "/a/{id}", "/a/*rest", "/ä",
+        ] {
             assert!(http_path(bad).is_err(), "{bad}");
         }
     }

@@ -182,7 +182,7 @@ fn each_mistake_is_reported_at_its_path() {
         (
             "colour: blue",
             "colour",
-            "unknown key \"colour\"; allowed keys: bus, executor, health",
+            "unknown key \"colour\"; allowed keys: apiServer, bus, executor, health",
         ),
         (
             "webhook: {mutatePaths: /x}",
@@ -348,6 +348,26 @@ fn each_mistake_is_reported_at_its_path() {
             "webhook: {mutatePath: mutate}",
             "webhook.mutatePath",
             "must start with '/'",
+        ),
+        (
+            "webhook: {mutatePath: '/mutate:pods'}",
+            "webhook.mutatePath",
+            "must be a plain path of letters, digits",
+        ),
+        (
+            "webhook: {shutdownTimeout: 30s}",
+            "webhook.shutdownTimeout",
+            "must be shorter than shutdown.gracePeriod (25s), got 30s",
+        ),
+        (
+            "executor: {writeTimeout: 0s}",
+            "executor.writeTimeout",
+            "must be greater than 0",
+        ),
+        (
+            "apiServer: {startupTimeout: 0s}",
+            "apiServer.startupTimeout",
+            "must be greater than 0",
         ),
         (
             "webhook: {validatePath: /mutate-pods}",

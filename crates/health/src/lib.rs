@@ -13,6 +13,7 @@
 
 mod checks;
 mod events;
+mod metrics;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -24,29 +25,25 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use futures::future::BoxFuture;
-use parking_lot::Mutex;
 use poolkeeper_bus::Bus;
+use poolkeeper_config::Config;
 use poolkeeper_supervisor::{BoxError, CheckResult, Component, Context, Health};
 use prometheus_client::registry::Registry;
 use serde::Deserialize;
 use tokio::net::TcpListener;
 
 use crate::events::EventLog;
-
-/// The metrics registry every crate registers into, rendered by `/metrics`.
-pub type SharedRegistry = Arc<Mutex<Registry>>;
+pub use crate::metrics::{EventMetrics, METRICS_SUBSCRIBER, ObjectCounts};
 
 /// Content type of `/metrics`.
 pub const OPENMETRICS_CONTENT_TYPE: &str =
     "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-/// Default number of events `/debug/events` keeps.
-pub const DEFAULT_DEBUG_EVENTS: usize = 256;
-
 /// Name of the bus subscription feeding `/debug/events` (and of its lag
 /// metric label).
 pub const DEBUG_EVENTS_SUBSCRIBER: &str = "admin-debug-events";
 
+/// `health.listen` and `health.debugEvents` of the configuration.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AdminSettings {
     pub addr: SocketAddr,
@@ -54,11 +51,11 @@ pub struct AdminSettings {
     pub debug_events: usize,
 }
 
-impl AdminSettings {
-    pub fn new(addr: SocketAddr) -> Self {
+impl From<&Config> for AdminSettings {
+    fn from(config: &Config) -> Self {
         Self {
-            addr,
-            debug_events: DEFAULT_DEBUG_EVENTS,
+            addr: config.health.listen,
+            debug_events: config.health.debug_events,
         }
     }
 }
@@ -85,7 +82,7 @@ pub enum HealthError {
 pub struct AdminServer {
     settings: AdminSettings,
     health: Health,
-    registry: SharedRegistry,
+    registry: Arc<Registry>,
     subscription: poolkeeper_bus::Subscription,
     listener: Option<TcpListener>,
 }
@@ -103,16 +100,12 @@ impl AdminServer {
     pub const NAME: &'static str = "admin-server";
 
     /// Subscribes to `bus` for `/debug/events`; call before the bus starts.
-    pub fn new(
-        settings: AdminSettings,
-        health: Health,
-        registry: SharedRegistry,
-        bus: &Bus,
-    ) -> Self {
+    /// `registry` holds every metric by now: `/metrics` renders it.
+    pub fn new(settings: AdminSettings, health: Health, registry: Registry, bus: &Bus) -> Self {
         Self {
             settings,
             health,
-            registry,
+            registry: Arc::new(registry),
             subscription: bus.subscribe(DEBUG_EVENTS_SUBSCRIBER),
             listener: None,
         }
@@ -157,7 +150,7 @@ impl AdminServer {
             events,
         });
         ctx.mark_ready();
-        tracing::info!(%addr, "admin server listening on http://{addr}");
+        tracing::info!(%addr, "admin server listening");
         let server = axum::serve(listener, app).with_graceful_shutdown(stop.cancelled_owned());
         let (served, ()) = tokio::join!(server.into_future(), feeder);
         served.map_err(|source| HealthError::Serve { addr, source })?;
@@ -169,6 +162,11 @@ impl AdminServer {
 impl Component for AdminServer {
     fn name(&self) -> &'static str {
         Self::NAME
+    }
+
+    /// Listening is all there is to it, and whoever reads `/readyz` sees it.
+    fn readiness_check(&self) -> Option<&'static str> {
+        None
     }
 
     fn run(self: Box<Self>, ctx: Context) -> BoxFuture<'static, Result<(), BoxError>> {
@@ -191,7 +189,7 @@ fn local_addr(listener: &TcpListener, addr: SocketAddr) -> Result<SocketAddr, He
 #[derive(Clone)]
 struct AppState {
     health: Health,
-    registry: SharedRegistry,
+    registry: Arc<Registry>,
     events: EventLog,
 }
 
@@ -293,7 +291,7 @@ fn text(status: StatusCode, body: String) -> Response {
 
 async fn metrics(State(state): State<AppState>) -> Response {
     let mut body = String::new();
-    let encoded = prometheus_client::encoding::text::encode(&mut body, &state.registry.lock());
+    let encoded = prometheus_client::encoding::text::encode(&mut body, &state.registry);
     match encoded {
         Ok(()) => (
             [(

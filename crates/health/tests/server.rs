@@ -1,7 +1,6 @@
 //! The admin server on a real socket, asked by a plain HTTP client.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 
 use http_body_util::{BodyExt, Empty};
 use hyper::StatusCode;
@@ -9,26 +8,22 @@ use hyper::body::Bytes;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use parking_lot::Mutex;
 use poolkeeper_bus::{Bus, Event, ResourceKind};
-use poolkeeper_health::{
-    AdminServer, AdminSettings, HealthError, OPENMETRICS_CONTENT_TYPE, SharedRegistry,
-};
-use poolkeeper_supervisor::{Activity, BoxError, Component, Context, Health};
+use poolkeeper_config::Config;
+use poolkeeper_health::{AdminServer, AdminSettings, HealthError, OPENMETRICS_CONTENT_TYPE};
+use poolkeeper_supervisor::testing::{Running, liveness_gate, readiness_gate, spawn};
+use poolkeeper_supervisor::{Activity, Component, Context, Health, Readiness};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::registry::Registry;
 use serde_json::Value;
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 struct Admin {
     addr: SocketAddr,
     health: Health,
     bus: Bus,
-    registry: SharedRegistry,
-    stop: CancellationToken,
-    task: JoinHandle<Result<(), BoxError>>,
+    running: Running,
     client: Client<HttpConnector, Empty<Bytes>>,
 }
 
@@ -40,30 +35,28 @@ struct Answer {
 
 impl Admin {
     async fn start(debug_events: usize, bus: Bus) -> Self {
+        Self::start_with(debug_events, bus, Registry::with_prefix("poolkeeper")).await
+    }
+
+    async fn start_with(debug_events: usize, bus: Bus, registry: Registry) -> Self {
         let health = Health::default();
-        let registry: SharedRegistry = Arc::new(Mutex::new(Registry::default()));
         let settings = AdminSettings {
             addr: "127.0.0.1:0".parse().unwrap(),
             debug_events,
         };
-        let mut server = AdminServer::new(settings, health.clone(), registry.clone(), &bus);
+        let mut server = AdminServer::new(settings, health.clone(), registry, &bus);
         let addr = server.bind().await.unwrap();
         assert_ne!(addr.port(), 0);
         assert_eq!(server.local_addr(), Some(addr));
 
-        let stop = CancellationToken::new();
-        let (ready_tx, mut ready) = watch::channel(false);
-        let ctx = Context::new(stop.clone(), Activity::default(), ready_tx);
-        let task = tokio::spawn(Box::new(server).run(ctx));
-        ready.wait_for(|r| *r).await.unwrap();
+        let mut running = spawn(Box::new(server));
+        running.wait_ready(std::time::Duration::from_secs(5)).await;
         bus.start();
         Self {
             addr,
             health,
             bus,
-            registry,
-            stop,
-            task,
+            running,
             client: Client::builder(TokioExecutor::new()).build_http(),
         }
     }
@@ -86,16 +79,15 @@ impl Admin {
     }
 
     async fn stop(self) {
-        self.stop.cancel();
-        self.task.await.unwrap().unwrap();
+        self.running.stop().await.unwrap();
     }
 }
 
 #[tokio::test]
 async fn healthz_reports_liveness() {
     let admin = Admin::start(16, Bus::default()).await;
-    let executor = admin.health.liveness_gate("executor");
-    let watchers = admin.health.liveness_gate("watchers");
+    let executor = liveness_gate(&admin.health, "executor");
+    let watchers = liveness_gate(&admin.health, "watchers");
 
     let answer = admin.get("/healthz").await;
     assert_eq!(answer.status, StatusCode::OK);
@@ -126,12 +118,12 @@ async fn healthz_reports_liveness() {
 #[tokio::test]
 async fn readyz_lists_checks_when_verbose() {
     let admin = Admin::start(16, Bus::default()).await;
-    let index = admin
-        .health
-        .readiness_gate("index", "index not synchronized");
-    admin
-        .health
-        .readiness_gate("webhook", "no certificate")
+    let index = readiness_gate(
+        &admin.health,
+        "index", "index not synchronized");
+    readiness_gate(
+        &admin.health,
+        "webhook", "no certificate")
         .pass();
 
     let answer = admin.get("/readyz").await;
@@ -164,10 +156,10 @@ async fn readyz_lists_checks_when_verbose() {
 #[tokio::test]
 async fn single_checks_have_their_own_paths() {
     let admin = Admin::start(16, Bus::default()).await;
-    let index = admin
-        .health
-        .readiness_gate("index", "index not synchronized");
-    admin.health.liveness_gate("executor");
+    let index = readiness_gate(
+        &admin.health,
+        "index", "index not synchronized");
+    liveness_gate(&admin.health, "executor");
 
     let answer = admin.get("/readyz/index").await;
     assert_eq!(answer.status, StatusCode::SERVICE_UNAVAILABLE);
@@ -196,14 +188,12 @@ async fn single_checks_have_their_own_paths() {
 
 #[tokio::test]
 async fn metrics_are_openmetrics() {
-    let admin = Admin::start(16, Bus::default()).await;
     let things = Counter::<u64>::default();
-    admin.registry.lock().register(
-        "poolkeeper_test_things",
-        "Things counted by the test",
-        things.clone(),
-    );
-    admin.bus.register_metrics(&mut admin.registry.lock());
+    let mut registry = Registry::with_prefix("poolkeeper");
+    registry.register("test_things", "Things counted by the test", things.clone());
+    let bus = Bus::default();
+    bus.register_metrics(registry.sub_registry_with_prefix("bus"));
+    let admin = Admin::start_with(16, bus, registry).await;
     things.inc_by(3);
 
     let answer = admin.get("/metrics").await;
@@ -347,13 +337,15 @@ async fn debug_events_marks_where_it_lagged() {
 async fn a_busy_port_is_a_clear_error() {
     let taken = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = taken.local_addr().unwrap();
-    let registry: SharedRegistry = Arc::new(Mutex::new(Registry::default()));
     let bus = Bus::default();
-
+    let settings = AdminSettings {
+        addr,
+        ..AdminSettings::from(&Config::default())
+    };
     let mut server = AdminServer::new(
-        AdminSettings::new(addr),
+        settings.clone(),
         Health::default(),
-        registry.clone(),
+        Registry::default(),
         &bus,
     );
     let error = server.bind().await.unwrap_err();
@@ -366,8 +358,8 @@ async fn a_busy_port_is_a_clear_error() {
     );
 
     // Started without binding first, it fails the same way.
-    let server = AdminServer::new(AdminSettings::new(addr), Health::default(), registry, &bus);
-    let (ready_tx, ready) = watch::channel(false);
+    let server = AdminServer::new(settings, Health::default(), Registry::default(), &bus);
+    let (ready_tx, ready) = watch::channel(Readiness::Waiting("starting".into()));
     let ctx = Context::new(CancellationToken::new(), Activity::default(), ready_tx);
     let error = Box::new(server).run(ctx).await.unwrap_err();
     assert!(
@@ -376,5 +368,5 @@ async fn a_busy_port_is_a_clear_error() {
             .starts_with(&format!("admin server cannot listen on {addr}: ")),
         "{error}"
     );
-    assert!(!*ready.borrow(), "not ready without a listener");
+    assert!(!ready.borrow().is_ready(), "not ready without a listener");
 }

@@ -11,108 +11,32 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use poolkeeper_bus::{Bus, Delivery, Event, ResourceKind, Subscription, TriggerReason};
+use poolkeeper_config::Config;
 use poolkeeper_supervisor::{BoxError, Component, Context};
-use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::registry::Registry;
 use tokio::time::Instant;
 
 pub use debouncer::{Debouncer, Input};
-
-/// Default quiet period after the last change.
-pub const DEFAULT_DEBOUNCE_INTERVAL: Duration = Duration::from_millis(500);
-/// Default cap on how long churn may postpone a trigger.
-pub const DEFAULT_MAX_DELAY: Duration = Duration::from_secs(5);
-
-#[derive(Debug, thiserror::Error)]
-pub enum ReconcilerError {
-    #[error(
-        "maxDelay ({max_delay:?}) must not be shorter than debounceInterval ({debounce_interval:?})"
-    )]
-    MaxDelayBelowInterval {
-        debounce_interval: Duration,
-        max_delay: Duration,
-    },
-}
 
 /// Settings of the debouncer (`reconciler:` in the configuration file).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReconcilerSettings {
     /// Quiet period after the last live change before a trigger.
     pub debounce_interval: Duration,
-    /// Longest a trigger waits after the first change of a burst.
+    /// Longest a trigger waits after the first change of a burst; at least
+    /// `debounce_interval` (the configuration checks it).
     pub max_delay: Duration,
     /// Kinds whose changes lead to a trigger. Changes of other kinds do not
     /// affect any reconciliation, so they would only cause empty passes.
     pub kinds: Vec<ResourceKind>,
 }
 
-impl Default for ReconcilerSettings {
-    fn default() -> Self {
+impl From<&Config> for ReconcilerSettings {
+    fn from(config: &Config) -> Self {
         Self {
-            debounce_interval: DEFAULT_DEBOUNCE_INTERVAL,
-            max_delay: DEFAULT_MAX_DELAY,
+            debounce_interval: config.reconciler.debounce_interval,
+            max_delay: config.reconciler.max_delay,
             kinds: vec![ResourceKind::MachineClass, ResourceKind::Machine],
         }
-    }
-}
-
-impl ReconcilerSettings {
-    pub fn validate(&self) -> Result<(), ReconcilerError> {
-        if self.max_delay < self.debounce_interval {
-            return Err(ReconcilerError::MaxDelayBelowInterval {
-                debounce_interval: self.debounce_interval,
-                max_delay: self.max_delay,
-            });
-        }
-        Ok(())
-    }
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ReasonLabels {
-    reason: &'static str,
-}
-
-/// The debouncer's metrics. Clones share their values, so successive
-/// reconcilers (one per leadership term) can count into one registration.
-#[derive(Clone, Default)]
-pub struct ReconcilerMetrics {
-    triggers: Family<ReasonLabels, Counter>,
-    changes_debounced: Counter,
-}
-
-impl ReconcilerMetrics {
-    /// Registers `poolkeeper_reconciler_triggers_total{reason}` and
-    /// `poolkeeper_reconciler_changes_debounced_total`.
-    pub fn register(&self, registry: &mut Registry) {
-        registry.register(
-            "poolkeeper_reconciler_triggers",
-            "Reconciliation triggers published, by reason",
-            self.triggers.clone(),
-        );
-        registry.register(
-            "poolkeeper_reconciler_changes_debounced",
-            "Live resource changes folded into debounced triggers",
-            self.changes_debounced.clone(),
-        );
-    }
-
-    pub fn new() -> Self {
-        let metrics = Self::default();
-        // Every reason shows up from the start, at zero.
-        for reason in [
-            TriggerReason::Debounced,
-            TriggerReason::IndexSynchronized,
-            TriggerReason::LeadershipGained,
-            TriggerReason::Lagged,
-        ] {
-            let _ = metrics.triggers.get_or_create(&ReasonLabels {
-                reason: reason.as_str(),
-            });
-        }
-        metrics
     }
 }
 
@@ -121,7 +45,6 @@ pub struct Reconciler {
     bus: Bus,
     subscription: Subscription,
     settings: ReconcilerSettings,
-    metrics: ReconcilerMetrics,
 }
 
 impl std::fmt::Debug for Reconciler {
@@ -136,30 +59,13 @@ impl Reconciler {
     pub const NAME: &'static str = "reconciler";
 
     /// Subscribes to `bus` right away, so construct it before `bus.start()`.
-    pub fn new(bus: &Bus, settings: ReconcilerSettings) -> Result<Self, ReconcilerError> {
-        Self::with_metrics(bus, settings, ReconcilerMetrics::new())
-    }
-
-    /// [`Reconciler::new`] counting into `metrics`, registered once with
-    /// [`ReconcilerMetrics::register`].
-    pub fn with_metrics(
-        bus: &Bus,
-        settings: ReconcilerSettings,
-        metrics: ReconcilerMetrics,
-    ) -> Result<Self, ReconcilerError> {
-        settings.validate()?;
-        Ok(Self {
+    pub fn new(bus: &Bus, settings: ReconcilerSettings) -> Self {
+        debug_assert!(settings.max_delay >= settings.debounce_interval);
+        Self {
             bus: bus.clone(),
             subscription: bus.subscribe(Self::NAME),
             settings,
-            metrics,
-        })
-    }
-
-    /// Registers `poolkeeper_reconciler_triggers_total{reason}` and
-    /// `poolkeeper_reconciler_changes_debounced_total`.
-    pub fn register_metrics(&self, registry: &mut Registry) {
-        self.metrics.register(registry);
+        }
     }
 
     fn input_of(&self, delivery: &Delivery) -> Option<Input> {
@@ -182,12 +88,6 @@ impl Reconciler {
     fn publish(&self, trigger: Option<TriggerReason>) {
         if let Some(reason) = trigger {
             tracing::debug!(reason = reason.as_str(), "reconciliation triggered");
-            self.metrics
-                .triggers
-                .get_or_create(&ReasonLabels {
-                    reason: reason.as_str(),
-                })
-                .inc();
             self.bus.publish(Event::ReconciliationTriggered { reason });
         }
     }
@@ -237,9 +137,6 @@ impl Reconciler {
                     if input == Input::Lagged {
                         self.catch_up(&mut debouncer);
                         continue;
-                    }
-                    if input == (Input::Changed { initial: false }) && !debouncer.is_shut_down() {
-                        self.metrics.changes_debounced.inc();
                     }
                     if input == Input::Shutdown {
                         tracing::debug!("shutdown requested, no more triggers");

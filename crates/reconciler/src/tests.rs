@@ -1,11 +1,5 @@
-use std::sync::Arc;
-
-use parking_lot::Mutex;
 use poolkeeper_bus::{Change, ObjectKey};
-use poolkeeper_supervisor::Activity;
-use prometheus_client::encoding::text::encode;
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
+use poolkeeper_supervisor::testing::{EventRecorder, Running, spawn};
 
 use super::*;
 
@@ -14,53 +8,29 @@ use super::*;
 struct Harness {
     bus: Bus,
     start: Instant,
-    cancel: CancellationToken,
-    task: JoinHandle<Result<(), BoxError>>,
-    triggers: Arc<Mutex<Vec<(Duration, TriggerReason)>>>,
+    recorder: EventRecorder,
+    running: Running,
+}
+
+fn default_settings() -> ReconcilerSettings {
+    ReconcilerSettings::from(&Config::default())
 }
 
 impl Harness {
     fn start(capacity: usize) -> Self {
-        Self::start_with(capacity, ReconcilerSettings::default(), None)
+        Self::start_with(capacity, default_settings())
     }
 
-    fn start_with(
-        capacity: usize,
-        settings: ReconcilerSettings,
-        registry: Option<&mut Registry>,
-    ) -> Self {
+    fn start_with(capacity: usize, settings: ReconcilerSettings) -> Self {
         let bus = Bus::new(capacity);
-        let mut watcher = bus.subscribe("test");
-        let reconciler = Reconciler::new(&bus, settings).unwrap();
-        if let Some(registry) = registry {
-            reconciler.register_metrics(registry);
-        }
+        let reconciler = Reconciler::new(&bus, settings);
+        let recorder = EventRecorder::new(&bus);
         bus.start();
-        let start = Instant::now();
-        let triggers = Arc::new(Mutex::new(Vec::new()));
-        let recorded = triggers.clone();
-        tokio::spawn(async move {
-            while let Some(delivery) = watcher.recv().await {
-                if let Delivery::Event(envelope) = delivery
-                    && let Event::ReconciliationTriggered { reason } = envelope.event
-                {
-                    recorded.lock().push((start.elapsed(), reason));
-                }
-            }
-        });
-        let cancel = CancellationToken::new();
-        let ctx = Context::new(
-            cancel.clone(),
-            Activity::default(),
-            tokio::sync::watch::channel(false).0,
-        );
-        let task = tokio::spawn(Box::new(reconciler).run(ctx));
         Self {
+            start: Instant::now(),
+            running: spawn(Box::new(reconciler)),
             bus,
-            start,
-            cancel,
-            task,
-            triggers,
+            recorder,
         }
     }
 
@@ -70,6 +40,7 @@ impl Harness {
             key: ObjectKey::namespaced("machine-system", "m1"),
             change: Change::Updated,
             initial,
+            related: Vec::new(),
         });
     }
 
@@ -79,12 +50,18 @@ impl Harness {
     }
 
     fn triggers(&self) -> Vec<(Duration, TriggerReason)> {
-        self.triggers.lock().clone()
+        self.recorder
+            .timed()
+            .into_iter()
+            .filter_map(|(at, event)| match event {
+                Event::ReconciliationTriggered { reason } => Some((at, reason)),
+                _ => None,
+            })
+            .collect()
     }
 
     async fn stop(self) {
-        self.cancel.cancel();
-        self.task.await.unwrap().unwrap();
+        self.running.stop().await.unwrap();
     }
 }
 
@@ -166,6 +143,7 @@ async fn changes_of_other_kinds_do_not_trigger() {
         key: ObjectKey::cluster("node-1"),
         change: Change::Updated,
         initial: false,
+        related: Vec::new(),
     });
     h.at_ms(10_000).await;
     assert_eq!(h.triggers(), []);
@@ -182,7 +160,7 @@ async fn shutdown_mid_timer_ends_cleanly_without_a_trigger() {
     h.change(false);
     h.at_ms(10_000).await;
     assert_eq!(h.triggers(), []);
-    assert!(!h.task.is_finished(), "runs until cancelled");
+    assert!(!h.running.is_finished(), "runs until cancelled");
     h.stop().await;
 }
 
@@ -191,10 +169,11 @@ async fn cancellation_mid_timer_ends_cleanly_without_a_trigger() {
     let h = Harness::start(1024);
     h.change(false);
     h.at_ms(100).await;
-    let triggers = h.triggers.clone();
+    let recorder = h.recorder.clone();
     h.stop().await;
     tokio::time::sleep(ms(10_000)).await;
-    assert_eq!(*triggers.lock(), []);
+    let triggers = recorder.count(|e| matches!(e, Event::ReconciliationTriggered { .. }));
+    assert_eq!(triggers, 0);
 }
 
 #[tokio::test(start_paused = true)]
@@ -248,56 +227,17 @@ async fn a_shutdown_queued_behind_a_lag_is_honoured() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn metrics_count_triggers_and_debounced_changes() {
-    let mut registry = Registry::default();
-    let h = Harness::start_with(1024, ReconcilerSettings::default(), Some(&mut registry));
-    for _ in 0..3 {
-        h.change(false);
-    }
-    h.change(true);
-    h.at_ms(1_000).await;
-    h.bus.publish(Event::IndexSynchronized);
-    h.at_ms(2_000).await;
-    h.stop().await;
-    let mut text = String::new();
-    encode(&mut text, &registry).unwrap();
-    for line in [
-        "poolkeeper_reconciler_triggers_total{reason=\"debounced\"} 1",
-        "poolkeeper_reconciler_triggers_total{reason=\"index_synchronized\"} 1",
-        "poolkeeper_reconciler_triggers_total{reason=\"lagged\"} 0",
-        "poolkeeper_reconciler_changes_debounced_total 3",
-    ] {
-        assert!(
-            text.lines().any(|l| l == line),
-            "missing {line:?} in\n{text}"
-        );
-    }
-}
-
-#[tokio::test(start_paused = true)]
 async fn custom_interval_is_honoured() {
     let settings = ReconcilerSettings {
         debounce_interval: ms(2_000),
         max_delay: ms(3_000),
-        ..ReconcilerSettings::default()
+        ..default_settings()
     };
-    let h = Harness::start_with(1024, settings, None);
+    let h = Harness::start_with(1024, settings);
     h.change(false);
     h.at_ms(1_500).await;
     h.change(false);
     h.at_ms(10_000).await;
     assert_eq!(h.triggers(), [(ms(3_000), TriggerReason::Debounced)]);
     h.stop().await;
-}
-
-#[test]
-fn max_delay_below_the_interval_is_rejected() {
-    let settings = ReconcilerSettings {
-        debounce_interval: ms(500),
-        max_delay: ms(100),
-        ..ReconcilerSettings::default()
-    };
-    let err = Reconciler::new(&Bus::new(4), settings).unwrap_err();
-    assert!(matches!(err, ReconcilerError::MaxDelayBelowInterval { .. }));
-    assert!(err.to_string().contains("maxDelay"));
 }

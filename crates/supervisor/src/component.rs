@@ -6,6 +6,7 @@ use parking_lot::Mutex;
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
+use crate::health::Gate;
 use crate::watchdog::Watchdog;
 
 /// Any error a component ends with.
@@ -20,7 +21,28 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 pub trait Component: Send + 'static {
     fn name(&self) -> &'static str;
 
+    /// The `/readyz` check this component's readiness appears as: its name
+    /// by default. `None` keeps it off `/readyz` (its readiness still gates
+    /// the next stage), for components that are ready the moment they run.
+    fn readiness_check(&self) -> Option<&'static str> {
+        Some(self.name())
+    }
+
     fn run(self: Box<Self>, ctx: Context) -> BoxFuture<'static, Result<(), BoxError>>;
+}
+
+/// Where a component stands on its way to ready.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Readiness {
+    /// Not ready yet, and why.
+    Waiting(String),
+    Ready,
+}
+
+impl Readiness {
+    pub fn is_ready(&self) -> bool {
+        *self == Readiness::Ready
+    }
 }
 
 /// What the supervisor hands a running component.
@@ -28,7 +50,9 @@ pub trait Component: Send + 'static {
 pub struct Context {
     cancel: CancellationToken,
     activity: Activity,
-    ready: tokio::sync::watch::Sender<bool>,
+    readiness: tokio::sync::watch::Sender<Readiness>,
+    /// The component's `/readyz` check, when it has one.
+    check: Option<Gate>,
     /// Set when the supervisor runs the component, so that components which
     /// start components of their own (leader gating) get stall detection for
     /// them too.
@@ -36,15 +60,18 @@ pub struct Context {
 }
 
 impl Context {
+    /// A context outside any supervisor; `readiness` receives what the
+    /// component reports.
     pub fn new(
         cancel: CancellationToken,
         activity: Activity,
-        ready: tokio::sync::watch::Sender<bool>,
+        readiness: tokio::sync::watch::Sender<Readiness>,
     ) -> Self {
         Self {
             cancel,
             activity,
-            ready,
+            readiness,
+            check: None,
             watchdog: None,
         }
     }
@@ -52,13 +79,15 @@ impl Context {
     pub(crate) fn supervised(
         cancel: CancellationToken,
         activity: Activity,
-        ready: tokio::sync::watch::Sender<bool>,
+        readiness: tokio::sync::watch::Sender<Readiness>,
+        check: Option<Gate>,
         watchdog: Option<Watchdog>,
     ) -> Self {
         Self {
             cancel,
             activity,
-            ready,
+            readiness,
+            check,
             watchdog,
         }
     }
@@ -80,14 +109,31 @@ impl Context {
         &self.cancel
     }
 
-    /// Tells the supervisor this component is ready; the next stage waits
-    /// for every component of this one to say so.
+    /// Tells the supervisor this component is ready: its `/readyz` check
+    /// passes, and the next stage starts once every component of this one
+    /// is ready. Readiness is reported once; it is not taken back.
     pub fn mark_ready(&self) {
-        self.ready.send_replace(true);
+        self.readiness.send_replace(Readiness::Ready);
+        if let Some(check) = &self.check {
+            check.pass();
+        }
     }
 
-    pub fn is_ready(&self) -> bool {
-        *self.ready.borrow()
+    /// Before [`Context::mark_ready`]: what the component waits for, shown
+    /// by its `/readyz` check and by a startup timeout. Ignored once ready.
+    pub fn waiting_for(&self, reason: impl Into<String>) {
+        let reason = reason.into();
+        let updated = self.readiness.send_if_modified(|readiness| match readiness {
+            Readiness::Ready => false,
+            Readiness::Waiting(current) if *current == reason => false,
+            Readiness::Waiting(current) => {
+                current.clone_from(&reason);
+                true
+            }
+        });
+        if updated && let Some(check) = &self.check {
+            check.fail(reason);
+        }
     }
 
     /// Stall detection: hold the returned guard while handling one unit of

@@ -5,17 +5,17 @@ use crate::watchdog::format_duration;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SupervisorError {
-    /// A stage did not become ready in time; `components` are the ones that
-    /// had not called `mark_ready`.
+    /// A stage did not become ready in time; `waiting` are the components
+    /// that were not ready, each with what it was waiting for.
     #[error(
         "stage \"{stage}\" was not ready within {}: still waiting for {}",
         format_duration(*timeout),
-        quoted(components)
+        waiting_list(waiting)
     )]
     StartupTimeout {
         stage: String,
         timeout: Duration,
-        components: Vec<String>,
+        waiting: Vec<(String, String)>,
     },
 
     /// A component returned an error, returned before it was asked to stop,
@@ -39,9 +39,6 @@ pub enum SupervisorError {
     #[error("component name \"{name}\" is used more than once")]
     DuplicateComponent { name: String },
 
-    #[error("invalid leader election settings: {0}")]
-    InvalidLeaseSettings(String),
-
     #[error("leader election ended unexpectedly: {0}")]
     ElectionEnded(BoxError),
 
@@ -52,6 +49,14 @@ pub enum SupervisorError {
         #[source]
         source: kube::Error,
     },
+}
+
+fn waiting_list(waiting: &[(String, String)]) -> String {
+    waiting
+        .iter()
+        .map(|(name, reason)| format!("\"{name}\" ({reason})"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn quoted(names: &[String]) -> String {

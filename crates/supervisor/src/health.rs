@@ -26,7 +26,7 @@ struct HealthInner {
 
 impl Health {
     /// A readiness check that starts out failing with `reason`.
-    pub fn readiness_gate(&self, name: &str, reason: &str) -> Gate {
+    pub(crate) fn readiness_gate(&self, name: &str, reason: &str) -> Gate {
         self.inner
             .readiness
             .write()
@@ -39,7 +39,7 @@ impl Health {
     }
 
     /// A liveness check that starts out passing.
-    pub fn liveness_gate(&self, name: &str) -> Gate {
+    pub(crate) fn liveness_gate(&self, name: &str) -> Gate {
         self.inner.liveness.write().insert(name.to_string(), Ok(()));
         Gate {
             health: self.clone(),
@@ -91,9 +91,5 @@ impl Gate {
     pub fn fail(&self, reason: impl Into<String>) {
         self.health
             .set(self.liveness, &self.name, Err(reason.into()));
-    }
-
-    pub fn name(&self) -> &str {
-        &self.name
     }
 }

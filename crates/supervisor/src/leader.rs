@@ -4,8 +4,6 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use poolkeeper_bus::{Bus, Event};
-use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::registry::Registry;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -86,7 +84,6 @@ pub struct LeaderGated {
     elector: Option<Box<dyn LeaderElector>>,
     factory: Factory,
     bus: Bus,
-    leader: Gauge,
     stop_timeout: Duration,
 }
 
@@ -113,7 +110,6 @@ impl LeaderGated {
             elector,
             factory: Box::new(factory),
             bus,
-            leader: Gauge::default(),
             stop_timeout: DEFAULT_STOP_TIMEOUT,
         }
     }
@@ -124,94 +120,25 @@ impl LeaderGated {
         self
     }
 
-    /// Registers `poolkeeper_leader` (1 while this replica leads).
-    pub fn register_metrics(&self, registry: &mut Registry) {
-        registry.register(
-            "poolkeeper_leader",
-            "Whether this replica is the leader (1) or not (0)",
-            self.leader.clone(),
-        );
-    }
-
     async fn run_gated(self: Box<Self>, ctx: Context) -> Result<(), BoxError> {
         let LeaderGated {
             name,
             elector,
             factory,
             bus,
-            leader,
             stop_timeout,
         } = *self;
         let gated = Gated {
             name,
             factory,
             bus,
-            leader_gauge: leader,
             stop_timeout,
         };
-        let (mut reporter, mut changes) = LeadershipReporter::channel();
         let stop_elector = CancellationToken::new();
-        let mut elector_task: Option<ElectorTask> = None;
-        // Without an elector the reporter stays here, keeping `changes` open.
-        let _unelected = match elector {
-            Some(candidate) => {
-                tracing::info!("campaigning for leadership");
-                elector_task = Some(ElectorTask(tokio::spawn(
-                    candidate.campaign(reporter, stop_elector.clone()),
-                )));
-                None
-            }
-            None => {
-                tracing::info!("leader election is disabled: leading unconditionally");
-                reporter.set(true);
-                Some(reporter)
-            }
-        };
+        let mut election = Election::start(elector, stop_elector.clone());
         ctx.mark_ready();
-
         let mut running: Option<Running> = None;
-        let mut changes_open = true;
-        let outcome: Result<(), BoxError> = loop {
-            tokio::select! {
-                _ = ctx.cancelled() => break Ok(()),
-                change = changes.recv(), if changes_open => match change {
-                    Some(true) if running.is_none() => running = Some(gated.start(&ctx)),
-                    Some(false) => {
-                        if let Some(current) = running.take() {
-                            tracing::info!("leadership lost: stopping leader-only components");
-                            if let Err(error) = gated.stop(current).await.after_loss() {
-                                break Err(error.into());
-                            }
-                        }
-                    }
-                    Some(true) => {}
-                    // The elector ended; its task reports how.
-                    None => changes_open = false,
-                },
-                exit = next_exit(&mut running) => {
-                    let name = exit.name;
-                    // A clean exit after being asked to stop: the gated
-                    // components' tokens are children of this one's, so
-                    // shutdown has begun and this select may just have seen
-                    // the component end before noticing its own cancellation.
-                    let Some(error) = exit.into_failure() else {
-                        break Ok(());
-                    };
-                    tracing::error!(component = name, "component \"{name}\" failed: {error}");
-                    break Err(SupervisorError::ComponentFailed { name: name.to_string(), error }.into());
-                }
-                ended = join_elector(&mut elector_task) => {
-                    elector_task = None;
-                    let error: BoxError = match ended {
-                        Ok(Ok(())) => "the elector stopped campaigning".into(),
-                        Ok(Err(error)) => error,
-                        Err(join) => format!("the elector task failed: {join}").into(),
-                    };
-                    break Err(SupervisorError::ElectionEnded(error).into());
-                }
-            }
-        };
-
+        let outcome = gated.follow_leadership(&ctx, &mut election, &mut running).await;
         let mut result = outcome;
         if let Some(current) = running.take()
             && let Err(error) = gated.stop(current).await.at_shutdown(gated.stop_timeout)
@@ -221,22 +148,65 @@ impl LeaderGated {
         // Released only after the leader-only components stopped, so the
         // next leader never overlaps with them.
         stop_elector.cancel();
-        if let Some(mut task) = elector_task {
-            match (&mut task.0).await {
-                Ok(Ok(())) => {}
-                Ok(Err(error)) => {
-                    tracing::warn!("leader election did not end cleanly: {error}");
-                }
-                Err(join) => tracing::warn!("leader election task failed: {join}"),
-            }
-        }
+        election.finish().await;
         result
+    }
+}
+
+/// The elector's campaign, or the unconditional leadership of a replica
+/// without leader election.
+struct Election {
+    changes: mpsc::UnboundedReceiver<bool>,
+    changes_open: bool,
+    task: Option<ElectorTask>,
+    /// Without an elector the reporter stays here, keeping `changes` open.
+    _unelected: Option<LeadershipReporter>,
+}
+
+impl Election {
+    fn start(elector: Option<Box<dyn LeaderElector>>, stop: CancellationToken) -> Self {
+        let (mut reporter, changes) = LeadershipReporter::channel();
+        let (task, unelected) = match elector {
+            Some(candidate) => {
+                tracing::info!("campaigning for leadership");
+                let task = ElectorTask(tokio::spawn(candidate.campaign(reporter, stop)));
+                (Some(task), None)
+            }
+            None => {
+                tracing::info!("leader election is disabled: leading unconditionally");
+                reporter.set(true);
+                (None, Some(reporter))
+            }
+        };
+        Self {
+            changes,
+            changes_open: true,
+            task,
+            _unelected: unelected,
+        }
+    }
+
+    /// Waits for the elector to end after it was told to stop.
+    async fn finish(self) {
+        let Some(mut task) = self.task else {
+            return;
+        };
+        match (&mut task.0).await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => tracing::warn!("leader election did not end cleanly: {error}"),
+            Err(join) => tracing::warn!("leader election task failed: {join}"),
+        }
     }
 }
 
 impl Component for LeaderGated {
     fn name(&self) -> &'static str {
         self.name
+    }
+
+    /// Ready as soon as it campaigns: a follower is a healthy replica.
+    fn readiness_check(&self) -> Option<&'static str> {
+        None
     }
 
     fn run(self: Box<Self>, ctx: Context) -> BoxFuture<'static, Result<(), BoxError>> {
@@ -248,7 +218,6 @@ struct Gated {
     name: &'static str,
     factory: Factory,
     bus: Bus,
-    leader_gauge: Gauge,
     stop_timeout: Duration,
 }
 
@@ -258,17 +227,65 @@ struct Running {
 }
 
 impl Gated {
+    /// Starts and stops the gated components as leadership comes and goes,
+    /// until `ctx` is cancelled or something fails.
+    async fn follow_leadership(
+        &self,
+        ctx: &Context,
+        election: &mut Election,
+        running: &mut Option<Running>,
+    ) -> Result<(), BoxError> {
+        loop {
+            tokio::select! {
+                _ = ctx.cancelled() => return Ok(()),
+                change = election.changes.recv(), if election.changes_open => match change {
+                    Some(true) if running.is_none() => *running = Some(self.start(ctx)),
+                    Some(false) => {
+                        if let Some(current) = running.take() {
+                            tracing::info!("leadership lost: stopping leader-only components");
+                            self.stop(current).await.after_loss()?;
+                        }
+                    }
+                    Some(true) => {}
+                    // The elector ended; its task reports how.
+                    None => election.changes_open = false,
+                },
+                exit = next_exit(running) => {
+                    let name = exit.name;
+                    // A clean exit after being asked to stop: the gated
+                    // components' tokens are children of this one's, so
+                    // shutdown has begun and this select may just have seen
+                    // the component end before noticing its own cancellation.
+                    let Some(error) = exit.into_failure() else {
+                        return Ok(());
+                    };
+                    tracing::error!(component = name, %error, "component failed");
+                    return Err(SupervisorError::ComponentFailed { name: name.to_string(), error }.into());
+                }
+                ended = join_elector(&mut election.task) => {
+                    election.task = None;
+                    let error: BoxError = match ended {
+                        Ok(Ok(())) => "the elector stopped campaigning".into(),
+                        Ok(Err(error)) => error,
+                        Err(join) => format!("the elector task failed: {join}").into(),
+                    };
+                    return Err(SupervisorError::ElectionEnded(error).into());
+                }
+            }
+        }
+    }
+
     fn start(&self, ctx: &Context) -> Running {
         // Built before the announcement so they are subscribed to it.
         let components = (self.factory)();
         let names: Vec<&'static str> = components.iter().map(|c| c.name()).collect();
         tracing::info!(components = ?names, "leadership gained: starting leader-only components");
         self.bus.publish(Event::LeadershipChanged { leader: true });
-        self.leader_gauge.set(1);
         let token = ctx.cancellation().child_token();
         let mut tasks = Tasks::default();
         for component in components {
-            tasks.spawn(component, token.child_token(), ctx.watchdog());
+            // Leader-only components stay off `/readyz`: a follower is ready too.
+            tasks.spawn(component, token.child_token(), ctx.watchdog(), None);
         }
         Running { tasks, token }
     }
@@ -278,7 +295,6 @@ impl Gated {
     async fn stop(&self, mut running: Running) -> Stopped {
         running.token.cancel();
         self.bus.publish(Event::LeadershipChanged { leader: false });
-        self.leader_gauge.set(0);
         let deadline = Instant::now() + self.stop_timeout;
         let mut stopped = Stopped::default();
         while !running.tasks.is_empty() {
@@ -286,9 +302,9 @@ impl Gated {
                 exit = running.tasks.next() => {
                     let name = exit.name;
                     match exit.into_failure() {
-                        None => tracing::info!(component = name, "component \"{name}\" stopped"),
+                        None => tracing::info!(component = name, "component stopped"),
                         Some(error) => {
-                            tracing::error!(component = name, "component \"{name}\" failed: {error}");
+                            tracing::error!(component = name, %error, "component failed");
                             stopped.failure.get_or_insert(SupervisorError::ComponentFailed {
                                 name: name.to_string(),
                                 error,

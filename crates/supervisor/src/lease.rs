@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 use crate::component::BoxError;
 use crate::error::SupervisorError;
 use crate::leader::{LeaderElector, LeadershipReporter};
+use poolkeeper_config::LeaderElectionConfig;
 use crate::watchdog::format_duration;
 
 /// What the Lease says, as far as the decision goes.
@@ -170,7 +171,9 @@ fn whole_seconds(d: Duration) -> i32 {
     i32::try_from(d.as_secs()).unwrap_or(i32::MAX).max(1)
 }
 
-/// Settings of [`LeaseElector`]; the defaults are client-go's.
+/// Settings of [`LeaseElector`]: `leaderElection.*` of the configuration
+/// (which checks that the leader steps down before a follower may take
+/// over) plus this replica's identity.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LeaseSettings {
     pub namespace: String,
@@ -186,49 +189,15 @@ pub struct LeaseSettings {
 }
 
 impl LeaseSettings {
-    pub fn new(
-        namespace: impl Into<String>,
-        name: impl Into<String>,
-        identity: impl Into<String>,
-    ) -> Self {
+    pub fn new(config: &LeaderElectionConfig, identity: impl Into<String>) -> Self {
         Self {
-            namespace: namespace.into(),
-            name: name.into(),
+            namespace: config.lease_namespace.clone(),
+            name: config.lease_name.clone(),
             identity: identity.into(),
-            lease_duration: Duration::from_secs(15),
-            renew_deadline: Duration::from_secs(10),
-            retry_period: Duration::from_secs(2),
+            lease_duration: config.lease_duration,
+            renew_deadline: config.renew_deadline,
+            retry_period: config.retry_period,
         }
-    }
-
-    /// The leader must step down before a follower may take over, and must
-    /// get more than one attempt before it does.
-    pub fn validate(&self) -> Result<(), SupervisorError> {
-        let invalid = |reason: String| Err(SupervisorError::InvalidLeaseSettings(reason));
-        if self.namespace.is_empty() || self.name.is_empty() {
-            return invalid("the lease namespace and name must not be empty".into());
-        }
-        if self.identity.is_empty() {
-            return invalid("the identity must not be empty".into());
-        }
-        if self.retry_period.is_zero() {
-            return invalid("retryPeriod must be positive".into());
-        }
-        if self.renew_deadline <= self.retry_period {
-            return invalid(format!(
-                "renewDeadline ({}) must be longer than retryPeriod ({})",
-                format_duration(self.renew_deadline),
-                format_duration(self.retry_period)
-            ));
-        }
-        if self.lease_duration <= self.renew_deadline {
-            return invalid(format!(
-                "leaseDuration ({}) must be longer than renewDeadline ({})",
-                format_duration(self.lease_duration),
-                format_duration(self.renew_deadline)
-            ));
-        }
-        Ok(())
     }
 }
 
@@ -257,13 +226,17 @@ impl std::fmt::Debug for LeaseElector {
 }
 
 impl LeaseElector {
-    pub fn new(client: kube::Client, settings: LeaseSettings) -> Result<Self, SupervisorError> {
-        settings.validate()?;
-        Ok(Self {
+    pub fn new(client: kube::Client, settings: LeaseSettings) -> Self {
+        debug_assert!(
+            settings.retry_period < settings.renew_deadline
+                && settings.renew_deadline < settings.lease_duration,
+            "the configuration checks the lease timings"
+        );
+        Self {
             api: Api::namespaced(client, &settings.namespace),
             decider: LeaseDecider::new(settings.identity.clone(), settings.lease_duration),
             settings,
-        })
+        }
     }
 
     fn error(&self, source: kube::Error) -> SupervisorError {
@@ -614,39 +587,5 @@ mod tests {
             None,
             "only the holder releases"
         );
-    }
-
-    #[test]
-    fn settings_must_let_the_leader_step_down_first() {
-        let ok = LeaseSettings::new("ns", "poolkeeper", "pod-a");
-        assert!(ok.validate().is_ok());
-
-        let cases = [
-            (
-                LeaseSettings {
-                    renew_deadline: Duration::from_secs(15),
-                    ..ok.clone()
-                },
-                "leaseDuration (15s) must be longer than renewDeadline (15s)",
-            ),
-            (
-                LeaseSettings {
-                    retry_period: Duration::from_secs(10),
-                    ..ok.clone()
-                },
-                "renewDeadline (10s) must be longer than retryPeriod (10s)",
-            ),
-            (
-                LeaseSettings {
-                    identity: String::new(),
-                    ..ok.clone()
-                },
-                "the identity must not be empty",
-            ),
-        ];
-        for (settings, want) in cases {
-            let error = settings.validate().unwrap_err().to_string();
-            assert!(error.ends_with(want), "{error}");
-        }
     }
 }

@@ -9,11 +9,13 @@ mod lease;
 mod signal;
 mod supervisor;
 mod tasks;
+#[cfg(feature = "testing")]
+pub mod testing;
 mod watchdog;
 
-pub use component::{Activity, BoxError, BusyGuard, Component, Context};
+pub use component::{Activity, BoxError, BusyGuard, Component, Context, Readiness};
 pub use error::SupervisorError;
-pub use health::{CheckResult, Gate, Health};
+pub use health::{CheckResult, Health};
 pub use leader::{DEFAULT_STOP_TIMEOUT, LeaderElector, LeaderGated, LeadershipReporter};
 pub use lease::{LeaseAction, LeaseDecider, LeaseElector, LeaseRecord, LeaseSettings};
 pub use signal::shutdown_signal;

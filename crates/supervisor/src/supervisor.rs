@@ -4,13 +4,14 @@ use std::time::Duration;
 
 use futures::future::join_all;
 use poolkeeper_bus::{Bus, Event};
+use poolkeeper_config::Config;
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 use tokio::task::Id;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::component::Component;
+use crate::component::{Component, Readiness};
 use crate::error::SupervisorError;
 use crate::health::{Gate, Health};
 use crate::tasks::{Exit, Spawned, Tasks};
@@ -19,6 +20,8 @@ use crate::watchdog::Watchdog;
 /// Name of the readiness check that fails once shutdown begins.
 pub const SHUTDOWN_CHECK: &str = "shutdown";
 
+/// The supervisor's part of the configuration (`health.stallTimeout`,
+/// `shutdown.gracePeriod`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SupervisorSettings {
     /// A component busy with one unit of work for longer than this fails its
@@ -26,22 +29,21 @@ pub struct SupervisorSettings {
     pub stall_timeout: Duration,
     /// Time allowed for every component to stop once shutdown begins.
     pub grace_period: Duration,
-    /// Time allowed for each stage to become ready.
-    pub startup_timeout: Duration,
 }
 
-impl Default for SupervisorSettings {
-    fn default() -> Self {
+impl From<&Config> for SupervisorSettings {
+    fn from(config: &Config) -> Self {
         Self {
-            stall_timeout: Duration::from_secs(120),
-            grace_period: Duration::from_secs(30),
-            startup_timeout: Duration::from_secs(300),
+            stall_timeout: config.health.stall_timeout,
+            grace_period: config.shutdown.grace_period,
         }
     }
 }
 
 struct Stage {
     name: String,
+    /// `None`: the stage's components are ready as soon as they run.
+    startup_timeout: Option<Duration>,
     components: Vec<Box<dyn Component>>,
 }
 
@@ -51,6 +53,7 @@ pub struct Supervisor {
     settings: SupervisorSettings,
     bus: Bus,
     stages: Vec<Stage>,
+    health: Health,
     watchdog: Watchdog,
     shutdown_gate: Gate,
 }
@@ -97,6 +100,7 @@ impl StageBuilder<'_> {
 /// A stage that has been started.
 struct Started {
     name: String,
+    startup_timeout: Option<Duration>,
     token: CancellationToken,
     members: Vec<Spawned>,
 }
@@ -124,7 +128,8 @@ impl Supervisor {
         let shutdown_gate = health.readiness_gate(SHUTDOWN_CHECK, "not started");
         shutdown_gate.pass();
         Self {
-            watchdog: Watchdog::new(health, settings.stall_timeout),
+            watchdog: Watchdog::new(health.clone(), settings.stall_timeout),
+            health,
             settings,
             bus,
             stages: Vec::new(),
@@ -133,18 +138,25 @@ impl Supervisor {
     }
 
     /// Appends a stage. Stages start in the order they were added; each one
-    /// only after every component of the previous one is ready.
-    pub fn stage(&mut self, name: impl Into<String>) -> StageBuilder<'_> {
+    /// only after every component of the previous one is ready. A stage not
+    /// ready within `startup_timeout` fails startup; `None` is for stages
+    /// whose components are ready as soon as they run.
+    pub fn stage(
+        &mut self,
+        name: impl Into<String>,
+        startup_timeout: Option<Duration>,
+    ) -> StageBuilder<'_> {
         self.stages.push(Stage {
             name: name.into(),
+            startup_timeout,
             components: Vec::new(),
         });
         let stage = self.stages.last_mut().expect("a stage was just pushed");
         StageBuilder { stage }
     }
 
-    /// Registers `poolkeeper_component_running` and
-    /// `poolkeeper_component_stalled`, by component.
+    /// Registers `component_running{component}` and
+    /// `component_stalled{component}` (under the caller's prefix).
     pub fn register_metrics(&self, registry: &mut Registry) {
         self.watchdog.register_metrics(registry);
     }
@@ -155,109 +167,203 @@ impl Supervisor {
     /// Returns `Ok` only after a requested shutdown in which every component
     /// stopped cleanly within the grace period.
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), SupervisorError> {
+        check_unique_names(&self.stages)?;
         let Supervisor {
             settings,
             bus,
             stages,
+            health,
             watchdog,
             shutdown_gate,
         } = self;
-        check_unique_names(&stages)?;
-
         // Every component subscribed in its constructor, so nothing that
         // was published so far can be missed.
         bus.start();
-
         let stop_watchdog = CancellationToken::new();
         let watchdog_task = tokio::spawn(watchdog.clone().run(stop_watchdog.clone()));
         let _stop_watchdog = stop_watchdog.clone().drop_guard();
 
         let mut shutdown = std::pin::pin!(shutdown);
-        let mut tasks = Tasks::default();
-        let mut started: Vec<Started> = Vec::new();
-
-        let mut end = StartupEnd::Complete;
-        for stage in stages {
-            let names: Vec<&'static str> = stage.components.iter().map(|c| c.name()).collect();
-            tracing::info!(stage = %stage.name, components = ?names, "starting stage \"{}\"", stage.name);
-            let token = CancellationToken::new();
-            let members: Vec<Spawned> = stage
-                .components
-                .into_iter()
-                .map(|c| tasks.spawn(c, token.child_token(), Some(&watchdog)))
-                .collect();
-            started.push(Started {
-                name: stage.name,
-                token,
-                members,
-            });
-            let stage = started.last().expect("a stage was just started");
-            let deadline = Instant::now() + settings.startup_timeout;
-            let all_ready = all_ready(stage.members.iter().map(|m| m.ready.clone()));
-            end = tokio::select! {
-                _ = all_ready => {
-                    tracing::info!(stage = %stage.name, "stage \"{}\" is ready", stage.name);
-                    StartupEnd::Complete
-                }
-                exit = tasks.next() => StartupEnd::Failed(early_exit(exit)),
-                _ = &mut shutdown => StartupEnd::ShutdownRequested,
-                _ = tokio::time::sleep_until(deadline) => {
-                    let waiting: Vec<String> = stage
-                        .members
-                        .iter()
-                        .filter(|m| !*m.ready.borrow())
-                        .map(|m| m.name.to_string())
-                        .collect();
-                    let error = SupervisorError::StartupTimeout {
-                        stage: stage.name.clone(),
-                        timeout: settings.startup_timeout,
-                        components: waiting,
-                    };
-                    tracing::error!("{error}");
-                    StartupEnd::Failed(error)
-                }
-            };
-            if !matches!(end, StartupEnd::Complete) {
-                break;
-            }
-        }
-
-        let mut failure = match end {
-            StartupEnd::Failed(error) => Some(error),
-            StartupEnd::ShutdownRequested => None,
-            StartupEnd::Complete => {
-                tracing::info!("all stages are running");
-                tokio::select! {
-                    exit = tasks.next() => Some(early_exit(exit)),
-                    _ = &mut shutdown => None,
-                }
-            }
+        let mut running = Running {
+            tasks: Tasks::default(),
+            started: Vec::new(),
+            health,
+            watchdog,
         };
+        let mut failure = running.start_stages(stages, &mut shutdown).await;
         if failure.is_none() {
             tracing::info!("shutdown requested");
         }
-
         shutdown_gate.fail("shutting down");
         bus.publish(Event::ShutdownRequested);
-
-        let stop = stop_stages(&started, &mut tasks, settings.grace_period, &mut failure).await;
+        let stop = running.stop(settings.grace_period, &mut failure).await;
         stop_watchdog.cancel();
         let _ = watchdog_task.await;
+        outcome(failure, stop)
+    }
+}
 
-        match (failure, stop) {
-            (Some(error), Err(timeout)) => {
-                tracing::error!("{timeout}");
-                Err(error)
+/// The stages started so far and their tasks.
+struct Running {
+    tasks: Tasks,
+    started: Vec<Started>,
+    health: Health,
+    watchdog: Watchdog,
+}
+
+impl Running {
+    /// Starts the stages in order, then waits for shutdown or a failure.
+    /// Returns the failure, `None` for a requested shutdown.
+    async fn start_stages(
+        &mut self,
+        stages: Vec<Stage>,
+        shutdown: &mut (impl Future<Output = ()> + Unpin),
+    ) -> Option<SupervisorError> {
+        for stage in stages {
+            match self.start_stage(stage, shutdown).await {
+                StartupEnd::Complete => {}
+                StartupEnd::ShutdownRequested => return None,
+                StartupEnd::Failed(error) => return Some(error),
             }
-            (Some(error), Ok(())) => Err(error),
-            (None, Err(timeout)) => {
-                tracing::error!("{timeout}");
-                Err(timeout)
+        }
+        tracing::info!("all stages are running");
+        tokio::select! {
+            exit = self.tasks.next() => Some(early_exit(exit)),
+            _ = shutdown => None,
+        }
+    }
+
+    /// Spawns the components of `stage` and waits until all are ready.
+    async fn start_stage(
+        &mut self,
+        stage: Stage,
+        shutdown: &mut (impl Future<Output = ()> + Unpin),
+    ) -> StartupEnd {
+        let names: Vec<&'static str> = stage.components.iter().map(|c| c.name()).collect();
+        tracing::info!(stage = %stage.name, components = ?names, "starting stage");
+        let token = CancellationToken::new();
+        let members: Vec<Spawned> = stage
+            .components
+            .into_iter()
+            .map(|c| {
+                self.tasks.spawn(
+                    c,
+                    token.child_token(),
+                    Some(&self.watchdog),
+                    Some(&self.health),
+                )
+            })
+            .collect();
+        self.started.push(Started {
+            name: stage.name,
+            startup_timeout: stage.startup_timeout,
+            token,
+            members,
+        });
+        let stage = self.started.last().expect("a stage was just started");
+        let deadline = stage.startup_timeout.map(|timeout| Instant::now() + timeout);
+        tokio::select! {
+            _ = all_ready(stage.members.iter().map(|m| m.readiness.clone())) => {
+                tracing::info!(stage = %stage.name, "stage is ready");
+                StartupEnd::Complete
             }
-            (None, Ok(())) => {
-                tracing::info!("every component stopped");
-                Ok(())
+            exit = self.tasks.next() => StartupEnd::Failed(early_exit(exit)),
+            _ = shutdown => StartupEnd::ShutdownRequested,
+            _ = sleep_until(deadline) => {
+                let error = startup_timeout(stage);
+                tracing::error!("{error}");
+                StartupEnd::Failed(error)
             }
+        }
+    }
+
+    /// Stops the started stages in reverse order within `grace_period`,
+    /// recording the first component failure seen on the way in `failure`.
+    async fn stop(
+        &mut self,
+        grace_period: Duration,
+        failure: &mut Option<SupervisorError>,
+    ) -> Result<(), SupervisorError> {
+        let deadline = Instant::now() + grace_period;
+        let tasks = &mut self.tasks;
+        for stage in self.started.iter().rev() {
+            if stage.alive(tasks).is_empty() {
+                continue;
+            }
+            tracing::info!(stage = %stage.name, "stopping stage");
+            stage.token.cancel();
+            while !stage.alive(tasks).is_empty() {
+                tokio::select! {
+                    exit = tasks.next() => record_stop(exit, failure),
+                    _ = tokio::time::sleep_until(deadline) => {
+                        return Err(abort_remaining(tasks, grace_period));
+                    }
+                }
+            }
+            tracing::info!(stage = %stage.name, "stage stopped");
+        }
+        Ok(())
+    }
+}
+
+/// Completes at `deadline`, or never without one.
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The error of a stage whose components were not all ready in time, with
+/// what each of them still waits for.
+fn startup_timeout(stage: &Started) -> SupervisorError {
+    let waiting = stage
+        .members
+        .iter()
+        .filter_map(|m| match &*m.readiness.borrow() {
+            Readiness::Ready => None,
+            Readiness::Waiting(reason) => Some((m.name.to_owned(), reason.clone())),
+        })
+        .collect();
+    SupervisorError::StartupTimeout {
+        stage: stage.name.clone(),
+        timeout: stage.startup_timeout.unwrap_or_default(),
+        waiting,
+    }
+}
+
+fn abort_remaining(tasks: &mut Tasks, grace_period: Duration) -> SupervisorError {
+    let (asked, unasked) = tasks.running_by_request();
+    if !unasked.is_empty() {
+        tracing::warn!(
+            components = ?unasked,
+            "aborting components whose stage was not reached before the grace period ran out"
+        );
+    }
+    tasks.abort_all();
+    SupervisorError::ShutdownTimeout {
+        grace_period,
+        components: asked.into_iter().map(str::to_string).collect(),
+    }
+}
+
+fn outcome(
+    failure: Option<SupervisorError>,
+    stop: Result<(), SupervisorError>,
+) -> Result<(), SupervisorError> {
+    match (failure, stop) {
+        (Some(error), Err(timeout)) => {
+            tracing::error!("{timeout}");
+            Err(error)
+        }
+        (Some(error), Ok(())) => Err(error),
+        (None, Err(timeout)) => {
+            tracing::error!("{timeout}");
+            Err(timeout)
+        }
+        (None, Ok(())) => {
+            tracing::info!("every component stopped");
+            Ok(())
         }
     }
 }
@@ -274,11 +380,11 @@ fn check_unique_names(stages: &[Stage]) -> Result<(), SupervisorError> {
     Ok(())
 }
 
-/// Completes once every receiver reads `true`. A component that ended
+/// Completes once every component is ready. A component that ended
 /// without becoming ready never counts as ready.
-async fn all_ready(readies: impl Iterator<Item = watch::Receiver<bool>>) {
-    join_all(readies.map(|mut ready| async move {
-        if ready.wait_for(|r| *r).await.is_err() {
+async fn all_ready(readies: impl Iterator<Item = watch::Receiver<Readiness>>) {
+    join_all(readies.map(|mut readiness| async move {
+        if readiness.wait_for(Readiness::is_ready).await.is_err() {
             std::future::pending::<()>().await;
         }
     }))
@@ -296,45 +402,6 @@ fn early_exit(exit: Exit) -> SupervisorError {
         name: name.to_string(),
         error,
     }
-}
-
-/// Stops the started stages in reverse order within `grace_period`,
-/// recording the first component failure seen on the way in `failure`.
-async fn stop_stages(
-    started: &[Started],
-    tasks: &mut Tasks,
-    grace_period: Duration,
-    failure: &mut Option<SupervisorError>,
-) -> Result<(), SupervisorError> {
-    let deadline = Instant::now() + grace_period;
-    for stage in started.iter().rev() {
-        if stage.alive(tasks).is_empty() {
-            continue;
-        }
-        tracing::info!(stage = %stage.name, "stopping stage \"{}\"", stage.name);
-        stage.token.cancel();
-        while !stage.alive(tasks).is_empty() {
-            tokio::select! {
-                exit = tasks.next() => record_stop(exit, failure),
-                _ = tokio::time::sleep_until(deadline) => {
-                    let (asked, unasked) = tasks.running_by_request();
-                    if !unasked.is_empty() {
-                        tracing::warn!(
-                            components = ?unasked,
-                            "aborting components whose stage was not reached before the grace period ran out"
-                        );
-                    }
-                    tasks.abort_all();
-                    return Err(SupervisorError::ShutdownTimeout {
-                        grace_period,
-                        components: asked.into_iter().map(str::to_string).collect(),
-                    });
-                }
-            }
-        }
-        tracing::info!(stage = %stage.name, "stage \"{}\" stopped", stage.name);
-    }
-    Ok(())
 }
 
 fn record_stop(exit: Exit, failure: &mut Option<SupervisorError>) {

@@ -7,8 +7,12 @@ use tokio::task::{Id, JoinError, JoinSet};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
-use crate::component::{Activity, BoxError, Component, Context};
+use crate::component::{Activity, BoxError, Component, Context, Readiness};
+use crate::health::Health;
 use crate::watchdog::Watchdog;
+
+/// What a component starts out waiting for, until it says more.
+pub(crate) const STARTING: &str = "starting";
 
 /// How a component task ended.
 #[derive(Debug)]
@@ -35,7 +39,7 @@ impl Exit {
 pub(crate) struct Spawned {
     pub(crate) id: Id,
     pub(crate) name: &'static str,
-    pub(crate) ready: watch::Receiver<bool>,
+    pub(crate) readiness: watch::Receiver<Readiness>,
 }
 
 #[derive(Debug)]
@@ -55,16 +59,27 @@ pub(crate) struct Tasks {
 
 impl Tasks {
     /// Runs `component` in its own task; cancelling `token` asks it to stop.
+    /// With `health`, the component's readiness becomes its `/readyz` check.
     pub(crate) fn spawn(
         &mut self,
         component: Box<dyn Component>,
         token: CancellationToken,
         watchdog: Option<&Watchdog>,
+        health: Option<&Health>,
     ) -> Spawned {
         let name = component.name();
-        let (ready_tx, ready) = watch::channel(false);
+        let (readiness_tx, readiness) = watch::channel(Readiness::Waiting(STARTING.to_owned()));
+        let check = health
+            .zip(component.readiness_check())
+            .map(|(health, check)| health.readiness_gate(check, STARTING));
         let activity = Activity::default();
-        let ctx = Context::supervised(token.clone(), activity.clone(), ready_tx, watchdog.cloned());
+        let ctx = Context::supervised(
+            token.clone(),
+            activity.clone(),
+            readiness_tx,
+            check,
+            watchdog.cloned(),
+        );
         let watch = watchdog.map(|w| w.watch(name, activity));
         let task_token = token.clone();
         let task = async move {
@@ -85,7 +100,11 @@ impl Tasks {
                 order: self.spawned,
             },
         );
-        Spawned { id, name, ready }
+        Spawned {
+            id,
+            name,
+            readiness,
+        }
     }
 
     /// The next task to end. Never completes while no task runs.

@@ -76,6 +76,11 @@ impl Component for Fake {
         self.name
     }
 
+    /// Fakes named `quiet-*` stay off `/readyz`.
+    fn readiness_check(&self) -> Option<&'static str> {
+        (!self.name.starts_with("quiet-")).then_some(self.name)
+    }
+
     fn run(self: Box<Self>, ctx: Context) -> BoxFuture<'static, Result<(), BoxError>> {
         Box::pin(async move {
             let Fake {
@@ -92,7 +97,7 @@ impl Component for Fake {
                         _ = ctx.cancelled() => {}
                     }
                 }
-                Behavior::NeverReady => {}
+                Behavior::NeverReady => ctx.waiting_for(format!("{name} waits forever")),
                 Behavior::Stubborn => {
                     ctx.mark_ready();
                     std::future::pending::<()>().await;
@@ -126,11 +131,13 @@ impl Component for Fake {
     }
 }
 
+/// The startup timeout of every stage in these tests.
+const STARTUP_TIMEOUT: Option<Duration> = Some(Duration::from_secs(30));
+
 fn settings() -> SupervisorSettings {
     SupervisorSettings {
         stall_timeout: Duration::from_secs(10),
         grace_period: Duration::from_secs(5),
-        startup_timeout: Duration::from_secs(30),
     }
 }
 
@@ -140,7 +147,7 @@ type FakeStages = Vec<(&'static str, Vec<(&'static str, Behavior)>)>;
 
 fn add_fake_stages(supervisor: &mut Supervisor, log: &Log, stages: FakeStages) {
     for (stage, fakes) in stages {
-        supervisor.stage(stage).extend(
+        supervisor.stage(stage, STARTUP_TIMEOUT).extend(
             fakes
                 .into_iter()
                 .map(|(name, behavior)| fake(name, log, behavior)),
@@ -287,17 +294,15 @@ async fn a_stage_not_ready_in_time_fails_startup() {
     let error = running.failure().await;
     assert_eq!(started.elapsed(), Duration::from_secs(30));
     match &error {
-        SupervisorError::StartupTimeout {
-            stage, components, ..
-        } => {
+        SupervisorError::StartupTimeout { stage, waiting, .. } => {
             assert_eq!(stage, "index");
-            assert_eq!(components, &["sync".to_string()]);
+            assert_eq!(waiting, &[("sync".into(), "sync waits forever".into())]);
         }
         other => panic!("unexpected {other:?}"),
     }
     assert_eq!(
         error.to_string(),
-        "stage \"index\" was not ready within 30s: still waiting for \"sync\""
+        "stage \"index\" was not ready within 30s: still waiting for \"sync\" (sync waits forever)"
     );
     assert!(!log.contains("start:webhook"));
     assert!(log.contains("stop:watchers"));
@@ -442,11 +447,11 @@ async fn a_stalled_component_fails_its_liveness_check_until_it_finishes() {
     let log = Log::default();
     let health = Health::default();
     let (finish, done) = oneshot::channel();
-    let mut registry = Registry::default();
+    let mut registry = Registry::with_prefix("poolkeeper");
     let mut supervisor = Supervisor::new(settings(), health.clone(), Bus::default());
     supervisor.register_metrics(&mut registry);
     supervisor
-        .stage("one")
+        .stage("one", STARTUP_TIMEOUT)
         .add(fake("slowpoke", &log, BusyUntil(done)))
         .add(fake("fine", &log, Normal));
 
@@ -477,7 +482,7 @@ async fn shutdown_turns_readiness_off_and_is_announced() {
     let bus = Bus::default();
     let mut events_seen = bus.subscribe("test");
     let mut supervisor = Supervisor::new(settings(), health.clone(), bus);
-    supervisor.stage("one").add(fake("a", &log, Normal));
+    supervisor.stage("one", STARTUP_TIMEOUT).add(fake("a", &log, Normal));
 
     let running = start(supervisor);
     settle().await;
@@ -593,7 +598,6 @@ struct Gating {
     log: Log,
     health: Health,
     built: Arc<AtomicUsize>,
-    registry: Registry,
     events: Subscription,
     running: Running,
 }
@@ -608,17 +612,14 @@ fn gated_supervisor(elector: Option<Box<dyn LeaderElector>>, log: &Log) -> Gatin
         &["reconciler", "executor"],
         || Normal,
     );
-    let mut registry = Registry::default();
-    gated.register_metrics(&mut registry);
     let health = Health::default();
     let mut supervisor = Supervisor::new(settings(), health.clone(), bus);
-    supervisor.stage("base").add(fake("webhook", log, Normal));
-    supervisor.stage("leader").add(Box::new(gated));
+    supervisor.stage("base", STARTUP_TIMEOUT).add(fake("webhook", log, Normal));
+    supervisor.stage("leader", STARTUP_TIMEOUT).add(Box::new(gated));
     Gating {
         log: log.clone(),
         health,
         built,
-        registry,
         events,
         running: start(supervisor),
     }
@@ -639,7 +640,6 @@ async fn leader_only_components_follow_leadership() {
         ["start:webhook"],
         "followers run no leader-only component"
     );
-    assert!(metrics(&gating.registry).contains("poolkeeper_leader 0"));
 
     leadership.send(true).unwrap();
     settle().await;
@@ -649,7 +649,6 @@ async fn leader_only_components_follow_leadership() {
         events(&mut gating.events),
         [Event::LeadershipChanged { leader: true }]
     );
-    assert!(metrics(&gating.registry).contains("poolkeeper_leader 1"));
 
     leadership.send(false).unwrap();
     settle().await;
@@ -659,7 +658,6 @@ async fn leader_only_components_follow_leadership() {
         events(&mut gating.events),
         [Event::LeadershipChanged { leader: false }]
     );
-    assert!(metrics(&gating.registry).contains("poolkeeper_leader 0"));
     assert!(
         !log.contains("stop:webhook"),
         "losing the lease is no reason to stop"
@@ -709,7 +707,6 @@ async fn without_election_leader_only_components_just_run() {
         events(&mut gating.events),
         [Event::LeadershipChanged { leader: true }]
     );
-    assert!(metrics(&gating.registry).contains("poolkeeper_leader 1"));
     let liveness = gating.health.liveness();
     assert_eq!(
         check(&liveness, "executor"),
@@ -729,8 +726,8 @@ async fn a_failing_leader_only_component_fails_the_process() {
         FailAfter(Duration::from_secs(1))
     });
     let mut supervisor = Supervisor::new(settings(), Health::default(), bus);
-    supervisor.stage("base").add(fake("webhook", &log, Normal));
-    supervisor.stage("leader").add(Box::new(gated));
+    supervisor.stage("base", STARTUP_TIMEOUT).add(fake("webhook", &log, Normal));
+    supervisor.stage("leader", STARTUP_TIMEOUT).add(Box::new(gated));
 
     let error = start(supervisor).failure().await;
     assert_eq!(
@@ -748,7 +745,7 @@ async fn leader_only_components_that_ignore_the_loss_are_aborted() {
     let (gated, _) = leader_gate(Some(elector), bus.clone(), &log, &["executor"], || Stubborn);
     let gated = gated.with_stop_timeout(Duration::from_secs(3));
     let mut supervisor = Supervisor::new(settings(), Health::default(), bus);
-    supervisor.stage("leader").add(Box::new(gated));
+    supervisor.stage("leader", STARTUP_TIMEOUT).add(Box::new(gated));
     let running = start(supervisor);
 
     leadership.send(true).unwrap();
@@ -782,7 +779,7 @@ async fn a_leader_only_component_stopping_with_the_gate_is_no_failure() {
         let log = Log::default();
         let (gated, _) = leader_gate(None, Bus::default(), &log, &["executor"], || Normal);
         let cancel = CancellationToken::new();
-        let (ready, _) = tokio::sync::watch::channel(false);
+        let (ready, _) = tokio::sync::watch::channel(Readiness::Waiting("starting".into()));
         let mut run = Box::new(gated).run(Context::new(cancel.clone(), Activity::default(), ready));
         tokio::select! {
             result = &mut run => panic!("the gate ended on its own: {result:?}"),
@@ -795,4 +792,63 @@ async fn a_leader_only_component_stopping_with_the_gate_is_no_failure() {
         let result = run.await;
         assert!(result.is_ok(), "round {round}: {result:?}");
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn readiness_checks_follow_what_components_report() {
+    let log = Log::default();
+    let health = Health::default();
+    let (make_ready, ready) = oneshot::channel();
+    let mut supervisor = Supervisor::new(settings(), health.clone(), Bus::default());
+    supervisor
+        .stage("one", STARTUP_TIMEOUT)
+        .add(fake("quiet-admin", &log, Normal))
+        .add(fake("index", &log, ReadyOn(ready)));
+    supervisor
+        .stage("two", STARTUP_TIMEOUT)
+        .add(fake("never", &log, NeverReady));
+    let running = start(supervisor);
+    settle().await;
+
+    let names: Vec<String> = health.readiness().into_iter().map(|c| c.name).collect();
+    assert_eq!(names, ["index", SHUTDOWN_CHECK], "opted-out and unstarted components have no check");
+    assert_eq!(check(&health.readiness(), "index"), Err("starting".into()));
+
+    make_ready.send(()).unwrap();
+    settle().await;
+    assert_eq!(check(&health.readiness(), "index"), Ok(()));
+    assert_eq!(
+        check(&health.readiness(), "never"),
+        Err("never waits forever".into()),
+        "the reason a component gives is its check's"
+    );
+    running.stop().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn waiting_for_after_ready_changes_nothing() {
+    let health = Health::default();
+    let mut tasks = crate::tasks::Tasks::default();
+    struct Flip;
+    impl Component for Flip {
+        fn name(&self) -> &'static str {
+            "flip"
+        }
+        fn run(self: Box<Self>, ctx: Context) -> BoxFuture<'static, Result<(), BoxError>> {
+            Box::pin(async move {
+                ctx.waiting_for("a certificate");
+                ctx.mark_ready();
+                ctx.waiting_for("something else");
+                ctx.cancelled().await;
+                Ok(())
+            })
+        }
+    }
+    let token = CancellationToken::new();
+    let spawned = tasks.spawn(Box::new(Flip), token.clone(), None, Some(&health));
+    settle().await;
+    assert_eq!(*spawned.readiness.borrow(), Readiness::Ready);
+    assert_eq!(check(&health.readiness(), "flip"), Ok(()));
+    token.cancel();
+    assert!(tasks.next().await.into_failure().is_none());
 }

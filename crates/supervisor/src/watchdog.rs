@@ -86,12 +86,12 @@ impl Watchdog {
 
     pub(crate) fn register_metrics(&self, registry: &mut Registry) {
         registry.register(
-            "poolkeeper_component_running",
+            "component_running",
             "Whether a component is running (1) or not (0)",
             self.inner.metrics.running.clone(),
         );
         registry.register(
-            "poolkeeper_component_stalled",
+            "component_stalled",
             "Whether a component has been busy with one unit of work for longer than the stall timeout",
             self.inner.metrics.stalled.clone(),
         );

@@ -115,7 +115,9 @@ fn settings(identity: &str) -> LeaseSettings {
         lease_duration: Duration::from_secs(1),
         renew_deadline: Duration::from_millis(500),
         retry_period: Duration::from_millis(50),
-        ..LeaseSettings::new(NAMESPACE, LEASE, identity)
+        namespace: NAMESPACE.to_owned(),
+        name: LEASE.to_owned(),
+        identity: identity.to_owned(),
     }
 }
 
@@ -127,7 +129,7 @@ struct Candidate {
 
 impl Candidate {
     fn start(client: &kube::Client, identity: &str) -> Self {
-        let elector = LeaseElector::new(client.clone(), settings(identity)).unwrap();
+        let elector = LeaseElector::new(client.clone(), settings(identity));
         let (reporter, changes) = LeadershipReporter::channel();
         let stop = CancellationToken::new();
         let task = tokio::spawn(Box::new(elector).campaign(reporter, stop.clone()));
