@@ -176,6 +176,7 @@ impl Supervisor {
             watchdog,
             shutdown_gate,
         } = self;
+        announce_checks(&stages, &health);
         // Every component subscribed in its constructor, so nothing that
         // was published so far can be missed.
         bus.start();
@@ -364,6 +365,17 @@ fn outcome(
         (None, Ok(())) => {
             tracing::info!("every component stopped");
             Ok(())
+        }
+    }
+}
+
+/// Lists every readiness check on `/readyz` from the start, failing until
+/// its stage runs, so a probe sees what startup still waits for.
+fn announce_checks(stages: &[Stage], health: &Health) {
+    for stage in stages {
+        for check in stage.components.iter().filter_map(|c| c.readiness_check()) {
+            let reason = format!("stage \"{}\" has not started yet", stage.name);
+            health.readiness_gate(check, &reason);
         }
     }
 }

@@ -1,7 +1,7 @@
 //! Running components and watching the bus in tests (cargo feature
 //! `testing`): what every component crate's tests need, written once.
 //!
-//! ```ignore
+//! ```text
 //! let recorder = EventRecorder::new(&bus); // before bus.start()
 //! bus.start();
 //! let mut running = spawn(Box::new(component));

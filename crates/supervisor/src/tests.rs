@@ -811,8 +811,12 @@ async fn readiness_checks_follow_what_components_report() {
     settle().await;
 
     let names: Vec<String> = health.readiness().into_iter().map(|c| c.name).collect();
-    assert_eq!(names, ["index", SHUTDOWN_CHECK], "opted-out and unstarted components have no check");
+    assert_eq!(names, ["index", "never", SHUTDOWN_CHECK], "opted-out components have no check");
     assert_eq!(check(&health.readiness(), "index"), Err("starting".into()));
+    assert_eq!(
+        check(&health.readiness(), "never"),
+        Err("stage \"two\" has not started yet".into())
+    );
 
     make_ready.send(()).unwrap();
     settle().await;
