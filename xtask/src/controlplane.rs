@@ -1,5 +1,6 @@
-//! Building etcd, kube-apiserver and kube-scheduler from the Go modules under
-//! xtask/controlplane/, cached in target/control-plane/<kubernetes version>/.
+//! Building the Go programs xtask needs from the Go modules under xtask/controlplane/:
+//! etcd, kube-apiserver and kube-scheduler, cached in target/control-plane/<kubernetes version>/,
+//! and kustomize (for `cargo xtask dist`), cached in target/control-plane/kustomize-<version>/.
 //!
 //! Each Go module has a stamp file next to the binaries holding a hash of its sources (go.mod,
 //! go.sum, *.go) and of the build flags; binaries are rebuilt when the stamp differs.
@@ -10,7 +11,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::gomod::required_version;
+use poolkeeper_gomod::required_version;
+
 use crate::run::{display, elapsed};
 use crate::{Error, Result, target_dir, workspace_root};
 
@@ -59,7 +61,46 @@ impl GoModule {
     }
 }
 
-const MODULES: [GoModule; 2] = [
+/// Go modules built together into one cache directory, named after the version they pin.
+struct Toolset {
+    /// Named in progress messages.
+    label: &'static str,
+    modules: &'static [GoModule],
+    /// The directory below xtask/controlplane/ whose go.mod pins the version, and the module.
+    pinned_by: (&'static str, &'static str),
+    /// The cache directory below target/control-plane/ is this followed by the version.
+    dir_prefix: &'static str,
+    /// The xtask command that builds it, for the hint after a failed build.
+    command: &'static str,
+    /// Said when Go is missing: another way to get the binaries.
+    without_go: &'static str,
+}
+
+const CONTROL_PLANE: Toolset = Toolset {
+    label: "control plane",
+    modules: &CONTROL_PLANE_MODULES,
+    pinned_by: ("kubernetes", "k8s.io/kubernetes"),
+    dir_prefix: "",
+    command: "cargo xtask control-plane",
+    without_go: " (or set KUBEBUILDER_ASSETS to prebuilt ones)",
+};
+
+const KUSTOMIZE: Toolset = Toolset {
+    label: "kustomize",
+    modules: &[GoModule {
+        name: "kustomize",
+        packages: &["sigs.k8s.io/kustomize/kustomize/v5"],
+        binaries: &["kustomize"],
+        // kustomize reads its version from the build info of its module.
+        version_package: None,
+    }],
+    pinned_by: ("kustomize", "sigs.k8s.io/kustomize/kustomize/v5"),
+    dir_prefix: "kustomize-",
+    command: "cargo xtask dist",
+    without_go: "",
+};
+
+const CONTROL_PLANE_MODULES: [GoModule; 2] = [
     GoModule {
         name: "etcd",
         packages: &["."],
@@ -112,72 +153,101 @@ pub fn ensure(root: &Path, force: bool) -> Result<PathBuf> {
         );
         return Ok(dir);
     }
+    CONTROL_PLANE.ensure(root, force)
+}
 
-    let version = kubernetes_version(root)?;
-    let cache = target_dir(root).join("control-plane");
-    let out = cache.join(&version);
-    std::fs::create_dir_all(&out)
-        .map_err(|e| Error::io(format!("creating {}", out.display()), e))?;
+/// The kustomize executable, built first where missing or stale.
+pub fn kustomize(root: &Path) -> Result<PathBuf> {
+    Ok(KUSTOMIZE.ensure(root, false)?.join("kustomize"))
+}
 
-    let lock_path = cache.join(".lock");
-    let lock = File::create(&lock_path)
-        .map_err(|e| Error::io(format!("creating {}", lock_path.display()), e))?;
-    if lock.try_lock().is_err() {
-        eprintln!(
-            "control plane: waiting for another build to finish ({})",
-            lock_path.display()
-        );
-        lock.lock()
-            .map_err(|e| Error::io(format!("locking {}", lock_path.display()), e))?;
+impl Toolset {
+    /// The version its go.mod pins, e.g. `v1.36.3`.
+    fn version(&self, root: &Path) -> Result<String> {
+        let (dir, module) = self.pinned_by;
+        let path = root.join("xtask/controlplane").join(dir).join("go.mod");
+        let go_mod = std::fs::read_to_string(&path)
+            .map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+        required_version(&go_mod, module)
+            .map(str::to_owned)
+            .ok_or_else(|| {
+                Error::ControlPlane(format!("{} does not require {module}", path.display()))
+            })
     }
 
-    let started = Instant::now();
-    let mut built = Vec::new();
-    for module in &MODULES {
+    /// The cache directory with every binary current, building what is missing or stale.
+    fn ensure(&self, root: &Path, force: bool) -> Result<PathBuf> {
+        let version = self.version(root)?;
+        let cache = target_dir(root).join("control-plane");
+        let out = cache.join(format!("{}{version}", self.dir_prefix));
+        std::fs::create_dir_all(&out)
+            .map_err(|e| Error::io(format!("creating {}", out.display()), e))?;
+        let lock = lock_cache(&cache)?;
+        let started = Instant::now();
+        let mut built = Vec::new();
+        for module in self.modules {
+            if self.ensure_module(root, module, &version, &out, force)? {
+                built.extend(module.binaries.iter().copied());
+            }
+        }
+        drop(lock);
+        let label = self.label;
+        if built.is_empty() {
+            eprintln!("{label} {version}: up to date in {}", out.display());
+        } else {
+            eprintln!(
+                "{label} {version}: built {} in {} into {}",
+                built.join(", "),
+                elapsed(started.elapsed()),
+                out.display()
+            );
+        }
+        Ok(out)
+    }
+
+    /// Builds one module's binaries into `out` unless its stamp says they are current; true
+    /// when it built them.
+    fn ensure_module(
+        &self,
+        root: &Path,
+        module: &GoModule,
+        version: &str,
+        out: &Path,
+        force: bool,
+    ) -> Result<bool> {
         let source = root.join("xtask").join("controlplane").join(module.name);
         let stamp_path = out.join(format!(".stamp-{}", module.name));
-        let args = module.build_args(&version);
+        let args = module.build_args(version);
         // The build flags are part of the stamp: changing them rebuilds.
         let stamp = format!("{}\n{}", source_stamp(&source)?, args.join(" "));
         let current = std::fs::read_to_string(&stamp_path).is_ok_and(|s| s == stamp)
             && module.binaries.iter().all(|b| out.join(b).is_file());
         if current && !force {
-            continue;
+            return Ok(false);
         }
         // A failed build must not leave a stamp that claims the old binaries are current.
         let _ = std::fs::remove_file(&stamp_path);
-        build(root, module, &args, &source, &out)?;
+        build(root, self, module, &args, &source, out)?;
         std::fs::write(&stamp_path, &stamp)
             .map_err(|e| Error::io(format!("writing {}", stamp_path.display()), e))?;
-        built.extend(module.binaries.iter().copied());
+        Ok(true)
     }
-    drop(lock);
-    if built.is_empty() {
-        eprintln!("control plane {version}: up to date in {}", out.display());
-    } else {
-        eprintln!(
-            "control plane {version}: built {} in {} into {}",
-            built.join(", "),
-            elapsed(started.elapsed()),
-            out.display()
-        );
-    }
-    Ok(out)
 }
 
-/// The Kubernetes release pinned by xtask/controlplane/kubernetes/go.mod, e.g. `v1.36.3`.
-pub fn kubernetes_version(root: &Path) -> Result<String> {
-    let path = root.join("xtask/controlplane/kubernetes/go.mod");
-    let go_mod = std::fs::read_to_string(&path)
-        .map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
-    required_version(&go_mod, "k8s.io/kubernetes")
-        .map(str::to_owned)
-        .ok_or_else(|| {
-            Error::ControlPlane(format!(
-                "{} does not require k8s.io/kubernetes",
-                path.display()
-            ))
-        })
+/// Concurrent builds (two `cargo xtask` runs) would write the same files: the second waits.
+fn lock_cache(cache: &Path) -> Result<File> {
+    let lock_path = cache.join(".lock");
+    let lock = File::create(&lock_path)
+        .map_err(|e| Error::io(format!("creating {}", lock_path.display()), e))?;
+    if lock.try_lock().is_err() {
+        eprintln!(
+            "{}: waiting for another build to finish",
+            lock_path.display()
+        );
+        lock.lock()
+            .map_err(|e| Error::io(format!("locking {}", lock_path.display()), e))?;
+    }
+    Ok(lock)
 }
 
 /// Hash of the module's go.mod, go.sum and Go sources, and of the build settings.
@@ -225,7 +295,14 @@ fn go_command(source: &Path) -> Command {
     command
 }
 
-fn build(root: &Path, module: &GoModule, args: &[String], source: &Path, out: &Path) -> Result<()> {
+fn build(
+    root: &Path,
+    toolset: &Toolset,
+    module: &GoModule,
+    args: &[String],
+    source: &Path,
+    out: &Path,
+) -> Result<()> {
     let go_version = go_command(source)
         .args(["env", "GOVERSION"])
         .output()
@@ -233,11 +310,11 @@ fn build(root: &Path, module: &GoModule, args: &[String], source: &Path, out: &P
         .filter(|o| o.status.success())
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
         .ok_or_else(|| {
-            Error::ControlPlane(
-                "the Go toolchain (`go`) was not found on PATH; it is needed once to build etcd, \
-                 kube-apiserver and kube-scheduler (or set KUBEBUILDER_ASSETS to prebuilt ones)"
-                    .to_owned(),
-            )
+            Error::ControlPlane(format!(
+                "the Go toolchain (`go`) was not found on PATH; it is needed once to build {}{}",
+                module.binaries.join(", "),
+                toolset.without_go
+            ))
         })?;
     let staging = out.join(format!(".build-{}", module.name));
     let _ = std::fs::remove_dir_all(&staging);
@@ -251,10 +328,11 @@ fn build(root: &Path, module: &GoModule, args: &[String], source: &Path, out: &P
         .arg("-o")
         .arg(format!("{}/", staging.display()))
         .args(module.packages);
-    let retry = retry_hint(root, source, module, args, out);
+    let retry = retry_hint(root, toolset, source, module, args, out);
 
     eprintln!(
-        "control plane: building {} with {go_version} (the first build downloads Go modules and takes minutes)",
+        "{}: building {} with {go_version} (the first build downloads Go modules and takes minutes)",
+        toolset.label,
         module.binaries.join(", ")
     );
     let started = Instant::now();
@@ -289,7 +367,8 @@ fn build(root: &Path, module: &GoModule, args: &[String], source: &Path, out: &P
     }
     let _ = std::fs::remove_dir_all(&staging);
     eprintln!(
-        "control plane: built {} in {} ({} packages compiled)",
+        "{}: built {} in {} ({} packages compiled)",
+        toolset.label,
         module.binaries.join(", "),
         elapsed(started.elapsed()),
         compiled.packages,
@@ -300,6 +379,7 @@ fn build(root: &Path, module: &GoModule, args: &[String], source: &Path, out: &P
 /// The build as a user would type it, writing straight into the cache directory.
 fn retry_hint(
     root: &Path,
+    toolset: &Toolset,
     source: &Path,
     module: &GoModule,
     args: &[String],
@@ -318,7 +398,8 @@ fn retry_hint(
         .map(|(k, v)| format!("{k}='{v}'"))
         .collect();
     format!(
-        "retry with `cargo xtask control-plane`, or by hand:\n  cd {} && {} {}",
+        "retry with `{}`, or by hand:\n  cd {} && {} {}",
+        toolset.command,
         relative.display(),
         env.join(" "),
         display(&by_hand)
@@ -474,9 +555,12 @@ mod tests {
     }
 
     #[test]
-    fn pinned_kubernetes_version_is_read() {
-        let version = kubernetes_version(&workspace_root()).unwrap();
-        assert!(version.starts_with("v1."), "{version}");
+    fn pinned_versions_are_read() {
+        let root = workspace_root();
+        let kubernetes = CONTROL_PLANE.version(&root).unwrap();
+        assert!(kubernetes.starts_with("v1."), "{kubernetes}");
+        let kustomize = KUSTOMIZE.version(&root).unwrap();
+        assert!(kustomize.starts_with("v5."), "{kustomize}");
     }
 
     #[test]

@@ -1,9 +1,11 @@
 //! `cargo xtask`: the project's automation. Run `cargo xtask help` for the commands.
 
+mod checks;
 mod controlplane;
 mod crds;
 mod dev;
-mod gomod;
+mod dist;
+mod image;
 mod pipeline;
 mod run;
 
@@ -16,12 +18,21 @@ usage: cargo xtask <command> [options]
 commands:
   control-plane [--force]   build etcd, kube-apiserver and kube-scheduler from the pinned Go
                             modules if missing or stale, and print their directory
-  test [-p PACKAGE]...      fmt check, clippy, CRD check, unit tests, control plane, end-to-end
-                            and doc tests (of the whole workspace, or of the named packages)
+  test [-p PACKAGE]...      fmt check, source checks, clippy, CRD check, unit tests, control
+                            plane, end-to-end and doc tests (of the whole workspace, or of the
+                            named packages)
+  checks [-p PACKAGE]...    the source checks alone: no function over 80 lines, no default for a
+                            tunable (`*Settings`, `Retries`) outside crates/config
   dev [--no-controller] [-- ARGS]
                             control plane + CRDs + sample objects + webhooks, with poolkeeper
                             running against it (ARGS are appended to `poolkeeper run`); Ctrl-C stops
   crds [--check]            write deploy/crds/*.yaml from poolkeeper_api::crds(), or check them
+  dist [--glibc]            target/dist/poolkeeper, the release binary linked statically (musl;
+                            glibc with --glibc or where musl can't be built), and
+                            target/dist/manifests.yaml, deploy/ rendered by kustomize (built from
+                            its pinned Go module); then runs the binary's check-config and ldd
+  image [--glibc]           dist, then the OCI image poolkeeper:<version> of the Dockerfile with
+                            buildah or podman (FROM scratch: no base image is pulled)
   bench [CARGO BENCH ARGS]  run the benchmarks (all, or those selected by the arguments); the
                             webhook load benchmark needs wrk (`apt-get install wrk`)
 ";
@@ -78,8 +89,11 @@ fn main() -> ExitCode {
     };
     let result = match command {
         "control-plane" => controlplane::command(rest),
+        "checks" => checks::command(rest),
         "test" => pipeline::command(rest),
         "dev" => dev::command(rest),
+        "dist" => dist::command(rest),
+        "image" => image::command(rest),
         "crds" => crds::command(rest),
         "bench" => bench(rest),
         "help" | "-h" | "--help" => {

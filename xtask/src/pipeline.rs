@@ -194,6 +194,9 @@ fn run_all(root: &Path, scope: &Scope, pipeline: &mut Pipeline) -> Result<()> {
                 .arg("--check"),
         )
     })?;
+    pipeline.step("source checks (function length, tunable defaults)", |_| {
+        crate::checks::run(root, &scope.packages)
+    })?;
     pipeline.step("lint (cargo clippy -D warnings)", |_| {
         checked(
             cargo(root)

@@ -51,6 +51,12 @@ pub fn status(command: &mut Command) -> Result<()> {
     }
 }
 
+/// Whether an executable of this name is in a directory of PATH.
+pub fn on_path(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(program).is_file()))
+}
+
 /// `1m05s`, `42.3s`.
 pub fn elapsed(duration: Duration) -> String {
     let seconds = duration.as_secs_f64();

@@ -244,55 +244,66 @@ fn machine_crd() -> Value {
                     "description": "Machine is the representation of a physical or virtual machine.",
                     "type": "object",
                     "properties": with_type_meta(json!({
-                        "spec": {
-                            "description": "Spec contains the specification of the machine",
-                            "type": "object",
-                            "x-kubernetes-preserve-unknown-fields": true,
-                            "properties": {
-                                "class": {
-                                    "description": "Class contains the machineclass attributes of a machine",
-                                    "type": "object",
-                                    "properties": {
-                                        "apiGroup": {"description": "API group to which it belongs", "type": "string"},
-                                        "kind": {"description": "Kind for machine class", "type": "string"},
-                                        "name": {"description": "Name of machine class", "type": "string"}
-                                    }
-                                },
-                                "creationTimeout": {"description": "MachineCreationTimeout is the timeout after which machine creation is declared failed.", "type": "string"},
-                                "drainTimeout": {"description": "MachineDraintimeout is the timeout after which machine is forcefully deleted.", "type": "string"},
-                                "healthTimeout": {"description": "MachineHealthTimeout is the timeout after which machine is declared unhealthy/failed.", "type": "string"},
-                                "maxEvictRetries": {"description": "MaxEvictRetries is the number of retries that will be attempted while draining the node.", "type": "integer", "format": "int32"},
-                                "nodeConditions": {"description": "NodeConditions are the set of conditions if set to true for MachineHealthTimeOut, machine will be declared failed.", "type": "string"},
-                                "nodeTemplate": {
-                                    "description": "NodeTemplateSpec describes the data a node should have when created from a template",
-                                    "type": "object",
-                                    "x-kubernetes-preserve-unknown-fields": true
-                                },
-                                "providerID": {"description": "ProviderID represents the provider's unique ID given to a machine", "type": "string"}
-                            }
-                        },
-                        "status": {
-                            "description": "Status contains fields depicting the status",
-                            "type": "object",
-                            "x-kubernetes-preserve-unknown-fields": true,
-                            "properties": {
-                                "currentStatus": {
-                                    "description": "Current status of the machine object",
-                                    "type": "object",
-                                    "x-kubernetes-preserve-unknown-fields": true,
-                                    "properties": {
-                                        "lastUpdateTime": {"type": "string", "format": "date-time"},
-                                        "phase": {"type": "string"},
-                                        "timeoutActive": {"type": "boolean"}
-                                    }
-                                },
-                                "lastKnownState": {"type": "string"},
-                                "node": {"description": "Node string", "type": "string"}
-                            }
-                        }
+                        "spec": machine_spec_schema(),
+                        "status": machine_status_schema()
                     }))
                 }}
             }]
+        }
+    })
+}
+
+/// `spec` of a Machine: the fields poolkeeper and machine-controller-manager
+/// read, the rest kept.
+fn machine_spec_schema() -> Value {
+    json!({
+        "description": "Spec contains the specification of the machine",
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": true,
+        "properties": {
+            "class": {
+                "description": "Class contains the machineclass attributes of a machine",
+                "type": "object",
+                "properties": {
+                    "apiGroup": {"description": "API group to which it belongs", "type": "string"},
+                    "kind": {"description": "Kind for machine class", "type": "string"},
+                    "name": {"description": "Name of machine class", "type": "string"}
+                }
+            },
+            "creationTimeout": {"description": "MachineCreationTimeout is the timeout after which machine creation is declared failed.", "type": "string"},
+            "drainTimeout": {"description": "MachineDraintimeout is the timeout after which machine is forcefully deleted.", "type": "string"},
+            "healthTimeout": {"description": "MachineHealthTimeout is the timeout after which machine is declared unhealthy/failed.", "type": "string"},
+            "maxEvictRetries": {"description": "MaxEvictRetries is the number of retries that will be attempted while draining the node.", "type": "integer", "format": "int32"},
+            "nodeConditions": {"description": "NodeConditions are the set of conditions if set to true for MachineHealthTimeOut, machine will be declared failed.", "type": "string"},
+            "nodeTemplate": {
+                "description": "NodeTemplateSpec describes the data a node should have when created from a template",
+                "type": "object",
+                "x-kubernetes-preserve-unknown-fields": true
+            },
+            "providerID": {"description": "ProviderID represents the provider's unique ID given to a machine", "type": "string"}
+        }
+    })
+}
+
+/// `status` of a Machine, open beyond the phase and the node.
+fn machine_status_schema() -> Value {
+    json!({
+        "description": "Status contains fields depicting the status",
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": true,
+        "properties": {
+            "currentStatus": {
+                "description": "Current status of the machine object",
+                "type": "object",
+                "x-kubernetes-preserve-unknown-fields": true,
+                "properties": {
+                    "lastUpdateTime": {"type": "string", "format": "date-time"},
+                    "phase": {"type": "string"},
+                    "timeoutActive": {"type": "boolean"}
+                }
+            },
+            "lastKnownState": {"type": "string"},
+            "node": {"description": "Node string", "type": "string"}
         }
     })
 }

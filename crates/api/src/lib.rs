@@ -12,7 +12,6 @@ mod crd;
 mod machine;
 mod machine_class;
 mod node_pool;
-pub mod projection;
 
 pub use crd::{CRD_FILES, check_crd_files, crd_files, crd_yaml, crds, write_crd_files};
 pub use machine::{ClassSpec, Machine, MachineSpec, MachineStatus};

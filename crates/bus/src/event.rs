@@ -209,15 +209,27 @@ pub enum Event {
         related: Vec<ObjectKey>,
     },
     /// A watched kind finished its first list.
-    ResourceSynced { kind: ResourceKind },
+    ResourceSynced {
+        kind: ResourceKind,
+    },
     /// Every watched kind has synced: the index is complete.
     IndexSynchronized,
     /// A watch of `kind` failed; it is retried.
-    WatchFailed { kind: ResourceKind, error: String },
+    WatchFailed {
+        kind: ResourceKind,
+        error: String,
+    },
     /// A watch of `kind` works again after [`Event::WatchFailed`].
-    WatchRecovered { kind: ResourceKind },
-    ReconciliationTriggered { reason: TriggerReason },
-    ReconciliationStarted { pass: u64, keys: usize },
+    WatchRecovered {
+        kind: ResourceKind,
+    },
+    ReconciliationTriggered {
+        reason: TriggerReason,
+    },
+    ReconciliationStarted {
+        pass: u64,
+        keys: usize,
+    },
     /// A pass ended; `failed` of its `keys` classes ended in an API error.
     ReconciliationCompleted {
         pass: u64,
@@ -235,7 +247,10 @@ pub enum Event {
         #[serde(with = "humantime_serde")]
         duration: Duration,
     },
-    MachineEnqueued { key: ObjectKey, reason: EnqueueReason },
+    MachineEnqueued {
+        key: ObjectKey,
+        reason: EnqueueReason,
+    },
     AdmissionDecided {
         webhook: WebhookKind,
         result: AdmissionResult,
@@ -246,7 +261,9 @@ pub enum Event {
         #[serde(with = "humantime_serde")]
         duration: Duration,
     },
-    LeadershipChanged { leader: bool },
+    LeadershipChanged {
+        leader: bool,
+    },
     ShutdownRequested,
 }
 
@@ -305,10 +322,16 @@ mod tests {
 
     #[test]
     fn label_values_are_snake_case_except_kinds() {
-        assert_eq!(TriggerReason::IndexSynchronized.as_str(), "index_synchronized");
+        assert_eq!(
+            TriggerReason::IndexSynchronized.as_str(),
+            "index_synchronized"
+        );
         assert_eq!(ClassOutcome::FinalizerAdded.as_str(), "finalizer_added");
         assert_eq!(Requeue::Conflict.as_str(), "conflict");
-        assert_eq!(EnqueueReason::ClassSpecChanged.as_str(), "class_spec_changed");
+        assert_eq!(
+            EnqueueReason::ClassSpecChanged.as_str(),
+            "class_spec_changed"
+        );
         assert_eq!(WebhookKind::Validate.as_str(), "validate");
         assert_eq!(AdmissionResult::Invalid.as_str(), "invalid");
         assert_eq!(ResourceKind::MachineClass.as_str(), "MachineClass");

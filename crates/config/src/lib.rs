@@ -28,9 +28,9 @@ use std::path::Path;
 
 pub use error::{ConfigError, ConfigErrors, Location};
 pub use schema::{
-    ApiServerConfig, BusConfig, Config, ExecutorConfig, HealthConfig, LeaderElectionConfig, LogFormat,
-    LoggingConfig, MachineClassesConfig, PlacementConfig, PolicyConfigMapRef, ReconcilerConfig,
-    ShutdownConfig, WatchersConfig, WebhookConfig,
+    ApiServerConfig, BusConfig, Config, ExecutorConfig, HealthConfig, LeaderElectionConfig,
+    LogFormat, LoggingConfig, MachineClassesConfig, PlacementConfig, PolicyConfigMapRef,
+    ReconcilerConfig, ShutdownConfig, WatchersConfig, WebhookConfig,
 };
 
 /// The documented default configuration file (`config/poolkeeper.yaml`).

@@ -29,7 +29,10 @@ const MAX_DEBUG_EVENTS: usize = 1 << 16;
 pub(crate) fn validate(config: &Config) -> Vec<Violation> {
     let mut v = Rules::default();
     v.check("namespace", dns1123_label(&config.namespace));
-    v.positive("apiServer.startupTimeout", config.api_server.startup_timeout);
+    v.positive(
+        "apiServer.startupTimeout",
+        config.api_server.startup_timeout,
+    );
     leader_election(&mut v, config);
     watchers(&mut v, config);
     reconciler(&mut v, config);
@@ -212,12 +215,7 @@ impl Rules {
         self.fail_related(path, &[], reason);
     }
 
-    fn fail_related(
-        &mut self,
-        path: &'static str,
-        related: &[&'static str],
-        reason: String,
-    ) {
+    fn fail_related(&mut self, path: &'static str, related: &[&'static str], reason: String) {
         self.violations.push(Violation {
             path,
             related: related.to_vec(),
@@ -533,7 +531,15 @@ mod tests {
         assert_eq!(http_path("/mutate-pods"), Ok(()));
         assert_eq!(http_path("/v1/validate_pods.x~y"), Ok(()));
         for bad in [
-            "mutate", "", "/a b", "/a?b", "/a#b", "/mutate:pods", "/a/{id}", "/a/*rest", "/ä",
+            "mutate",
+            "",
+            "/a b",
+            "/a?b",
+            "/a#b",
+            "/mutate:pods",
+            "/a/{id}",
+            "/a/*rest",
+            "/ä",
         ] {
             assert!(http_path(bad).is_err(), "{bad}");
         }

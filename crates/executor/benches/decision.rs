@@ -8,8 +8,10 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use poolkeeper_executor::{DEFAULT_FINALIZER, Retries, decide, finalizer_patch};
-use poolkeeper_index::{Index, Machine, MachineClass, ObjectKey};
+use poolkeeper_config::Config;
+use poolkeeper_executor::{ExecutorSettings, decide, finalizer_patch};
+use poolkeeper_index::{Index, IndexResource, MachineClass, ObjectKey};
+use serde_json::json;
 
 const CLASSES: usize = 1_000;
 const MACHINES: usize = 10_000;
@@ -24,7 +26,7 @@ fn class_name(i: usize) -> String {
 /// A realistic mix: most used classes already protected (steady state), some
 /// just gained Machines (finalizer to add), unused ones partly still
 /// protected (finalizer to remove), a few being deleted.
-fn populated_index() -> (Index, Vec<ObjectKey>) {
+fn populated_index(finalizer: &str) -> (Index, Vec<ObjectKey>) {
     let index = Index::new("apps.openyurt.io/nodepool");
     let mut keys = Vec::with_capacity(CLASSES);
     for i in 0..CLASSES {
@@ -39,26 +41,43 @@ fn populated_index() -> (Index, Vec<ObjectKey>) {
             finalizers.push("example.com/backup-protection".to_owned());
         }
         if protected {
-            finalizers.push(DEFAULT_FINALIZER.to_owned());
+            finalizers.push(finalizer.to_owned());
         }
-        index.upsert_machine_class(MachineClass {
-            key: key.clone(),
-            finalizers,
-            deleting: i.is_multiple_of(50),
-            spec_hash: i as u64 * 0x9E37_79B9,
-            resource_version: (40_000_000 + i).to_string(),
+        let mut metadata = json!({
+            "name": key.name,
+            "namespace": NAMESPACE,
+            "finalizers": finalizers,
+            "resourceVersion": (40_000_000 + i).to_string(),
         });
+        if i.is_multiple_of(50) {
+            metadata["deletionTimestamp"] = json!("2025-01-01T00:00:00Z");
+        }
+        let class: poolkeeper_api::MachineClass = serde_json::from_value(json!({
+            "apiVersion": "machine.sapcloud.io/v1alpha1",
+            "kind": "MachineClass",
+            "metadata": metadata,
+            "providerSpec": {"machineType": "m5.large", "generation": i},
+        }))
+        .expect("a MachineClass parses");
+        index.apply(class);
         keys.push(key);
     }
     for i in 0..MACHINES {
-        index.upsert_machine(Machine {
-            key: ObjectKey::namespaced(
-                NAMESPACE,
-                format!("{}-z{}-{i:05}", class_name(i % USED), 1 + i % 3),
-            ),
-            class_name: class_name(i % USED),
-            deleting: i.is_multiple_of(100),
+        let mut metadata = json!({
+            "name": format!("{}-z{}-{i:05}", class_name(i % USED), 1 + i % 3),
+            "namespace": NAMESPACE,
         });
+        if i.is_multiple_of(100) {
+            metadata["deletionTimestamp"] = json!("2025-01-01T00:00:00Z");
+        }
+        let machine: poolkeeper_api::Machine = serde_json::from_value(json!({
+            "apiVersion": "machine.sapcloud.io/v1alpha1",
+            "kind": "Machine",
+            "metadata": metadata,
+            "spec": {"class": {"kind": "MachineClass", "name": class_name(i % USED)}},
+        }))
+        .expect("a Machine parses");
+        index.apply(machine);
     }
     (index, keys)
 }
@@ -75,8 +94,9 @@ fn snapshot(index: &Index, key: &ObjectKey) -> Option<(MachineClass, usize)> {
 }
 
 fn decision(c: &mut Criterion) {
-    let (index, keys) = populated_index();
-    let retries = Retries::default();
+    let settings = ExecutorSettings::from(&Config::default());
+    let (finalizer, retries) = (settings.finalizer.as_str(), settings.retries);
+    let (index, keys) = populated_index(finalizer);
     let mut group = c.benchmark_group("machineclass_decision");
     group.throughput(Throughput::Elements(CLASSES as u64));
     group.sample_size(20);
@@ -87,7 +107,7 @@ fn decision(c: &mut Criterion) {
         b.iter(|| {
             for key in &keys {
                 let (class, in_use) = snapshot(&index, key).expect("class exists");
-                black_box(decide(&class, in_use, DEFAULT_FINALIZER, false, &retries));
+                black_box(decide(&class, in_use, finalizer, false, &retries));
             }
         })
     });
@@ -97,9 +117,9 @@ fn decision(c: &mut Criterion) {
             let mut patches = 0;
             for key in &keys {
                 let (class, in_use) = snapshot(&index, key).expect("class exists");
-                let decision = decide(&class, in_use, DEFAULT_FINALIZER, false, &retries);
+                let decision = decide(&class, in_use, finalizer, false, &retries);
                 if let Some(change) = decision.patch
-                    && let Some(patch) = finalizer_patch(&class, change, DEFAULT_FINALIZER)
+                    && let Some(patch) = finalizer_patch(&class, change, finalizer)
                 {
                     black_box(patch);
                     patches += 1;
@@ -124,7 +144,7 @@ fn decision(c: &mut Criterion) {
                     .filter(|m| m.class_name == key.name && m.key.namespace == key.namespace)
                     .count();
                 drop(view);
-                black_box(decide(&class, in_use, DEFAULT_FINALIZER, false, &retries));
+                black_box(decide(&class, in_use, finalizer, false, &retries));
             }
         })
     });

@@ -2,10 +2,10 @@
 
 use std::time::Duration;
 
-use poolkeeper_bus::{ClassOutcome, EnqueueReason};
+use poolkeeper_bus::{ClassOutcome, EnqueueReason, Requeue};
 use poolkeeper_index::MachineClass;
 
-use crate::settings::{Retries, Retry};
+use crate::settings::Retries;
 use crate::writer::WriteError;
 
 /// The change to the class's finalizers, if any.
@@ -21,7 +21,7 @@ pub enum FinalizerPatch {
 pub struct Decision {
     pub patch: Option<FinalizerPatch>,
     pub enqueue: Option<EnqueueReason>,
-    pub requeue: Retry,
+    pub requeue: Requeue,
     pub requeue_after: Duration,
     /// What the reconciliation did once the patch (if any) is written.
     pub outcome: ClassOutcome,
@@ -31,7 +31,7 @@ impl Decision {
     fn new(
         patch: Option<FinalizerPatch>,
         enqueue: Option<EnqueueReason>,
-        requeue: Retry,
+        requeue: Requeue,
         outcome: ClassOutcome,
         retries: &Retries,
     ) -> Self {
@@ -53,7 +53,7 @@ pub fn decide(
     machines_in_use: usize,
     finalizer: &str,
     spec_changed: bool,
-    settings: &Retries,
+    retries: &Retries,
 ) -> Decision {
     let has_finalizer = class.finalizers.iter().any(|f| f == finalizer);
     match (machines_in_use > 0, class.deleting) {
@@ -62,16 +62,16 @@ pub fn decide(
         (true, false) if !has_finalizer => Decision::new(
             Some(FinalizerPatch::Add),
             Some(EnqueueReason::FinalizerAdded),
-            Retry::Long,
+            Requeue::Long,
             ClassOutcome::FinalizerAdded,
-            settings,
+            retries,
         ),
         (true, false) => Decision::new(
             None,
             spec_changed.then_some(EnqueueReason::ClassSpecChanged),
-            Retry::Long,
+            Requeue::Long,
             ClassOutcome::Unchanged,
-            settings,
+            retries,
         ),
         // Being deleted while still in use: keep the finalizer (a deleting
         // object accepts no new finalizers, so none is added either) and keep
@@ -79,42 +79,51 @@ pub fn decide(
         (true, true) => Decision::new(
             None,
             Some(EnqueueReason::ClassDeleting),
-            Retry::Short,
+            Requeue::Short,
             ClassOutcome::Unchanged,
-            settings,
+            retries,
         ),
         // Unused: release the class, which lets a pending deletion proceed.
         (false, _) if has_finalizer => Decision::new(
             Some(FinalizerPatch::Remove),
             None,
-            Retry::Long,
+            Requeue::Long,
             ClassOutcome::FinalizerRemoved,
-            settings,
+            retries,
         ),
-        (false, _) => Decision::new(None, None, Retry::Long, ClassOutcome::Unused, settings),
+        (false, _) => Decision::new(None, None, Requeue::Long, ClassOutcome::Unused, retries),
     }
 }
 
 /// The outcome and retry of a reconciliation whose write failed. Nothing
 /// is enqueued: the decision did not take effect.
-pub fn after_write_error(error: &WriteError, settings: &Retries) -> Decision {
+pub(crate) fn after_write_error(error: &WriteError, retries: &Retries) -> Decision {
     let (requeue, outcome) = match error {
-        WriteError::Conflict(_) => (Retry::Conflict, ClassOutcome::Conflict),
-        WriteError::Api(_) => (Retry::Short, ClassOutcome::Error),
+        WriteError::Conflict(_) => (Requeue::Conflict, ClassOutcome::Conflict),
+        WriteError::Api(_) | WriteError::Timeout(_) | WriteError::NotNamespaced(_) => {
+            (Requeue::Short, ClassOutcome::Error)
+        }
         // The index still has it: check again soon, by then the watch has
         // most likely removed it.
-        WriteError::NotFound => (Retry::Short, ClassOutcome::Gone),
+        WriteError::NotFound => (Requeue::Short, ClassOutcome::Gone),
     };
-    Decision::new(None, None, requeue, outcome, settings)
+    Decision::new(None, None, requeue, outcome, retries)
 }
 
 #[cfg(test)]
 mod tests {
     use poolkeeper_bus::ObjectKey;
+    use poolkeeper_config::Config;
 
     use super::*;
+    use crate::fake::{bare_unprocessable, status};
+    use crate::settings::ExecutorSettings;
 
     const FINALIZER: &str = "machine.sapcloud.io/machine-controller-manager";
+
+    fn configured_retries() -> Retries {
+        ExecutorSettings::from(&Config::default()).retries
+    }
 
     fn class(finalizers: &[&str], deleting: bool) -> MachineClass {
         MachineClass {
@@ -134,7 +143,7 @@ mod tests {
         spec_changed: bool,
         patch: Option<FinalizerPatch>,
         enqueue: Option<EnqueueReason>,
-        requeue: Retry,
+        requeue: Requeue,
         outcome: ClassOutcome,
     }
 
@@ -152,7 +161,7 @@ mod tests {
                 spec_changed: false,
                 patch: Some(Add),
                 enqueue: Some(E::FinalizerAdded),
-                requeue: Retry::Long,
+                requeue: Requeue::Long,
                 outcome: O::FinalizerAdded,
             },
             Case {
@@ -163,7 +172,7 @@ mod tests {
                 spec_changed: false,
                 patch: Some(Add),
                 enqueue: Some(E::FinalizerAdded),
-                requeue: Retry::Long,
+                requeue: Requeue::Long,
                 outcome: O::FinalizerAdded,
             },
             Case {
@@ -174,7 +183,7 @@ mod tests {
                 spec_changed: true,
                 patch: Some(Add),
                 enqueue: Some(E::FinalizerAdded),
-                requeue: Retry::Long,
+                requeue: Requeue::Long,
                 outcome: O::FinalizerAdded,
             },
             Case {
@@ -185,7 +194,7 @@ mod tests {
                 spec_changed: false,
                 patch: None,
                 enqueue: None,
-                requeue: Retry::Long,
+                requeue: Requeue::Long,
                 outcome: O::Unchanged,
             },
             Case {
@@ -196,7 +205,7 @@ mod tests {
                 spec_changed: true,
                 patch: None,
                 enqueue: Some(E::ClassSpecChanged),
-                requeue: Retry::Long,
+                requeue: Requeue::Long,
                 outcome: O::Unchanged,
             },
             Case {
@@ -207,7 +216,7 @@ mod tests {
                 spec_changed: false,
                 patch: None,
                 enqueue: Some(E::ClassDeleting),
-                requeue: Retry::Short,
+                requeue: Requeue::Short,
                 outcome: O::Unchanged,
             },
             Case {
@@ -218,7 +227,7 @@ mod tests {
                 spec_changed: true,
                 patch: None,
                 enqueue: Some(E::ClassDeleting),
-                requeue: Retry::Short,
+                requeue: Requeue::Short,
                 outcome: O::Unchanged,
             },
             Case {
@@ -229,7 +238,7 @@ mod tests {
                 spec_changed: false,
                 patch: Some(Remove),
                 enqueue: None,
-                requeue: Retry::Long,
+                requeue: Requeue::Long,
                 outcome: O::FinalizerRemoved,
             },
             Case {
@@ -240,7 +249,7 @@ mod tests {
                 spec_changed: true,
                 patch: Some(Remove),
                 enqueue: None,
-                requeue: Retry::Long,
+                requeue: Requeue::Long,
                 outcome: O::FinalizerRemoved,
             },
             Case {
@@ -251,7 +260,7 @@ mod tests {
                 spec_changed: false,
                 patch: Some(Remove),
                 enqueue: None,
-                requeue: Retry::Long,
+                requeue: Requeue::Long,
                 outcome: O::FinalizerRemoved,
             },
             Case {
@@ -262,7 +271,7 @@ mod tests {
                 spec_changed: false,
                 patch: None,
                 enqueue: None,
-                requeue: Retry::Long,
+                requeue: Requeue::Long,
                 outcome: O::Unused,
             },
             Case {
@@ -273,7 +282,7 @@ mod tests {
                 spec_changed: false,
                 patch: None,
                 enqueue: None,
-                requeue: Retry::Long,
+                requeue: Requeue::Long,
                 outcome: O::Unused,
             },
             Case {
@@ -284,11 +293,11 @@ mod tests {
                 spec_changed: false,
                 patch: Some(Add),
                 enqueue: Some(E::FinalizerAdded),
-                requeue: Retry::Long,
+                requeue: Requeue::Long,
                 outcome: O::FinalizerAdded,
             },
         ];
-        let retries = Retries::default();
+        let retries = configured_retries();
         for case in cases {
             let decision = decide(
                 &class(case.finalizers, case.deleting),
@@ -319,25 +328,35 @@ mod tests {
         assert_eq!(in_use.requeue_after, Duration::from_secs(2));
         let deleting = decide(&class(&[FINALIZER], true), 1, FINALIZER, false, &retries);
         assert_eq!(deleting.requeue_after, Duration::from_secs(1));
-        let conflict = after_write_error(&WriteError::Conflict("409".into()), &retries);
+        let conflict = after_write_error(&WriteError::Conflict(bare_unprocessable()), &retries);
         assert_eq!(conflict.requeue_after, Duration::from_secs(3));
     }
 
     #[test]
     fn write_errors_map_to_retries() {
-        let retries = Retries::default();
+        let retries = configured_retries();
         let cases = [
             (
-                WriteError::Conflict("test failed".into()),
-                Retry::Conflict,
+                WriteError::Conflict(bare_unprocessable()),
+                Requeue::Conflict,
                 ClassOutcome::Conflict,
             ),
             (
-                WriteError::Api("connection refused".into()),
-                Retry::Short,
+                WriteError::Api(kube::Error::Api(status(500, "InternalError", "etcd down"))),
+                Requeue::Short,
                 ClassOutcome::Error,
             ),
-            (WriteError::NotFound, Retry::Short, ClassOutcome::Gone),
+            (
+                WriteError::Timeout(Duration::from_secs(30)),
+                Requeue::Short,
+                ClassOutcome::Error,
+            ),
+            (
+                WriteError::NotNamespaced(ObjectKey::cluster("class-a")),
+                Requeue::Short,
+                ClassOutcome::Error,
+            ),
+            (WriteError::NotFound, Requeue::Short, ClassOutcome::Gone),
         ];
         for (error, requeue, outcome) in cases {
             let decision = after_write_error(&error, &retries);

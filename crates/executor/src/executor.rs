@@ -10,18 +10,16 @@ use futures::StreamExt;
 use futures::future::BoxFuture;
 use json_patch::Patch as JsonPatch;
 use poolkeeper_bus::{
-    Bus, Change, ClassOutcome, Delivery, EnqueueReason, Event, ObjectKey, ResourceKind,
+    Bus, ClassOutcome, Delivery, EnqueueReason, Event, ObjectKey, Requeue, ResourceKind,
     Subscription,
 };
-use poolkeeper_index::Index;
+use poolkeeper_index::{Index, MachineClass};
 use poolkeeper_supervisor::{Activity, BoxError, Component, Context};
-use prometheus_client::registry::Registry;
 use tokio::time::Instant;
-use tokio_util::time::{DelayQueue, delay_queue};
 
-use crate::decision::{after_write_error, decide};
-use crate::metrics::{ExecutorMetrics, ExecutorStats, Metrics, WriteResult};
+use crate::decision::{Decision, after_write_error, decide};
 use crate::patch::finalizer_patch;
+use crate::requeues::Requeues;
 use crate::settings::ExecutorSettings;
 use crate::writer::{ClassWriter, WriteError};
 
@@ -47,21 +45,11 @@ impl<W: ClassWriter> Executor<W> {
     pub const NAME: &'static str = "executor";
 
     /// Subscribes to `bus` right away, so construct it before `bus.start()`.
-    /// A `concurrency` of 0 is taken as 1.
     pub fn new(bus: &Bus, index: Arc<Index>, writer: W, settings: ExecutorSettings) -> Self {
-        Self::with_metrics(bus, index, writer, settings, ExecutorMetrics::default())
-    }
-
-    /// [`Executor::new`] counting into `metrics`, registered once with
-    /// [`ExecutorMetrics::register`].
-    pub fn with_metrics(
-        bus: &Bus,
-        index: Arc<Index>,
-        writer: W,
-        mut settings: ExecutorSettings,
-        metrics: ExecutorMetrics,
-    ) -> Self {
-        settings.concurrency = settings.concurrency.max(1);
+        debug_assert!(
+            settings.concurrency > 0,
+            "config validation requires executor.concurrency >= 1"
+        );
         Self {
             subscription: bus.subscribe(Self::NAME),
             worker: Arc::new(Worker {
@@ -69,20 +57,8 @@ impl<W: ClassWriter> Executor<W> {
                 index,
                 writer,
                 settings,
-                metrics: metrics.metrics,
-                stats: metrics.stats,
             }),
         }
-    }
-
-    /// Registers the executor's metrics (see the crate documentation).
-    pub fn register_metrics(&self, registry: &mut Registry) {
-        self.worker.metrics.register(registry);
-    }
-
-    /// A handle on the running totals; it stays valid while the executor runs.
-    pub fn stats(&self) -> ExecutorStats {
-        self.worker.stats.clone()
     }
 
     async fn run_loop(mut self, ctx: Context) -> Result<(), BoxError> {
@@ -105,13 +81,11 @@ impl<W: ClassWriter> Executor<W> {
                         return Ok(());
                     };
                     let _busy = ctx.busy("handling an event");
-                    if state.on_delivery(&delivery, &self.worker.index) == Effect::StopWriting {
+                    if state.on_delivery(&delivery) == Effect::StopWriting {
                         pass = None;
                     }
                 }
-                Some(expired) = state.requeues.next(), if !state.requeues.is_empty() => {
-                    let key = expired.into_inner();
-                    state.scheduled.remove(&key);
+                key = state.requeues.next() => {
                     state.dirty.insert(key);
                     state.pass_requested = true;
                 }
@@ -127,8 +101,6 @@ impl<W: ClassWriter> Executor<W> {
         state.passes += 1;
         let number = state.passes;
         let keys = state.take_pass_keys(&self.worker.index);
-        self.worker.metrics.pass();
-        self.worker.stats.pass();
         Box::pin(self.worker.clone().run_pass(number, keys, activity))
     }
 }
@@ -168,13 +140,9 @@ struct State {
     /// The next pass looks at every class in the index.
     full: bool,
     pass_requested: bool,
-    requeues: DelayQueue<ObjectKey>,
-    scheduled: HashMap<ObjectKey, delay_queue::Key>,
+    requeues: Requeues,
     /// The spec hash of each class when this executor last acted on it.
     spec_hashes: HashMap<ObjectKey, u64>,
-    /// The class each Machine referenced when last seen, to dirty the old
-    /// class when a Machine moves or goes away.
-    machine_classes: HashMap<ObjectKey, ObjectKey>,
     /// Only a leader writes. The supervisor runs the executor on the leader,
     /// so it starts out as one.
     follower: bool,
@@ -187,7 +155,7 @@ impl State {
         self.pass_requested && !self.follower && !self.stopping
     }
 
-    fn on_delivery(&mut self, delivery: &Delivery, index: &Index) -> Effect {
+    fn on_delivery(&mut self, delivery: &Delivery) -> Effect {
         let envelope = match delivery {
             Delivery::Lagged(missed) => {
                 tracing::warn!(
@@ -201,20 +169,12 @@ impl State {
         };
         match &envelope.event {
             Event::ResourceChanged {
-                kind, key, change, ..
-            } => self.on_resource_changed(*kind, key, *change, index),
+                kind, key, related, ..
+            } => self.on_resource_changed(*kind, key, related),
             Event::ReconciliationTriggered { reason } => self.request_pass(reason.is_full()),
             Event::LeadershipChanged { leader: true } => self.follower = false,
             Event::LeadershipChanged { leader: false } => {
-                tracing::info!("leadership lost, writes stop");
-                self.follower = true;
-                self.pass_requested = false;
-                self.dirty.clear();
-                self.requeues.clear();
-                self.scheduled.clear();
-                // Whatever happens until leadership comes back is caught up
-                // by one full pass.
-                self.full = true;
+                self.lose_leadership();
                 return Effect::StopWriting;
             }
             Event::ShutdownRequested => self.stopping = true,
@@ -233,32 +193,25 @@ impl State {
         self.full |= full;
     }
 
-    fn on_resource_changed(
-        &mut self,
-        kind: ResourceKind,
-        key: &ObjectKey,
-        change: Change,
-        index: &Index,
-    ) {
+    fn lose_leadership(&mut self) {
+        tracing::info!("leadership lost, writes stop");
+        self.follower = true;
+        self.pass_requested = false;
+        self.dirty.clear();
+        self.requeues.clear();
+        // Whatever happens until leadership comes back is caught up by one
+        // full pass.
+        self.full = true;
+    }
+
+    /// A class is dirty when it changed, or when a Machine that referenced
+    /// it before or after the change did (`related`, as the index knew it).
+    fn on_resource_changed(&mut self, kind: ResourceKind, key: &ObjectKey, related: &[ObjectKey]) {
         match kind {
             ResourceKind::MachineClass => {
                 self.dirty.insert(key.clone());
             }
-            ResourceKind::Machine => {
-                let current = match change {
-                    Change::Deleted => None,
-                    Change::Created | Change::Updated => index
-                        .machines()
-                        .machine(key)
-                        .map(|machine| class_key(key, &machine.class_name)),
-                };
-                let previous = match &current {
-                    Some(class) => self.machine_classes.insert(key.clone(), class.clone()),
-                    None => self.machine_classes.remove(key),
-                };
-                self.dirty.extend(previous);
-                self.dirty.extend(current);
-            }
+            ResourceKind::Machine => self.dirty.extend(related.iter().cloned()),
             _ => {}
         }
     }
@@ -268,18 +221,12 @@ impl State {
     fn take_pass_keys(&mut self, index: &Index) -> Vec<(ObjectKey, Option<u64>)> {
         let mut keys = std::mem::take(&mut self.dirty);
         if std::mem::take(&mut self.full) {
-            let view = index.machines();
-            keys.extend(view.machine_classes().map(|class| class.key.clone()));
-            // Events may have been missed: rebuild what they maintain.
-            self.machine_classes = view
-                .machines()
-                .map(|machine| {
-                    (
-                        machine.key.clone(),
-                        class_key(&machine.key, &machine.class_name),
-                    )
-                })
-                .collect();
+            keys.extend(
+                index
+                    .machines()
+                    .machine_classes()
+                    .map(|class| class.key.clone()),
+            );
         }
         self.pass_requested = false;
         keys.into_iter()
@@ -292,38 +239,17 @@ impl State {
 
     fn apply(&mut self, results: Vec<Reconciled>) {
         for result in results {
-            match result.requeue_after {
-                Some(after) => self.schedule(result.key.clone(), after),
-                None => {
-                    if let Some(scheduled) = self.scheduled.remove(&result.key) {
-                        self.requeues.remove(&scheduled);
-                    }
-                    self.spec_hashes.remove(&result.key);
-                }
+            if result.requeue == Requeue::Never {
+                self.requeues.cancel(&result.key);
+                self.spec_hashes.remove(&result.key);
+                continue;
             }
+            self.requeues
+                .schedule(result.key.clone(), result.requeue_after);
             if let Some(hash) = result.seen_spec_hash {
                 self.spec_hashes.insert(result.key, hash);
             }
         }
-    }
-
-    /// Schedules `key` after `after`, replacing an earlier schedule.
-    fn schedule(&mut self, key: ObjectKey, after: Duration) {
-        match self.scheduled.get(&key) {
-            Some(scheduled) => self.requeues.reset(scheduled, after),
-            None => {
-                let scheduled = self.requeues.insert(key.clone(), after);
-                self.scheduled.insert(key, scheduled);
-            }
-        }
-    }
-}
-
-/// A Machine's class lives in the Machine's namespace.
-fn class_key(machine: &ObjectKey, class_name: &str) -> ObjectKey {
-    ObjectKey {
-        namespace: machine.namespace.clone(),
-        name: class_name.to_owned(),
     }
 }
 
@@ -331,13 +257,35 @@ fn class_key(machine: &ObjectKey, class_name: &str) -> ObjectKey {
 #[derive(Debug)]
 struct Reconciled {
     key: ObjectKey,
-    /// When to look again; `None` when the class is gone and forgotten.
-    requeue_after: Option<Duration>,
+    outcome: ClassOutcome,
+    requeue: Requeue,
+    /// When to look again; zero with [`Requeue::Never`].
+    requeue_after: Duration,
     /// The spec hash the reconciliation acted upon, when it took effect.
     seen_spec_hash: Option<u64>,
-    wrote: bool,
-    /// An API failure (conflicts are not failures).
-    error: Option<String>,
+    /// The write failure behind [`ClassOutcome::Error`].
+    error: Option<WriteError>,
+}
+
+impl Reconciled {
+    /// The class is gone from the index: it is forgotten, not requeued.
+    fn gone(key: ObjectKey) -> Self {
+        Self {
+            key,
+            outcome: ClassOutcome::Gone,
+            requeue: Requeue::Never,
+            requeue_after: Duration::ZERO,
+            seen_spec_hash: None,
+            error: None,
+        }
+    }
+}
+
+/// A class as one reconciliation sees it, copied out of the index so that
+/// no index lock is held across the write.
+struct Snapshot {
+    class: MachineClass,
+    machines_in_use: usize,
 }
 
 /// The shared, read-only part of the executor that passes run on.
@@ -346,8 +294,6 @@ struct Worker<W> {
     index: Arc<Index>,
     writer: W,
     settings: ExecutorSettings,
-    metrics: Metrics,
-    stats: ExecutorStats,
 }
 
 impl<W: ClassWriter> Worker<W> {
@@ -362,16 +308,27 @@ impl<W: ClassWriter> Worker<W> {
         self.bus
             .publish(Event::ReconciliationStarted { pass, keys: total });
         tracing::debug!(pass, keys = total, "reconciliation pass started");
+        let results = self.clone().reconcile_all(keys, activity).await;
+        self.report_pass(pass, &results, started.elapsed());
+        results
+    }
+
+    /// Reconciles `keys` with bounded concurrency, each key once.
+    async fn reconcile_all(
+        self: Arc<Self>,
+        keys: Vec<(ObjectKey, Option<u64>)>,
+        activity: Activity,
+    ) -> Vec<Reconciled> {
         // Re-armed after every key: a pass stalls only when no key completes.
         let mut busy = Some(activity.busy("reconciliation pass"));
-        let mut results = Vec::with_capacity(total);
-        let worker = self.clone();
+        let mut results = Vec::with_capacity(keys.len());
+        let concurrency = self.settings.concurrency;
         let mut reconciles = futures::stream::iter(keys)
             .map(move |(key, seen)| {
-                let worker = worker.clone();
+                let worker = self.clone();
                 async move { worker.reconcile(key, seen).await }
             })
-            .buffer_unordered(self.settings.concurrency);
+            .buffer_unordered(concurrency);
         while let Some(result) = reconciles.next().await {
             drop(busy.take());
             busy = Some(activity.busy("reconciliation pass"));
@@ -380,98 +337,87 @@ impl<W: ClassWriter> Worker<W> {
                 tokio::task::yield_now().await;
             }
         }
-        drop(busy);
-        let duration = started.elapsed();
-        let writes = results.iter().filter(|r| r.wrote).count();
-        let errors: Vec<(&ObjectKey, &str)> = results
-            .iter()
-            .filter_map(|r| r.error.as_deref().map(|e| (&r.key, e)))
-            .collect();
-        match errors.first() {
-            None => {
-                tracing::debug!(
-                    pass,
-                    keys = total,
-                    writes,
-                    ?duration,
-                    "reconciliation pass completed"
-                );
-                self.bus.publish(Event::ReconciliationCompleted {
-                    pass,
-                    duration,
-                    writes,
-                });
-            }
-            Some((key, error)) => {
-                let error = format!(
-                    "{} of {total} MachineClasses failed, first {key}: {error}",
-                    errors.len()
-                );
-                tracing::warn!(pass, writes, %error, "reconciliation pass failed");
-                self.bus
-                    .publish(Event::ReconciliationFailed { pass, error });
-            }
-        }
         results
     }
 
-    /// Reconciles one MachineClass and returns when to look at it again.
+    fn report_pass(&self, pass: u64, results: &[Reconciled], duration: Duration) {
+        let keys = results.len();
+        let writes = results.iter().filter(|r| r.outcome.wrote()).count();
+        let mut failures = results
+            .iter()
+            .filter_map(|r| r.error.as_ref().map(|error| (&r.key, error)));
+        let first_failure = failures.next();
+        let failed = first_failure.map_or(0, |_| 1 + failures.count());
+        match first_failure {
+            None => tracing::debug!(
+                pass,
+                keys,
+                writes,
+                ?duration,
+                "reconciliation pass completed"
+            ),
+            Some((class, error)) => tracing::warn!(
+                pass,
+                keys,
+                writes,
+                failed,
+                first_failed = %class,
+                %error,
+                "reconciliation pass completed with failed writes"
+            ),
+        }
+        self.bus.publish(Event::ReconciliationCompleted {
+            pass,
+            duration,
+            writes,
+            failed,
+        });
+    }
+
+    /// Reconciles one MachineClass: snapshot, decision, write, enqueues,
+    /// and the event that reports it.
     async fn reconcile(&self, key: ObjectKey, seen_spec_hash: Option<u64>) -> Reconciled {
         let started = Instant::now();
-        let namespace = key.namespace.clone().unwrap_or_default();
-        // Copied out so that no index lock is held across the write.
-        let snapshot = {
-            let view = self.index.machines();
-            view.machine_class(&key).map(|class| {
-                (
-                    class.clone(),
-                    view.machine_count_of_class(&namespace, &key.name),
-                )
-            })
+        let reconciled = match self.snapshot(&key) {
+            Some(snapshot) => self.reconcile_class(key, snapshot, seen_spec_hash).await,
+            None => Reconciled::gone(key),
         };
-        let Some((class, machines_in_use)) = snapshot else {
-            self.record(&key, ClassOutcome::Gone, None, started);
-            return Reconciled {
-                key,
-                requeue_after: None,
-                seen_spec_hash: None,
-                wrote: false,
-                error: None,
-            };
-        };
-        let finalizer = &self.settings.finalizer;
+        self.report(&reconciled, started.elapsed());
+        reconciled
+    }
+
+    fn snapshot(&self, key: &ObjectKey) -> Option<Snapshot> {
+        let view = self.index.machines();
+        let class = view.machine_class(key)?.clone();
+        let namespace = key.namespace.as_deref().unwrap_or_default();
+        let machines_in_use = view.machine_count_of_class(namespace, &key.name);
+        Some(Snapshot {
+            class,
+            machines_in_use,
+        })
+    }
+
+    async fn reconcile_class(
+        &self,
+        key: ObjectKey,
+        snapshot: Snapshot,
+        seen_spec_hash: Option<u64>,
+    ) -> Reconciled {
+        let Snapshot {
+            class,
+            machines_in_use,
+        } = snapshot;
         let spec_changed = seen_spec_hash.is_some_and(|seen| seen != class.spec_hash);
-        let mut decision = decide(
+        let decision = decide(
             &class,
             machines_in_use,
-            finalizer,
+            &self.settings.finalizer,
             spec_changed,
             &self.settings.retries,
         );
-        let patch = decision
-            .patch
-            .and_then(|change| finalizer_patch(&class, change, finalizer));
-        let mut wrote = false;
-        let mut error = None;
-        if let Some(patch) = patch {
-            match self.write(&key, &patch).await {
-                Ok(()) => {
-                    wrote = true;
-                    tracing::info!(class = %key, outcome = decision.outcome.as_str(), "MachineClass finalizer updated");
-                }
-                Err(write_error) => {
-                    match &write_error {
-                        WriteError::Conflict(_) => {
-                            tracing::debug!(class = %key, error = %write_error, "finalizer patch conflicted, retrying");
-                        }
-                        _ => {
-                            tracing::warn!(class = %key, error = %write_error, "finalizer patch failed");
-                            error = Some(write_error.to_string());
-                        }
-                    }
-                    decision = after_write_error(&write_error, &self.settings.retries);
-                }
-            }
+        let (decision, error) = self.apply_decision(&key, &class, decision).await;
+        if let Some(reason) = decision.enqueue {
+            self.enqueue_machines(&key, reason).await;
         }
         // A failed write leaves the hash unrecorded, so that a spec change
         // still counts as one on the retry.
@@ -479,74 +425,79 @@ impl<W: ClassWriter> Worker<W> {
             decision.outcome,
             ClassOutcome::Conflict | ClassOutcome::Error | ClassOutcome::Gone
         );
-        if let Some(reason) = decision.enqueue {
-            self.enqueue_machines(&namespace, &key.name, reason).await;
-        }
-        self.metrics.requeued(decision.requeue);
-        self.record(
-            &key,
-            decision.outcome,
-            Some(decision.requeue_after),
-            started,
-        );
         Reconciled {
             key,
-            requeue_after: Some(decision.requeue_after),
+            outcome: decision.outcome,
+            requeue: decision.requeue,
+            requeue_after: decision.requeue_after,
             seen_spec_hash: took_effect.then_some(class.spec_hash),
-            wrote,
             error,
+        }
+    }
+
+    /// Writes the decision's patch, if it has one. A failed write turns the
+    /// decision into its retry, with the error when it is a failure rather
+    /// than a lost race.
+    async fn apply_decision(
+        &self,
+        key: &ObjectKey,
+        class: &MachineClass,
+        decision: Decision,
+    ) -> (Decision, Option<WriteError>) {
+        let finalizer = &self.settings.finalizer;
+        let Some(patch) = decision
+            .patch
+            .and_then(|change| finalizer_patch(class, change, finalizer))
+        else {
+            return (decision, None);
+        };
+        let error = match self.write(key, &patch).await {
+            Ok(()) => {
+                tracing::info!(class = %key, outcome = %decision.outcome, "MachineClass finalizers updated");
+                return (decision, None);
+            }
+            Err(error) => error,
+        };
+        let retry = after_write_error(&error, &self.settings.retries);
+        if retry.outcome == ClassOutcome::Error {
+            tracing::warn!(class = %key, %error, "finalizer patch failed");
+            (retry, Some(error))
+        } else {
+            tracing::debug!(class = %key, outcome = %retry.outcome, %error, "finalizer patch lost a race, retrying");
+            (retry, None)
         }
     }
 
     async fn write(&self, key: &ObjectKey, patch: &JsonPatch) -> Result<(), WriteError> {
         let timeout = self.settings.write_timeout;
-        let result = tokio::time::timeout(timeout, self.writer.patch_finalizers(key, patch))
+        tokio::time::timeout(timeout, self.writer.patch_finalizers(key, patch))
             .await
-            .unwrap_or_else(|_| Err(WriteError::Api(format!("no answer within {timeout:?}"))));
-        let kind = match &result {
-            Ok(()) => WriteResult::Success,
-            Err(WriteError::Conflict(_)) => WriteResult::Conflict,
-            Err(WriteError::NotFound) => WriteResult::NotFound,
-            Err(WriteError::Api(_)) => WriteResult::Error,
-        };
-        self.metrics.wrote(kind);
-        self.stats.wrote(kind);
-        result
+            .unwrap_or(Err(WriteError::Timeout(timeout)))
     }
 
-    async fn enqueue_machines(&self, namespace: &str, class_name: &str, reason: EnqueueReason) {
+    async fn enqueue_machines(&self, class: &ObjectKey, reason: EnqueueReason) {
+        let namespace = class.namespace.as_deref().unwrap_or_default();
         let machines: Vec<ObjectKey> = self
             .index
             .machines()
-            .machines_of_class(namespace, class_name)
+            .machines_of_class(namespace, &class.name)
             .map(|machine| machine.key.clone())
             .collect();
-        let count = machines.len() as u64;
         for (i, key) in machines.into_iter().enumerate() {
             if i > 0 && i % PUBLISH_BURST == 0 {
                 tokio::task::yield_now().await;
             }
             self.bus.publish(Event::MachineEnqueued { key, reason });
         }
-        self.metrics.enqueued(reason, count);
-        self.stats.enqueued(count);
     }
 
-    fn record(
-        &self,
-        key: &ObjectKey,
-        outcome: ClassOutcome,
-        requeue_after: Option<Duration>,
-        started: Instant,
-    ) {
-        self.metrics
-            .reconciled(outcome, started.elapsed().as_secs_f64());
-        self.stats.reconciled();
+    fn report(&self, reconciled: &Reconciled, duration: Duration) {
         self.bus.publish(Event::MachineClassReconciled {
-            key: key.clone(),
-            outcome,
-            // A forgotten key is not requeued at all.
-            requeue_after: requeue_after.unwrap_or_default(),
+            key: reconciled.key.clone(),
+            outcome: reconciled.outcome,
+            requeue: reconciled.requeue,
+            requeue_after: reconciled.requeue_after,
+            duration,
         });
     }
 }

@@ -5,30 +5,102 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use json_patch::Patch as JsonPatch;
+use kube::core::Status;
 use parking_lot::Mutex;
 use poolkeeper_bus::ObjectKey;
-use poolkeeper_index::{Index, MachineClass};
+use poolkeeper_index::{Index, IndexResource};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use crate::writer::{ClassWriter, WriteError};
+use crate::writer::{ClassWriter, WriteError, classify_status};
+
+/// The message of kube-apiserver's generic 422.
+pub(crate) const REJECTED: &str = "the server rejected our request due to an error in our request";
+
+/// An error status as the API server sends it.
+pub(crate) fn status(code: u16, reason: &str, message: &str) -> Box<Status> {
+    status_from(json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "status": "Failure",
+        "code": code,
+        "reason": reason,
+        "message": message,
+    }))
+}
+
+/// [`status`] with one cause in its details.
+pub(crate) fn status_with_cause(
+    code: u16,
+    reason: &str,
+    message: &str,
+    cause: &str,
+) -> Box<Status> {
+    let mut status = status(code, reason, message);
+    status.details = Some(
+        serde_json::from_value(json!({
+            "causes": [{"reason": "UnexpectedServerResponse", "message": cause}],
+        }))
+        .expect("status details parse"),
+    );
+    status
+}
+
+/// What kube-apiserver answers a JSON patch whose `test` failed.
+pub(crate) fn bare_unprocessable() -> Box<Status> {
+    status_from(json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": REJECTED,
+        "reason": "Invalid",
+        "details": {},
+        "code": 422,
+    }))
+}
+
+fn status_from(value: Value) -> Box<Status> {
+    Box::new(serde_json::from_value(value).expect("a status parses"))
+}
+
+/// How the fake answered one call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Answer {
+    Accepted,
+    Conflict,
+    NotFound,
+    Failed,
+}
+
+impl Answer {
+    fn of(result: &Result<(), WriteError>) -> Self {
+        match result {
+            Ok(()) => Answer::Accepted,
+            Err(WriteError::Conflict(_)) => Answer::Conflict,
+            Err(WriteError::NotFound) => Answer::NotFound,
+            Err(_) => Answer::Failed,
+        }
+    }
+}
 
 /// One call the fake answered.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Call {
     pub at: Instant,
     pub key: ObjectKey,
-    pub result: Result<(), WriteError>,
+    pub answer: Answer,
 }
 
 #[derive(Default)]
 struct FakeState {
     objects: HashMap<ObjectKey, Value>,
-    /// Accepted writes are copied here, as the watch would.
+    /// Accepted writes are applied here, as the watch would.
     index: Option<Arc<Index>>,
     latency: Duration,
-    /// Answers for the next calls, before the patch is even looked at.
-    injected: VecDeque<WriteError>,
+    /// Error statuses for the next calls per key, before the patch is even
+    /// looked at.
+    injected: HashMap<ObjectKey, VecDeque<Box<Status>>>,
     calls: Vec<Call>,
     in_flight: usize,
     max_in_flight: usize,
@@ -38,29 +110,22 @@ struct FakeState {
 }
 
 /// Applies JSON patches to stored JSON objects for real, so that the
-/// patches' `test` guards behave as on an API server.
+/// patches' `test` guards behave as on an API server, and answers with the
+/// statuses kube-apiserver sends.
 #[derive(Clone, Default)]
 pub(crate) struct FakeWriter {
     state: Arc<Mutex<FakeState>>,
 }
 
 impl FakeWriter {
-    /// Stores `class` as the API server would hold it.
-    pub fn insert(&self, class: &MachineClass) {
-        let mut object = json!({
-            "apiVersion": "machine.sapcloud.io/v1alpha1",
-            "kind": "MachineClass",
-            "metadata": {
-                "name": class.key.name,
-                "namespace": class.key.namespace,
-                "resourceVersion": class.resource_version,
-            },
-            "providerSpec": {"hash": class.spec_hash},
-        });
-        if !class.finalizers.is_empty() {
-            object["metadata"]["finalizers"] = json!(class.finalizers);
-        }
-        self.state.lock().objects.insert(class.key.clone(), object);
+    /// Stores `class` as the API server holds it.
+    pub fn insert(&self, class: &poolkeeper_api::MachineClass) {
+        let key = ObjectKey::namespaced(
+            class.metadata.namespace.clone().unwrap_or_default(),
+            class.metadata.name.clone().unwrap_or_default(),
+        );
+        let object = serde_json::to_value(class).expect("a MachineClass serializes");
+        self.state.lock().objects.insert(key, object);
     }
 
     pub fn mirror_to(&self, index: Arc<Index>) {
@@ -71,8 +136,14 @@ impl FakeWriter {
         self.state.lock().latency = latency;
     }
 
-    pub fn fail_next(&self, error: WriteError) {
-        self.state.lock().injected.push_back(error);
+    /// The next call for `key` is answered with `status`.
+    pub fn answer_next(&self, key: &ObjectKey, status: Box<Status>) {
+        let mut state = self.state.lock();
+        state
+            .injected
+            .entry(key.clone())
+            .or_default()
+            .push_back(status);
     }
 
     pub fn finalizers(&self, key: &ObjectKey) -> Option<Vec<String>> {
@@ -108,34 +179,29 @@ impl FakeWriter {
     }
 
     fn apply(state: &mut FakeState, key: &ObjectKey, patch: &JsonPatch) -> Result<(), WriteError> {
-        if let Some(error) = state.injected.pop_front() {
-            return Err(error);
+        if let Some(status) = state.injected.get_mut(key).and_then(VecDeque::pop_front) {
+            return Err(classify_status(status));
         }
         let Some(object) = state.objects.get_mut(key) else {
-            return Err(WriteError::NotFound);
+            let message = format!("machineclasses \"{}\" not found", key.name);
+            return Err(classify_status(status(404, "NotFound", &message)));
         };
         let mut patched = object.clone();
-        json_patch::patch(&mut patched, patch).map_err(|e| WriteError::Conflict(e.to_string()))?;
+        if json_patch::patch(&mut patched, patch).is_err() {
+            return Err(classify_status(bare_unprocessable()));
+        }
         let version: u64 = object["metadata"]["resourceVersion"]
             .as_str()
             .and_then(|v| v.parse().ok())
             .unwrap_or(0);
         patched["metadata"]["resourceVersion"] = json!((version + 1).to_string());
         *object = patched.clone();
-        if let Some(index) = &state.index {
-            let current = index.machines().machine_class(key).cloned();
-            if let Some(current) = current {
-                index.upsert_machine_class(MachineClass {
-                    finalizers: patched["metadata"]["finalizers"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .filter_map(|f| f.as_str().map(str::to_owned))
-                        .collect(),
-                    resource_version: (version + 1).to_string(),
-                    ..current
-                });
-            }
+        if let Some(index) = &state.index
+            && index.machines().machine_class(key).is_some()
+        {
+            let class: poolkeeper_api::MachineClass =
+                serde_json::from_value(patched).expect("a patched MachineClass parses");
+            index.apply(class);
         }
         Ok(())
     }
@@ -162,7 +228,7 @@ impl ClassWriter for FakeWriter {
         state.calls.push(Call {
             at: Instant::now(),
             key: key.clone(),
-            result: result.clone(),
+            answer: Answer::of(&result),
         });
         result
     }

@@ -14,26 +14,22 @@
 //! - [`ClassWriter`] is the write side; [`KubeClassWriter`] implements it
 //!   against the API server.
 //!
-//! Metrics: `poolkeeper_executor_passes_total`,
-//! `poolkeeper_reconciliations_total`, `poolkeeper_reconciliation_errors_total`,
-//! `poolkeeper_reconciliation_duration_seconds`,
-//! `poolkeeper_machineclass_outcomes_total{outcome}`,
-//! `poolkeeper_requeues_total{reason}`, `poolkeeper_api_writes_total{result}`,
-//! `poolkeeper_machines_enqueued_total{reason}`.
+//! Everything it does is reported as bus events (`ReconciliationStarted`,
+//! `ReconciliationCompleted`, `MachineClassReconciled`, `MachineEnqueued`);
+//! the metrics are derived from them outside this crate.
 
 mod decision;
 mod executor;
-mod metrics;
 mod patch;
+mod requeues;
 mod settings;
 mod writer;
 
-pub use decision::{Decision, FinalizerPatch, after_write_error, decide};
+pub use decision::{Decision, FinalizerPatch, decide};
 pub use executor::Executor;
-pub use metrics::{ExecutorMetrics, ExecutorStats, StatsSnapshot};
 pub use patch::finalizer_patch;
-pub use settings::{DEFAULT_FINALIZER, ExecutorSettings, Retries, Retry};
-pub use writer::{ClassWriter, FIELD_MANAGER, KubeClassWriter, WriteError, classify_status};
+pub use settings::{ExecutorSettings, Retries};
+pub use writer::{ClassWriter, KubeClassWriter, WriteError};
 
 #[cfg(test)]
 mod fake;

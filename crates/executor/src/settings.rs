@@ -1,9 +1,9 @@
 use std::time::Duration;
 
-/// machine-controller-manager's finalizer, kept on every MachineClass in use.
-pub const DEFAULT_FINALIZER: &str = "machine.sapcloud.io/machine-controller-manager";
+use poolkeeper_bus::Requeue;
+use poolkeeper_config::{Config, ExecutorConfig};
 
-/// Requeue periods, as in machine-controller-manager.
+/// Requeue periods, as in machine-controller-manager (`executor.*Retry`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Retries {
     /// After an API failure, and while a class being deleted is still in use.
@@ -14,46 +14,31 @@ pub struct Retries {
     pub conflict_retry: Duration,
 }
 
-impl Default for Retries {
-    fn default() -> Self {
-        Self {
-            short_retry: Duration::from_secs(5),
-            long_retry: Duration::from_secs(600),
-            conflict_retry: Duration::from_millis(200),
-        }
-    }
-}
-
 impl Retries {
-    pub fn period(&self, retry: Retry) -> Duration {
-        match retry {
-            Retry::Short => self.short_retry,
-            Retry::Long => self.long_retry,
-            Retry::Conflict => self.conflict_retry,
+    /// How long `requeue` waits; zero for [`Requeue::Never`], which
+    /// schedules nothing.
+    pub fn period(&self, requeue: Requeue) -> Duration {
+        match requeue {
+            Requeue::Short => self.short_retry,
+            Requeue::Long => self.long_retry,
+            Requeue::Conflict => self.conflict_retry,
+            Requeue::Never => Duration::ZERO,
         }
     }
 }
 
-/// Which of the [`Retries`] periods a reconciliation asks for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Retry {
-    Short,
-    Long,
-    Conflict,
-}
-
-impl Retry {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Retry::Short => "short_retry",
-            Retry::Long => "long_retry",
-            Retry::Conflict => "conflict_retry",
+impl From<&ExecutorConfig> for Retries {
+    fn from(config: &ExecutorConfig) -> Self {
+        Self {
+            short_retry: config.short_retry,
+            long_retry: config.long_retry,
+            conflict_retry: config.conflict_retry,
         }
     }
 }
 
 /// Settings of the executor (`executor:` and `machineClasses.finalizer` in
-/// the configuration file).
+/// the configuration file, which also holds their defaults and rules).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ExecutorSettings {
     /// The finalizer kept on MachineClasses in use.
@@ -66,13 +51,62 @@ pub struct ExecutorSettings {
     pub write_timeout: Duration,
 }
 
-impl Default for ExecutorSettings {
-    fn default() -> Self {
+impl From<&Config> for ExecutorSettings {
+    fn from(config: &Config) -> Self {
         Self {
-            finalizer: DEFAULT_FINALIZER.to_owned(),
-            concurrency: 4,
-            retries: Retries::default(),
-            write_timeout: Duration::from_secs(30),
+            finalizer: config.machine_classes.finalizer.clone(),
+            concurrency: config.executor.concurrency,
+            retries: Retries::from(&config.executor),
+            write_timeout: config.executor.write_timeout,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_setting_comes_from_the_config() {
+        let mut config = Config::default();
+        config.machine_classes.finalizer = "example.com/protect".to_owned();
+        config.executor = ExecutorConfig {
+            concurrency: 7,
+            short_retry: Duration::from_secs(1),
+            long_retry: Duration::from_secs(2),
+            conflict_retry: Duration::from_secs(3),
+            write_timeout: Duration::from_secs(4),
+        };
+        assert_eq!(
+            ExecutorSettings::from(&config),
+            ExecutorSettings {
+                finalizer: "example.com/protect".to_owned(),
+                concurrency: 7,
+                retries: Retries {
+                    short_retry: Duration::from_secs(1),
+                    long_retry: Duration::from_secs(2),
+                    conflict_retry: Duration::from_secs(3),
+                },
+                write_timeout: Duration::from_secs(4),
+            }
+        );
+    }
+
+    #[test]
+    fn each_requeue_has_its_period() {
+        let retries = Retries {
+            short_retry: Duration::from_secs(1),
+            long_retry: Duration::from_secs(2),
+            conflict_retry: Duration::from_secs(3),
+        };
+        let cases = [
+            (Requeue::Short, Duration::from_secs(1)),
+            (Requeue::Long, Duration::from_secs(2)),
+            (Requeue::Conflict, Duration::from_secs(3)),
+            (Requeue::Never, Duration::ZERO),
+        ];
+        for (requeue, period) in cases {
+            assert_eq!(retries.period(requeue), period, "{requeue}");
         }
     }
 }

@@ -1,6 +1,7 @@
 //! The write side of the executor: finalizer patches on MachineClasses.
 
 use std::future::Future;
+use std::time::Duration;
 
 use json_patch::Patch as JsonPatch;
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
@@ -10,16 +11,24 @@ use poolkeeper_bus::ObjectKey;
 
 /// Why a write did not happen. The executor's only error type: everything
 /// else it does is reading the index.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub enum WriteError {
     /// The object changed since the index saw it: a guard test of the patch
-    /// failed or another writer won the race.
-    #[error("conflict: {0}")]
-    Conflict(String),
+    /// failed (422) or another writer won the race (409).
+    #[error("conflict: {}", status_message(.0))]
+    Conflict(#[source] Box<Status>),
     #[error("MachineClass not found")]
     NotFound,
+    /// The request failed otherwise: transport, authorization, validation,
+    /// server errors.
     #[error("API request failed: {0}")]
-    Api(String),
+    Api(#[source] kube::Error),
+    /// The API server did not answer within `executor.writeTimeout`.
+    #[error("no answer within {}", humantime::format_duration(*.0))]
+    Timeout(Duration),
+    /// MachineClasses are namespaced: a key without a namespace names none.
+    #[error("MachineClass {0} has no namespace")]
+    NotNamespaced(ObjectKey),
 }
 
 /// Applies finalizer patches. Implemented with kube for the cluster, and in
@@ -34,7 +43,7 @@ pub trait ClassWriter: Send + Sync + 'static {
 }
 
 /// The field manager recorded for poolkeeper's writes.
-pub const FIELD_MANAGER: &str = "poolkeeper";
+pub(crate) const FIELD_MANAGER: &str = "poolkeeper";
 
 /// [`ClassWriter`] talking to the Kubernetes API.
 #[derive(Clone)]
@@ -70,9 +79,7 @@ impl KubeClassWriter {
 impl ClassWriter for KubeClassWriter {
     async fn patch_finalizers(&self, key: &ObjectKey, patch: &JsonPatch) -> Result<(), WriteError> {
         let Some(namespace) = key.namespace.as_deref() else {
-            return Err(WriteError::Api(format!(
-                "MachineClass {key} has no namespace"
-            )));
+            return Err(WriteError::NotNamespaced(key.clone()));
         };
         let api: Api<DynamicObject> =
             Api::namespaced_with(self.client.clone(), namespace, &self.resource);
@@ -85,8 +92,8 @@ impl ClassWriter for KubeClassWriter {
 
 fn classify(error: kube::Error) -> WriteError {
     match error {
-        kube::Error::Api(status) => classify_status(&status),
-        other => WriteError::Api(other.to_string()),
+        kube::Error::Api(status) => classify_status(status),
+        other => WriteError::Api(other),
     }
 }
 
@@ -98,15 +105,14 @@ fn classify(error: kube::Error) -> WriteError {
 /// may carry the JSON patch library's message as the cause. A racing update
 /// is a 409. Both mean the object moved on. Other 422s are genuine
 /// validation errors, which name the object and the invalid field.
-pub fn classify_status(status: &Status) -> WriteError {
-    let message = status_message(status);
+pub(crate) fn classify_status(status: Box<Status>) -> WriteError {
     match status.code {
         404 => WriteError::NotFound,
-        409 => WriteError::Conflict(message),
-        422 if is_failed_test(&message) || is_unapplicable_patch(status) => {
-            WriteError::Conflict(message)
+        409 => WriteError::Conflict(status),
+        422 if is_failed_test(&status_message(&status)) || is_unapplicable_patch(&status) => {
+            WriteError::Conflict(status)
         }
-        _ => WriteError::Api(message),
+        _ => WriteError::Api(kube::Error::Api(status)),
     }
 }
 
@@ -153,65 +159,31 @@ fn is_failed_test(message: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
+    use std::error::Error as _;
 
     use super::*;
-
-    /// A status as the API server sends it.
-    fn status(code: u16, reason: &str, message: &str, cause: Option<&str>) -> Status {
-        let mut status = json!({
-            "kind": "Status",
-            "apiVersion": "v1",
-            "status": "Failure",
-            "code": code,
-            "reason": reason,
-            "message": message,
-        });
-        if let Some(cause) = cause {
-            status["details"] = json!({
-                "causes": [{"reason": "UnexpectedServerResponse", "message": cause}],
-            });
-        }
-        serde_json::from_value(status).unwrap()
-    }
-
-    const REJECTED: &str = "the server rejected our request due to an error in our request";
-
-    /// What kube-apiserver answers a JSON patch whose `test` failed.
-    fn bare_unprocessable() -> Status {
-        serde_json::from_value(json!({
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": {},
-            "status": "Failure",
-            "message": REJECTED,
-            "reason": "Invalid",
-            "details": {},
-            "code": 422,
-        }))
-        .unwrap()
-    }
+    use crate::fake::{REJECTED, bare_unprocessable, status, status_with_cause};
 
     #[test]
     fn statuses_map_to_write_errors() {
         let cases = [
             (
                 "a failed resourceVersion test is a conflict",
-                status(
+                status_with_cause(
                     422,
                     "Invalid",
                     REJECTED,
-                    Some("testing value /metadata/resourceVersion failed: test failed"),
+                    "testing value /metadata/resourceVersion failed: test failed",
                 ),
                 "conflict",
             ),
             (
                 "a missing tested path is a conflict",
-                status(
+                status_with_cause(
                     422,
                     "Invalid",
                     REJECTED,
-                    Some("test operation does not apply: is missing path: /metadata/finalizers"),
+                    "test operation does not apply: is missing path: /metadata/finalizers",
                 ),
                 "conflict",
             ),
@@ -226,7 +198,6 @@ mod tests {
                     409,
                     "Conflict",
                     "Operation cannot be fulfilled on machineclasses \"a\": the object has been modified",
-                    None,
                 ),
                 "conflict",
             ),
@@ -236,53 +207,74 @@ mod tests {
                     422,
                     "Invalid",
                     "MachineClass \"a\" is invalid: metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted",
-                    None,
                 ),
                 "api",
             ),
             (
                 "a missing object is not found",
-                status(404, "NotFound", "machineclasses \"a\" not found", None),
+                status(404, "NotFound", "machineclasses \"a\" not found"),
                 "not_found",
             ),
             (
                 "forbidden is an API error",
-                status(403, "Forbidden", "cannot patch machineclasses", None),
+                status(403, "Forbidden", "cannot patch machineclasses"),
                 "api",
             ),
             (
                 "a server error is an API error",
-                status(500, "InternalError", "etcd unavailable", None),
+                status(500, "InternalError", "etcd unavailable"),
                 "api",
             ),
         ];
         for (name, status, expected) in cases {
-            let got = match classify_status(&status) {
+            let got = match classify_status(status) {
                 WriteError::Conflict(_) => "conflict",
                 WriteError::NotFound => "not_found",
                 WriteError::Api(_) => "api",
+                other => panic!("{name}: a status became {other:?}"),
             };
             assert_eq!(got, expected, "{name}");
         }
     }
 
     #[test]
-    fn the_cause_is_kept_in_the_message() {
-        let error = classify_status(&status(
+    fn the_status_is_kept_as_the_source() {
+        let error = classify_status(status_with_cause(
             422,
             "Invalid",
             REJECTED,
-            Some("testing value /metadata/resourceVersion failed: test failed"),
+            "testing value /metadata/resourceVersion failed: test failed",
         ));
         assert!(
             error.to_string().contains("/metadata/resourceVersion"),
-            "{error}"
+            "the message names the cause: {error}"
         );
+        let source = error.source().expect("a conflict has its status as source");
+        let source = source
+            .downcast_ref::<Box<Status>>()
+            .expect("the source is the status");
+        assert_eq!(source.code, 422);
+
+        let error = classify_status(status(500, "InternalError", "etcd unavailable"));
+        assert!(
+            matches!(&error, WriteError::Api(kube::Error::Api(status)) if status.code == 500),
+            "{error:?}"
+        );
+        assert!(error.to_string().contains("etcd unavailable"), "{error}");
     }
 
     #[test]
     fn transport_errors_are_api_errors() {
         let error = classify(kube::Error::LinesCodecMaxLineLengthExceeded);
-        assert!(matches!(error, WriteError::Api(_)));
+        assert!(matches!(
+            error,
+            WriteError::Api(kube::Error::LinesCodecMaxLineLengthExceeded)
+        ));
+    }
+
+    #[test]
+    fn a_timeout_names_its_duration() {
+        let error = WriteError::Timeout(Duration::from_secs(30));
+        assert_eq!(error.to_string(), "no answer within 30s");
     }
 }

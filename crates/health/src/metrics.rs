@@ -154,22 +154,32 @@ impl Metrics {
     /// a series that has not happened yet is 0 rather than absent.
     fn with_every_label(self) -> Self {
         for kind in ResourceKind::iter() {
-            let _ = self.watch_failures.get_or_create(&Kind { kind: kind.as_str() });
+            let _ = self.watch_failures.get_or_create(&Kind {
+                kind: kind.as_str(),
+            });
         }
         for reason in TriggerReason::iter() {
-            let _ = self.triggers.get_or_create(&Reason { reason: reason.as_str() });
+            let _ = self.triggers.get_or_create(&Reason {
+                reason: reason.as_str(),
+            });
         }
         for outcome in ClassOutcome::iter() {
-            let _ = self.reconciliations.get_or_create(&Outcome { outcome: outcome.as_str() });
+            let _ = self.reconciliations.get_or_create(&Outcome {
+                outcome: outcome.as_str(),
+            });
         }
         for requeue in Requeue::iter() {
-            let _ = self.requeues.get_or_create(&RequeueLabel { requeue: requeue.as_str() });
+            let _ = self.requeues.get_or_create(&RequeueLabel {
+                requeue: requeue.as_str(),
+            });
         }
         for result in WRITE_RESULTS {
             let _ = self.api_writes.get_or_create(&WriteResult { result });
         }
         for reason in EnqueueReason::iter() {
-            let _ = self.enqueued.get_or_create(&Reason { reason: reason.as_str() });
+            let _ = self.enqueued.get_or_create(&Reason {
+                reason: reason.as_str(),
+            });
         }
         for webhook in WebhookKind::iter() {
             for result in AdmissionResult::iter() {
@@ -219,15 +229,21 @@ impl Metrics {
             Unit::Seconds,
             self.admission_duration.clone(),
         );
-        registry.sub_registry_with_prefix("leader_election").register(
-            "leading",
-            "Whether this replica is the leader (1) or not (0)",
-            self.leading.clone(),
-        );
+        registry
+            .sub_registry_with_prefix("leader_election")
+            .register(
+                "leading",
+                "Whether this replica is the leader (1) or not (0)",
+                self.leading.clone(),
+            );
     }
 
     fn register_executor(&self, executor: &mut Registry) {
-        executor.register("passes", "Reconciliation passes started", self.passes.clone());
+        executor.register(
+            "passes",
+            "Reconciliation passes started",
+            self.passes.clone(),
+        );
         executor.register_with_unit(
             "pass_duration",
             "Time a reconciliation pass took",
@@ -274,10 +290,18 @@ impl Metrics {
                 self.index_synchronized.set(1);
             }
             Event::WatchFailed { kind, .. } => {
-                self.watch_failures.get_or_create(&Kind { kind: kind.as_str() }).inc();
+                self.watch_failures
+                    .get_or_create(&Kind {
+                        kind: kind.as_str(),
+                    })
+                    .inc();
             }
             Event::ReconciliationTriggered { reason } => {
-                self.triggers.get_or_create(&Reason { reason: reason.as_str() }).inc();
+                self.triggers
+                    .get_or_create(&Reason {
+                        reason: reason.as_str(),
+                    })
+                    .inc();
             }
             Event::ReconciliationStarted { .. } => {
                 self.passes.inc();
@@ -297,7 +321,11 @@ impl Metrics {
                 ..
             } => self.reconciled(*outcome, *requeue, *duration),
             Event::MachineEnqueued { reason, .. } => {
-                self.enqueued.get_or_create(&Reason { reason: reason.as_str() }).inc();
+                self.enqueued
+                    .get_or_create(&Reason {
+                        reason: reason.as_str(),
+                    })
+                    .inc();
             }
             Event::AdmissionDecided {
                 webhook,
@@ -325,11 +353,15 @@ impl Metrics {
 
     fn reconciled(&self, outcome: ClassOutcome, requeue: Requeue, duration: Duration) {
         self.reconciliations
-            .get_or_create(&Outcome { outcome: outcome.as_str() })
+            .get_or_create(&Outcome {
+                outcome: outcome.as_str(),
+            })
             .inc();
         self.reconciliation_duration.observe(duration.as_secs_f64());
         self.requeues
-            .get_or_create(&RequeueLabel { requeue: requeue.as_str() })
+            .get_or_create(&RequeueLabel {
+                requeue: requeue.as_str(),
+            })
             .inc();
         if let Some(result) = write_result(outcome) {
             self.api_writes.get_or_create(&WriteResult { result }).inc();
@@ -381,7 +413,9 @@ impl Collector for IndexObjects {
         )?;
         for (kind, count) in (self.0)() {
             let gauge = ConstGauge::new(i64::try_from(count).unwrap_or(i64::MAX));
-            gauge.encode(family.encode_family(&Kind { kind: kind.as_str() })?)?;
+            gauge.encode(family.encode_family(&Kind {
+                kind: kind.as_str(),
+            })?)?;
         }
         Ok(())
     }
@@ -465,7 +499,10 @@ mod tests {
     }
 
     fn has(text: &str, line: &str) {
-        assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
+        assert!(
+            text.lines().any(|l| l == line),
+            "missing {line:?} in\n{text}"
+        );
     }
 
     #[test]

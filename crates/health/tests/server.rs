@@ -118,13 +118,8 @@ async fn healthz_reports_liveness() {
 #[tokio::test]
 async fn readyz_lists_checks_when_verbose() {
     let admin = Admin::start(16, Bus::default()).await;
-    let index = readiness_gate(
-        &admin.health,
-        "index", "index not synchronized");
-    readiness_gate(
-        &admin.health,
-        "webhook", "no certificate")
-        .pass();
+    let index = readiness_gate(&admin.health, "index", "index not synchronized");
+    readiness_gate(&admin.health, "webhook", "no certificate").pass();
 
     let answer = admin.get("/readyz").await;
     assert_eq!(answer.status, StatusCode::SERVICE_UNAVAILABLE);
@@ -156,9 +151,7 @@ async fn readyz_lists_checks_when_verbose() {
 #[tokio::test]
 async fn single_checks_have_their_own_paths() {
     let admin = Admin::start(16, Bus::default()).await;
-    let index = readiness_gate(
-        &admin.health,
-        "index", "index not synchronized");
+    let index = readiness_gate(&admin.health, "index", "index not synchronized");
     liveness_gate(&admin.health, "executor");
 
     let answer = admin.get("/readyz/index").await;

@@ -6,9 +6,9 @@
 //! counts every byte requested from and returned to the allocator (no
 //! `unsafe` here, so the workspace's `forbid(unsafe_code)` holds). Each
 //! figure is the change in live bytes across one phase; the objects are
-//! converted with the watchers' own conversion (`poolkeeper_api::projection`)
-//! and fed to the store as a watcher's initial list would be
-//! (`Init`, `InitApply` per object, `InitDone`).
+//! written with the watchers' own write path (`IndexResource::apply`, which
+//! converts them to projections) and fed to the store as a watcher's initial
+//! list would be (`Init`, `InitApply` per object, `InitDone`).
 //!
 //! `cargo bench -p poolkeeper-index --bench memory` prints the table; without
 //! `--bench` (as under `cargo test --benches`) it runs a quick smoke version.
@@ -21,8 +21,7 @@ use kube::Resource;
 use kube::runtime::reflector::store;
 use kube::runtime::watcher::Event;
 use poolkeeper_api::Machine;
-use poolkeeper_api::projection as convert;
-use poolkeeper_index::{Index, ResourceKind, Upsert};
+use poolkeeper_index::{Index, IndexResource};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use stats_alloc::{INSTRUMENTED_SYSTEM, StatsAlloc};
@@ -411,24 +410,22 @@ struct Row {
     held: Live,
 }
 
-/// Adds the rows of one kind: what upserting `objects` adds to `index`, what
-/// their projections alone hold, and what reflector Stores of the full
+/// Adds the rows of one kind: what applying `objects` adds to `index`, what
+/// their projections `P` alone hold, and what reflector Stores of the full
 /// objects hold.
-fn measure_kind<K, P>(
-    rows: &mut Vec<Row>,
-    index: &Index,
-    kind: ResourceKind,
-    index_what: &'static str,
-    objects: Vec<K>,
-    project: fn(&K) -> P,
-    upsert: fn(&Index, P) -> Upsert,
-) where
+fn measure_kind<K, P>(rows: &mut Vec<Row>, index: &Index, index_what: &'static str, objects: Vec<K>)
+where
     K: Resource + Clone + 'static,
     K::DynamicType: Eq + std::hash::Hash + Clone + Default,
+    Index: IndexResource<K>,
+    P: for<'a> From<&'a K>,
 {
+    let kind = <Index as IndexResource<K>>::KIND;
     let before = live();
     for object in &objects {
-        upsert(index, project(object));
+        // The clone is freed by the time `held` looks: only what the index
+        // keeps counts.
+        index.apply(object.clone());
     }
     rows.push(Row {
         kind: kind.as_str(),
@@ -436,7 +433,7 @@ fn measure_kind<K, P>(
         held: held(before),
     });
     let before = live();
-    let projections: Vec<P> = objects.iter().map(project).collect();
+    let projections: Vec<P> = objects.iter().map(P::from).collect();
     rows.push(Row {
         kind: kind.as_str(),
         what: "  of which the projections alone",
@@ -453,7 +450,11 @@ fn measure_kind<K, P>(
         what: "kube reflector Store, managedFields cleared",
         held: store_bytes(&objects, clear_managed_fields),
     });
-    assert_eq!(index.count(kind), objects.len());
+    let held_by_index = index
+        .object_counts()
+        .into_iter()
+        .find_map(|(counted, count)| (counted == kind).then_some(count));
+    assert_eq!(held_by_index, Some(objects.len()));
 }
 
 fn run(count: usize) -> Vec<Row> {
@@ -461,23 +462,17 @@ fn run(count: usize) -> Vec<Row> {
     // One index for both kinds, as in the controller: each kind's index row
     // is what that kind adds to it.
     let index = Index::new(POOL_LABEL);
-    measure_kind(
+    measure_kind::<Node, poolkeeper_index::Node>(
         &mut rows,
         &index,
-        ResourceKind::Node,
         "poolkeeper Index (projection + label index)",
         generate::<Node>(count, 1, node_json),
-        convert::node,
-        Index::upsert_node,
     );
-    measure_kind(
+    measure_kind::<Machine, poolkeeper_index::Machine>(
         &mut rows,
         &index,
-        ResourceKind::Machine,
         "poolkeeper Index (projection + class index)",
         generate::<Machine>(count, 2, machine_json),
-        convert::machine,
-        Index::upsert_machine,
     );
     rows
 }

@@ -4,10 +4,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use parking_lot::RwLockReadGuard;
-use poolkeeper_bus::{ObjectKey, ResourceKind};
+use poolkeeper_bus::{Change, ObjectKey};
 
 use crate::nested_sets::NestedSets;
-use crate::types::{Machine, MachineClass, Upsert, upsert_keyed};
+use crate::types::{Changed, Machine, MachineClass, retain_keyed, upsert_keyed};
 
 /// Machine keys by namespace, then class name, sharing their keys with the
 /// primary map. Class names are only looked up, so a `HashMap` holds them.
@@ -28,37 +28,90 @@ fn namespace_of(key: &ObjectKey) -> &str {
     key.namespace.as_deref().unwrap_or(NO_NAMESPACE)
 }
 
+/// The MachineClass keys a Machine referenced across one write: each class
+/// name once, in the Machine's namespace, empty names left out.
+fn class_keys(machine: &ObjectKey, class_names: &[&str]) -> Vec<ObjectKey> {
+    let mut keys: Vec<ObjectKey> = Vec::with_capacity(class_names.len());
+    for name in class_names.iter().filter(|name| !name.is_empty()) {
+        if !keys.iter().any(|key| key.name == *name) {
+            keys.push(ObjectKey {
+                namespace: machine.namespace.clone(),
+                name: (*name).to_owned(),
+            });
+        }
+    }
+    keys
+}
+
+fn machine_changed(key: &ObjectKey, change: Change, class_names: &[&str]) -> Changed {
+    Changed {
+        key: key.clone(),
+        change,
+        related: class_keys(key, class_names),
+    }
+}
+
 impl MachinesState {
-    pub(crate) fn upsert_class(&mut self, class: MachineClass) -> Upsert {
-        upsert_keyed(&mut self.classes, class, |class| &class.key)
+    pub(crate) fn upsert_class(&mut self, class: MachineClass) -> Option<Changed> {
+        let key = class.key.clone();
+        upsert_keyed(&mut self.classes, class, |class| &class.key).changed(|| key)
     }
 
-    pub(crate) fn upsert_machine(&mut self, machine: Machine) -> Upsert {
+    pub(crate) fn remove_class(&mut self, key: &ObjectKey) -> Option<Changed> {
+        self.classes
+            .remove(key)
+            .map(|_| Changed::new(key.clone(), Change::Deleted))
+    }
+
+    pub(crate) fn retain_classes(&mut self, keep: &HashSet<ObjectKey>) -> Vec<Changed> {
+        retain_keyed(&mut self.classes, keep, ObjectKey::clone)
+    }
+
+    pub(crate) fn upsert_machine(&mut self, machine: Machine) -> Option<Changed> {
         match self.machines.get_key_value(&machine.key) {
-            Some((_, existing)) if *existing == machine => Upsert::Unchanged,
+            Some((_, existing)) if *existing == machine => None,
             Some((key, existing)) => {
                 let key = Arc::clone(key);
-                if existing.class_name != machine.class_name {
-                    let old_class = existing.class_name.clone();
+                let old_class = existing.class_name.clone();
+                let changed =
+                    machine_changed(&key, Change::Updated, &[&old_class, &machine.class_name]);
+                if old_class != machine.class_name {
                     self.unindex(&key, &old_class);
                     self.index(&key, &machine.class_name);
                 }
                 self.machines.insert(key, machine);
-                Upsert::Updated
+                Some(changed)
             }
             None => {
                 let key = Arc::new(machine.key.clone());
+                let changed = machine_changed(&key, Change::Created, &[&machine.class_name]);
                 self.index(&key, &machine.class_name);
                 self.machines.insert(key, machine);
-                Upsert::Created
+                Some(changed)
             }
         }
     }
 
-    pub(crate) fn remove_machine(&mut self, key: &ObjectKey) -> Option<Machine> {
+    pub(crate) fn remove_machine(&mut self, key: &ObjectKey) -> Option<Changed> {
         let (key, machine) = self.machines.remove_entry(key)?;
         self.unindex(&key, &machine.class_name);
-        Some(machine)
+        Some(machine_changed(
+            &key,
+            Change::Deleted,
+            &[&machine.class_name],
+        ))
+    }
+
+    pub(crate) fn retain_machines(&mut self, keep: &HashSet<ObjectKey>) -> Vec<Changed> {
+        let gone: Vec<Arc<ObjectKey>> = self
+            .machines
+            .keys()
+            .filter(|key| !keep.contains(key.as_ref()))
+            .cloned()
+            .collect();
+        gone.iter()
+            .filter_map(|key| self.remove_machine(key))
+            .collect()
     }
 
     fn index(&mut self, key: &Arc<ObjectKey>, class_name: &str) {
@@ -68,59 +121,6 @@ impl MachinesState {
 
     fn unindex(&mut self, key: &ObjectKey, class_name: &str) {
         self.by_class.remove(namespace_of(key), class_name, key);
-    }
-
-    pub(crate) fn retain(
-        &mut self,
-        kind: ResourceKind,
-        keep: &HashSet<ObjectKey>,
-    ) -> Vec<ObjectKey> {
-        let mut removed = Vec::new();
-        match kind {
-            ResourceKind::MachineClass => {
-                self.classes.retain(|key, _| {
-                    let kept = keep.contains(key);
-                    if !kept {
-                        removed.push(key.clone());
-                    }
-                    kept
-                });
-            }
-            ResourceKind::Machine => {
-                let gone: Vec<Arc<ObjectKey>> = self
-                    .machines
-                    .keys()
-                    .filter(|key| !keep.contains(key.as_ref()))
-                    .cloned()
-                    .collect();
-                for key in gone {
-                    self.remove_machine(&key);
-                    removed.push(ObjectKey::clone(&key));
-                }
-            }
-            ResourceKind::Node | ResourceKind::NodePool | ResourceKind::ConfigMap => {}
-        }
-        removed
-    }
-
-    pub(crate) fn keys(&self, kind: ResourceKind) -> Vec<ObjectKey> {
-        match kind {
-            ResourceKind::MachineClass => self.classes.keys().cloned().collect(),
-            ResourceKind::Machine => self
-                .machines
-                .keys()
-                .map(|key| ObjectKey::clone(key))
-                .collect(),
-            ResourceKind::Node | ResourceKind::NodePool | ResourceKind::ConfigMap => Vec::new(),
-        }
-    }
-
-    pub(crate) fn count(&self, kind: ResourceKind) -> usize {
-        match kind {
-            ResourceKind::MachineClass => self.classes.len(),
-            ResourceKind::Machine => self.machines.len(),
-            ResourceKind::Node | ResourceKind::NodePool | ResourceKind::ConfigMap => 0,
-        }
     }
 
     #[cfg(test)]
@@ -152,20 +152,12 @@ impl<'a> MachinesView<'a> {
         self.state.classes.values()
     }
 
-    pub fn machine_class_count(&self) -> usize {
-        self.state.classes.len()
-    }
-
     pub fn machine(&self, key: &ObjectKey) -> Option<&Machine> {
         self.state.machines.get(key)
     }
 
     pub fn machines(&self) -> impl Iterator<Item = &Machine> {
         self.state.machines.values()
-    }
-
-    pub fn machine_count(&self) -> usize {
-        self.state.machines.len()
     }
 
     /// Machines in `namespace` whose `spec.class.name` is `class_name`, in
@@ -192,7 +184,8 @@ impl<'a> MachinesView<'a> {
     }
 
     /// The class names referenced by at least one Machine in `namespace`.
-    pub fn referenced_classes(&self, namespace: &str) -> impl Iterator<Item = &str> {
+    #[cfg(test)]
+    pub(crate) fn referenced_classes(&self, namespace: &str) -> impl Iterator<Item = &str> {
         self.state
             .by_class
             .sets_under(namespace)

@@ -4,10 +4,10 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 
 use parking_lot::RwLockReadGuard;
-use poolkeeper_bus::{ObjectKey, ResourceKind};
+use poolkeeper_bus::{Change, ObjectKey};
 
 use crate::nested_sets::NestedSets;
-use crate::types::{Node, NodePool, Upsert, upsert_keyed};
+use crate::types::{Changed, Node, NodePool, Upsert, retain_keyed, upsert_keyed};
 
 /// Node names by label key, then label value, sharing their name strings with
 /// the primary map. Readers list a key's values in order, so a `BTreeMap`
@@ -42,9 +42,19 @@ pub(crate) struct PlacementState {
     config_maps_generation: u64,
 }
 
+/// Nodes and NodePools are cluster-scoped: a key with a namespace names
+/// neither.
+fn cluster_name(key: &ObjectKey) -> Option<&str> {
+    match key.namespace {
+        None => Some(&key.name),
+        Some(_) => None,
+    }
+}
+
 impl PlacementState {
-    pub(crate) fn upsert_node(&mut self, node: Node) -> Upsert {
-        match self.nodes.get_key_value(node.name.as_str()) {
+    pub(crate) fn upsert_node(&mut self, node: Node) -> Option<Changed> {
+        let key = ObjectKey::cluster(node.name.as_str());
+        let upsert = match self.nodes.get_key_value(node.name.as_str()) {
             Some((_, existing)) if *existing == node => Upsert::Unchanged,
             Some((name, existing)) => {
                 let name = Arc::clone(name);
@@ -60,117 +70,83 @@ impl PlacementState {
                 self.nodes.insert(name, node);
                 Upsert::Created
             }
-        }
-    }
-
-    pub(crate) fn remove_node(&mut self, name: &str) -> bool {
-        let Some(node) = self.nodes.remove(name) else {
-            return false;
         };
-        for (key, value) in &node.labels {
-            self.labels.remove(key, value, name);
-        }
-        true
+        upsert.changed(|| key)
     }
 
-    pub(crate) fn upsert_node_pool(&mut self, pool: NodePool) -> Upsert {
-        upsert_keyed(&mut self.pools, pool, |pool| &pool.name)
+    pub(crate) fn remove_node(&mut self, key: &ObjectKey) -> Option<Changed> {
+        let name = cluster_name(key)?;
+        let node = self.nodes.remove(name)?;
+        for (label, value) in &node.labels {
+            self.labels.remove(label, value, name);
+        }
+        Some(Changed::new(key.clone(), Change::Deleted))
+    }
+
+    pub(crate) fn retain_nodes(&mut self, keep: &HashSet<ObjectKey>) -> Vec<Changed> {
+        let gone: Vec<ObjectKey> = self
+            .nodes
+            .keys()
+            .map(|name| ObjectKey::cluster(name.as_ref()))
+            .filter(|key| !keep.contains(key))
+            .collect();
+        gone.iter()
+            .filter_map(|key| self.remove_node(key))
+            .collect()
+    }
+
+    pub(crate) fn upsert_node_pool(&mut self, pool: NodePool) -> Option<Changed> {
+        let key = ObjectKey::cluster(pool.name.as_str());
+        upsert_keyed(&mut self.pools, pool, |pool| &pool.name).changed(|| key)
+    }
+
+    pub(crate) fn remove_node_pool(&mut self, key: &ObjectKey) -> Option<Changed> {
+        self.pools
+            .remove(cluster_name(key)?)
+            .map(|_| Changed::new(key.clone(), Change::Deleted))
+    }
+
+    pub(crate) fn retain_node_pools(&mut self, keep: &HashSet<ObjectKey>) -> Vec<Changed> {
+        retain_keyed(&mut self.pools, keep, |name| {
+            ObjectKey::cluster(name.as_str())
+        })
     }
 
     pub(crate) fn upsert_config_map(
         &mut self,
         key: ObjectKey,
         data: BTreeMap<String, String>,
-    ) -> Upsert {
-        let outcome = match self.config_maps.get_mut(&key) {
-            Some(existing) if *existing == data => return Upsert::Unchanged,
+    ) -> Option<Changed> {
+        let upsert = match self.config_maps.get_mut(&key) {
+            Some(existing) if *existing == data => Upsert::Unchanged,
             Some(existing) => {
                 *existing = data;
                 Upsert::Updated
             }
             None => {
-                self.config_maps.insert(key, data);
+                self.config_maps.insert(key.clone(), data);
                 Upsert::Created
             }
         };
-        self.config_maps_generation += 1;
-        outcome
+        let changed = upsert.changed(|| key);
+        if changed.is_some() {
+            self.config_maps_generation += 1;
+        }
+        changed
     }
 
-    pub(crate) fn remove_config_map(&mut self, key: &ObjectKey) -> bool {
-        let removed = self.config_maps.remove(key).is_some();
-        if removed {
+    pub(crate) fn remove_config_map(&mut self, key: &ObjectKey) -> Option<Changed> {
+        self.config_maps.remove(key)?;
+        self.config_maps_generation += 1;
+        Some(Changed::new(key.clone(), Change::Deleted))
+    }
+
+    pub(crate) fn retain_config_maps(&mut self, keep: &HashSet<ObjectKey>) -> Vec<Changed> {
+        let removed = retain_keyed(&mut self.config_maps, keep, ObjectKey::clone);
+        if !removed.is_empty() {
             self.config_maps_generation += 1;
         }
         removed
-    }
-
-    pub(crate) fn retain(
-        &mut self,
-        kind: ResourceKind,
-        keep: &HashSet<ObjectKey>,
-    ) -> Vec<ObjectKey> {
-        let mut removed = Vec::new();
-        match kind {
-            ResourceKind::Node => {
-                let gone: Vec<Arc<str>> = self
-                    .nodes
-                    .keys()
-                    .filter(|name| !keep.contains(&ObjectKey::cluster(name.as_ref())))
-                    .cloned()
-                    .collect();
-                for name in gone {
-                    self.remove_node(&name);
-                    removed.push(ObjectKey::cluster(name.as_ref()));
-                }
-            }
-            ResourceKind::NodePool => {
-                self.pools.retain(|name, _| {
-                    let key = ObjectKey::cluster(name.as_str());
-                    let kept = keep.contains(&key);
-                    if !kept {
-                        removed.push(key);
-                    }
-                    kept
-                });
-            }
-            ResourceKind::ConfigMap => {
-                self.config_maps.retain(|key, _| {
-                    let kept = keep.contains(key);
-                    if !kept {
-                        removed.push(key.clone());
-                    }
-                    kept
-                });
-                if !removed.is_empty() {
-                    self.config_maps_generation += 1;
-                }
-            }
-            ResourceKind::MachineClass | ResourceKind::Machine => {}
-        }
-        removed
-    }
-
-    pub(crate) fn keys(&self, kind: ResourceKind) -> Vec<ObjectKey> {
-        match kind {
-            ResourceKind::Node => self
-                .nodes
-                .keys()
-                .map(|name| ObjectKey::cluster(name.as_ref()))
-                .collect(),
-            ResourceKind::NodePool => self.pools.keys().map(ObjectKey::cluster).collect(),
-            ResourceKind::ConfigMap => self.config_maps.keys().cloned().collect(),
-            ResourceKind::MachineClass | ResourceKind::Machine => Vec::new(),
-        }
-    }
-
-    pub(crate) fn count(&self, kind: ResourceKind) -> usize {
-        match kind {
-            ResourceKind::Node => self.nodes.len(),
-            ResourceKind::NodePool => self.pools.len(),
-            ResourceKind::ConfigMap => self.config_maps.len(),
-            ResourceKind::MachineClass | ResourceKind::Machine => 0,
-        }
     }
 
     #[cfg(test)]
@@ -251,7 +227,8 @@ impl<'a> PlacementView<'a> {
     }
 
     /// The distinct values of label `key` over all nodes, sorted.
-    pub fn label_values(&self, key: &str) -> impl Iterator<Item = &str> {
+    #[cfg(test)]
+    pub(crate) fn label_values(&self, key: &str) -> impl Iterator<Item = &str> {
         self.state
             .labels
             .sets_under(key)
@@ -267,7 +244,8 @@ impl<'a> PlacementView<'a> {
 
     /// The pool a Node belongs to by its pool label (whether or not that
     /// NodePool exists).
-    pub fn pool_of_node(&self, node: &str) -> Option<&str> {
+    #[cfg(test)]
+    pub(crate) fn pool_of_node(&self, node: &str) -> Option<&str> {
         self.state
             .nodes
             .get(node)?
@@ -280,12 +258,9 @@ impl<'a> PlacementView<'a> {
         self.state.pools.get(name)
     }
 
-    pub fn node_pools(&self) -> impl Iterator<Item = &NodePool> {
+    #[cfg(test)]
+    pub(crate) fn node_pools(&self) -> impl Iterator<Item = &NodePool> {
         self.state.pools.values()
-    }
-
-    pub fn node_pool_count(&self) -> usize {
-        self.state.pools.len()
     }
 
     pub fn config_map(&self, key: &ObjectKey) -> Option<&BTreeMap<String, String>> {

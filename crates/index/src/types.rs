@@ -80,27 +80,49 @@ pub struct Machine {
     pub deleting: bool,
 }
 
-/// What an upsert did to the index.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Upsert {
+/// What one write did to the index. `None` from a write means the index did
+/// not change: the projection equals the stored one (a Node heartbeat, a
+/// relist of an unchanged object), or the deleted object was not there.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Changed {
+    pub key: ObjectKey,
+    pub change: Change,
+    /// Other objects whose state this change affects, as the index knew them
+    /// before and after the write: for a Machine, the MachineClass it
+    /// referenced and the one it references now (deduplicated, in the
+    /// Machine's namespace; a Machine without a class name references none).
+    /// Empty for the other kinds.
+    pub related: Vec<ObjectKey>,
+}
+
+impl Changed {
+    pub(crate) fn new(key: ObjectKey, change: Change) -> Self {
+        Self {
+            key,
+            change,
+            related: Vec::new(),
+        }
+    }
+}
+
+/// What an upsert did to a map of projections.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Upsert {
     Created,
     Updated,
-    /// The projection is equal to the stored one: nothing to publish.
+    /// The projection is equal to the stored one.
     Unchanged,
 }
 
 impl Upsert {
-    pub fn is_changed(self) -> bool {
-        !matches!(self, Upsert::Unchanged)
-    }
-
-    /// The bus change to publish, `None` when nothing changed.
-    pub fn change(self) -> Option<Change> {
-        match self {
-            Upsert::Created => Some(Change::Created),
-            Upsert::Updated => Some(Change::Updated),
-            Upsert::Unchanged => None,
-        }
+    /// The change for the object `key`, `None` when nothing changed.
+    pub(crate) fn changed(self, key: impl FnOnce() -> ObjectKey) -> Option<Changed> {
+        let change = match self {
+            Upsert::Created => Change::Created,
+            Upsert::Updated => Change::Updated,
+            Upsert::Unchanged => return None,
+        };
+        Some(Changed::new(key(), change))
     }
 }
 
@@ -122,4 +144,23 @@ pub(crate) fn upsert_keyed<K: Ord + Clone, V: PartialEq>(
             Upsert::Created
         }
     }
+}
+
+/// Removes from `map` every entry whose key, as `key_of` builds it, is not in
+/// `keep`, and returns those keys as deletes, in map order.
+pub(crate) fn retain_keyed<K: Ord, V>(
+    map: &mut BTreeMap<K, V>,
+    keep: &std::collections::HashSet<ObjectKey>,
+    key_of: impl Fn(&K) -> ObjectKey,
+) -> Vec<Changed> {
+    let mut removed = Vec::new();
+    map.retain(|key, _| {
+        let key = key_of(key);
+        let kept = keep.contains(&key);
+        if !kept {
+            removed.push(Changed::new(key, Change::Deleted));
+        }
+        kept
+    });
+    removed
 }

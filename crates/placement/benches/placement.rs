@@ -19,13 +19,13 @@
 //! An unmutated `plain` Pod is validated by scanning every node (it may land
 //! anywhere) and is denied.
 
-use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use k8s_openapi::api::core::v1::Pod;
-use poolkeeper_index::{Index, Node, NodePool, PoolType, Taint};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use poolkeeper_api::NodePool;
+use poolkeeper_index::{Index, IndexResource};
 use poolkeeper_placement::{Decision, PlacementPolicy, Reason, mutate, validate};
 use serde_json::{Value, json};
 
@@ -45,24 +45,21 @@ edgeTolerations:
   - {key: node-role.kubernetes.io/edge, operator: Exists, effect: NoSchedule}
 ";
 
-fn edge_taint() -> Taint {
-    Taint {
-        key: "node-role.kubernetes.io/edge".to_owned(),
-        value: None,
-        effect: "NoSchedule".to_owned(),
-    }
+fn edge_taint() -> Value {
+    json!({"key": "node-role.kubernetes.io/edge", "effect": "NoSchedule"})
 }
 
 /// `nodes` nodes with about ten labels each, spread over `pools` Edge pools.
 fn populated_index(nodes: usize, pools: usize) -> Index {
     let index = Index::new(POOL_LABEL);
     for p in 0..pools {
-        index.upsert_node_pool(NodePool {
-            name: format!("pool-{p:03}"),
-            pool_type: PoolType::Edge,
-            labels: BTreeMap::new(),
-            taints: vec![edge_taint()],
-        });
+        let pool: NodePool = serde_json::from_value(json!({
+            "apiVersion": "apps.openyurt.io/v1beta2", "kind": "NodePool",
+            "metadata": {"name": format!("pool-{p:03}")},
+            "spec": {"type": "Edge", "taints": [edge_taint()]},
+        }))
+        .expect("the pool parses");
+        index.apply(pool);
     }
     for i in 0..nodes {
         let name = format!(
@@ -73,7 +70,7 @@ fn populated_index(nodes: usize, pools: usize) -> Index {
         );
         let zone = ZONES[i % ZONES.len()];
         let instance_type = INSTANCE_TYPES[(i / 3) % INSTANCE_TYPES.len()];
-        let labels = [
+        let labels: serde_json::Map<String, Value> = [
             (POOL_LABEL, format!("pool-{:03}", i % pools)),
             ("kubernetes.io/arch", "amd64".to_owned()),
             ("kubernetes.io/os", "linux".to_owned()),
@@ -86,22 +83,19 @@ fn populated_index(nodes: usize, pools: usize) -> Index {
             ("beta.kubernetes.io/instance-type", instance_type.to_owned()),
         ]
         .into_iter()
-        .map(|(k, v)| (k.to_owned(), v))
+        .map(|(k, v)| (k.to_owned(), Value::String(v)))
         .collect();
         let mut taints = vec![edge_taint()];
         if i.is_multiple_of(10) {
-            taints.push(Taint {
-                key: "dedicated".to_owned(),
-                value: Some("gpu".to_owned()),
-                effect: "NoExecute".to_owned(),
-            });
+            taints.push(json!({"key": "dedicated", "value": "gpu", "effect": "NoExecute"}));
         }
-        index.upsert_node(Node {
-            name,
-            labels,
-            taints,
-            ready: true,
-        });
+        let node: Node = serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": labels},
+            "spec": {"taints": taints},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+        }))
+        .expect("the node parses");
+        index.apply(node);
     }
     index
 }
@@ -165,13 +159,7 @@ fn parse(pod: &Value) -> Pod {
 /// The plain Pod with the mutating webhook's patch applied.
 fn plain_mutated(index: &Index, policy: &PlacementPolicy) -> Value {
     let mut pod = plain();
-    let decision = mutate(
-        &parse(&pod),
-        NAMESPACE,
-        &index.placement(),
-        policy,
-        POOL_LABEL,
-    );
+    let decision = mutate(&parse(&pod), NAMESPACE, &index.placement(), policy);
     let patch = decision.patch.expect("the plain pod is patched");
     json_patch::patch(&mut pod, &patch).expect("the patch applies");
     pod
@@ -202,7 +190,7 @@ fn placement(c: &mut Criterion) {
             ("affinity", parse(&affinity())),
         ];
         for (name, pod) in &mutate_pods {
-            let decision = mutate(pod, NAMESPACE, &index.placement(), &policy, POOL_LABEL);
+            let decision = mutate(pod, NAMESPACE, &index.placement(), &policy);
             check(name, &decision, true, Reason::Patched);
             group.bench_with_input(
                 BenchmarkId::new(format!("mutate/{name}"), &layout),
@@ -210,7 +198,7 @@ fn placement(c: &mut Criterion) {
                 |b, pod| {
                     b.iter(|| {
                         let view = index.placement();
-                        black_box(mutate(pod, NAMESPACE, &view, &policy, POOL_LABEL))
+                        black_box(mutate(pod, NAMESPACE, &view, &policy))
                     })
                 },
             );
@@ -243,7 +231,7 @@ fn placement(c: &mut Criterion) {
             ),
         ];
         for (name, pod, allowed, reason) in &validate_pods {
-            let decision = validate(pod, NAMESPACE, &index.placement(), &policy, POOL_LABEL);
+            let decision = validate(pod, NAMESPACE, &index.placement(), &policy);
             check(name, &decision, *allowed, *reason);
             group.bench_with_input(
                 BenchmarkId::new(format!("validate/{name}"), &layout),
@@ -251,7 +239,7 @@ fn placement(c: &mut Criterion) {
                 |b, pod| {
                     b.iter(|| {
                         let view = index.placement();
-                        black_box(validate(pod, NAMESPACE, &view, &policy, POOL_LABEL))
+                        black_box(validate(pod, NAMESPACE, &view, &policy))
                     })
                 },
             );

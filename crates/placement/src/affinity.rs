@@ -22,10 +22,10 @@ use poolkeeper_index::Node;
 use crate::names::{label_value_errors, qualified_name_errors};
 
 /// The only node field a `matchFields` requirement may select on.
-pub const NODE_NAME_FIELD: &str = "metadata.name";
+pub(crate) const NODE_NAME_FIELD: &str = "metadata.name";
 
 /// Where a Pod's required node affinity lives, for error paths.
-pub const REQUIRED_AFFINITY_PATH: &str =
+pub(crate) const REQUIRED_AFFINITY_PATH: &str =
     "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution";
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -97,56 +97,45 @@ impl Term {
 
 /// A parsed `NodeSelector` (the required part of node affinity).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RequiredNodeAffinity {
+pub(crate) struct RequiredNodeAffinity {
     /// The valid, non-empty terms, in order.
     pub(crate) terms: Vec<Term>,
     /// Why the invalid terms match nothing, as `path: problem`.
     errors: Vec<String>,
-    /// Terms with no requirement at all (they match nothing, and are no error).
-    empty_terms: usize,
 }
 
 impl RequiredNodeAffinity {
     /// Parses `selector`, naming problems under `path`
     /// (e.g. [`REQUIRED_AFFINITY_PATH`]).
-    pub fn parse(selector: &NodeSelector, path: &str) -> Self {
+    pub(crate) fn parse(selector: &NodeSelector, path: &str) -> Self {
         let mut terms = Vec::new();
         let mut errors = Vec::new();
-        let mut empty_terms = 0;
         for (i, term) in selector.node_selector_terms.iter().enumerate() {
             let term_path = format!("{path}.nodeSelectorTerms[{i}]");
             match parse_term(term, &term_path) {
                 Ok(Some(term)) => terms.push(term),
-                Ok(None) => empty_terms += 1,
+                // No requirement at all: matches nothing, and is no error.
+                Ok(None) => {}
                 Err(term_errors) => errors.extend(term_errors),
             }
         }
-        Self {
-            terms,
-            errors,
-            empty_terms,
-        }
+        Self { terms, errors }
     }
 
     /// Whether some term selects `node`.
-    pub fn matches(&self, node: &Node) -> bool {
+    pub(crate) fn matches(&self, node: &Node) -> bool {
         self.terms.iter().any(|term| term.matches(node))
     }
 
     /// Problems that made terms invalid (each matches nothing).
-    pub fn errors(&self) -> &[String] {
+    pub(crate) fn errors(&self) -> &[String] {
         &self.errors
     }
 
     /// `true` when no term can match any node: no terms, or only empty or
     /// invalid ones.
-    pub fn matches_nothing(&self) -> bool {
+    pub(crate) fn matches_nothing(&self) -> bool {
         self.terms.is_empty()
-    }
-
-    /// Number of terms with neither `matchExpressions` nor `matchFields`.
-    pub fn empty_terms(&self) -> usize {
-        self.empty_terms
     }
 }
 
@@ -199,14 +188,44 @@ fn parse_label_requirement(
         ));
     }
 
-    let op = match requirement.operator.as_str() {
+    let op = parse_operator(&requirement.operator, values, path, &mut errors);
+
+    for (i, value) in values.iter().enumerate() {
+        let value_errors = label_value_errors(value);
+        if !value_errors.is_empty() {
+            errors.push(format!(
+                "{path}.values[{i}]: Invalid value: {value:?}: {}",
+                value_errors.join("; ")
+            ));
+        }
+    }
+
+    match op {
+        Some(op) if errors.is_empty() => Ok(LabelRequirement {
+            key: key.to_owned(),
+            op,
+        }),
+        _ => Err(errors),
+    }
+}
+
+/// The operator with its values, as `labels.NewRequirement` checks them;
+/// `None` for an unsupported operator or a `Gt`/`Lt` bound that is not an
+/// integer. Problems go to `errors`.
+fn parse_operator(
+    operator: &str,
+    values: &[String],
+    path: &str,
+    errors: &mut Vec<String>,
+) -> Option<LabelOp> {
+    match operator {
         "In" | "NotIn" => {
             if values.is_empty() {
                 errors.push(format!(
                     "{path}.values: Invalid value: []: for 'in', 'notin' operators, values set can't be empty"
                 ));
             }
-            if requirement.operator == "In" {
+            if operator == "In" {
                 Some(LabelOp::In(values.to_vec()))
             } else {
                 Some(LabelOp::NotIn(values.to_vec()))
@@ -218,7 +237,7 @@ fn parse_label_requirement(
                     "{path}.values: Invalid value: {values:?}: values set must be empty for exists and does not exist"
                 ));
             }
-            if requirement.operator == "Exists" {
+            if operator == "Exists" {
                 Some(LabelOp::Exists)
             } else {
                 Some(LabelOp::DoesNotExist)
@@ -239,7 +258,7 @@ fn parse_label_requirement(
                     )),
                 }
             }
-            match (requirement.operator.as_str(), bound) {
+            match (operator, bound) {
                 (_, None) => None,
                 ("Gt", Some(b)) => Some(LabelOp::Gt(b)),
                 (_, Some(b)) => Some(LabelOp::Lt(b)),
@@ -251,24 +270,6 @@ fn parse_label_requirement(
             ));
             None
         }
-    };
-
-    for (i, value) in values.iter().enumerate() {
-        let value_errors = label_value_errors(value);
-        if !value_errors.is_empty() {
-            errors.push(format!(
-                "{path}.values[{i}]: Invalid value: {value:?}: {}",
-                value_errors.join("; ")
-            ));
-        }
-    }
-
-    match op {
-        Some(op) if errors.is_empty() => Ok(LabelRequirement {
-            key: key.to_owned(),
-            op,
-        }),
-        _ => Err(errors),
     }
 }
 
@@ -302,12 +303,13 @@ fn parse_field_requirement(
 }
 
 /// Whether `node` satisfies `selector` (required node affinity semantics).
-pub fn node_selector_matches(selector: &NodeSelector, node: &Node) -> bool {
+#[cfg(test)]
+pub(crate) fn node_selector_matches(selector: &NodeSelector, node: &Node) -> bool {
     RequiredNodeAffinity::parse(selector, "nodeSelector").matches(node)
 }
 
 /// Whether `node` carries every `key=value` pair of a Pod's `nodeSelector`.
-pub fn node_selector_map_matches(selector: &BTreeMap<String, String>, node: &Node) -> bool {
+pub(crate) fn node_selector_map_matches(selector: &BTreeMap<String, String>, node: &Node) -> bool {
     selector
         .iter()
         .all(|(key, value)| node.labels.get(key) == Some(value))
@@ -315,18 +317,18 @@ pub fn node_selector_map_matches(selector: &BTreeMap<String, String>, node: &Nod
 
 /// The node constraints of a Pod, each `None` when absent (no constraint).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct NodeConstraints<'p> {
+pub(crate) struct NodeConstraints<'p> {
     /// `spec.nodeName`, when not empty.
-    pub node_name: Option<&'p str>,
+    pub(crate) node_name: Option<&'p str>,
     /// `spec.nodeSelector`, when it has at least one pair.
-    pub node_selector: Option<&'p BTreeMap<String, String>>,
+    pub(crate) node_selector: Option<&'p BTreeMap<String, String>>,
     /// `spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution`,
     /// when set (even with an empty term list, which matches nothing).
-    pub required_affinity: Option<RequiredNodeAffinity>,
+    pub(crate) required_affinity: Option<RequiredNodeAffinity>,
 }
 
 impl<'p> NodeConstraints<'p> {
-    pub fn from_pod(pod: &'p Pod) -> Self {
+    pub(crate) fn from_pod(pod: &'p Pod) -> Self {
         let Some(spec) = pod.spec.as_ref() else {
             return Self::none();
         };
@@ -338,7 +340,7 @@ impl<'p> NodeConstraints<'p> {
         }
     }
 
-    pub fn none() -> Self {
+    pub(crate) fn none() -> Self {
         Self {
             node_name: None,
             node_selector: None,
@@ -347,12 +349,12 @@ impl<'p> NodeConstraints<'p> {
     }
 
     /// No nodeName, no nodeSelector and no required node affinity.
-    pub fn is_unconstrained(&self) -> bool {
+    pub(crate) fn is_unconstrained(&self) -> bool {
         self.node_name.is_none() && self.node_selector.is_none() && self.required_affinity.is_none()
     }
 
     /// Whether `node` is in the intersection of the three node sets.
-    pub fn matches(&self, node: &Node) -> bool {
+    pub(crate) fn matches(&self, node: &Node) -> bool {
         self.node_name.is_none_or(|name| node.name == name)
             && self
                 .node_selector
@@ -365,7 +367,7 @@ impl<'p> NodeConstraints<'p> {
 
     /// The constraints present, for messages: `nodeName`, `nodeSelector`,
     /// `required node affinity`.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         let mut parts = Vec::new();
         if let Some(name) = self.node_name {
             parts.push(format!("nodeName {name:?}"));
@@ -385,7 +387,7 @@ impl<'p> NodeConstraints<'p> {
 }
 
 /// The Pod's required node affinity, when set.
-pub fn required_node_selector(pod: &Pod) -> Option<&NodeSelector> {
+pub(crate) fn required_node_selector(pod: &Pod) -> Option<&NodeSelector> {
     pod.spec
         .as_ref()?
         .affinity

@@ -96,7 +96,7 @@ fn affinity_source<'a>(view: &PlacementView<'_>, affinity: &'a RequiredNodeAffin
 
 /// The nodes in the intersection of the Pod's node sets (each absent
 /// constraint selects every node), sorted by name.
-pub fn matching_nodes<'v>(
+pub(crate) fn matching_nodes<'v>(
     view: &'v PlacementView<'_>,
     constraints: &NodeConstraints<'_>,
 ) -> Vec<&'v Node> {
@@ -127,7 +127,8 @@ pub fn matching_nodes<'v>(
 }
 
 /// The same set by a full scan; the reference the indexed path is tested against.
-pub fn matching_nodes_by_scan<'v>(
+#[cfg(test)]
+pub(crate) fn matching_nodes_by_scan<'v>(
     view: &'v PlacementView<'_>,
     constraints: &NodeConstraints<'_>,
 ) -> Vec<&'v Node> {

@@ -17,7 +17,7 @@ use crate::policy::PlacementPolicy;
 use crate::tolerations::{describe_toleration, tolerations_cover};
 
 /// How many offending nodes a denial names.
-pub const MAX_NAMED_NODES: usize = 5;
+const MAX_NAMED_NODES: usize = 5;
 
 /// Why a decision came out the way it did; a short, stable string for
 /// metrics and logs.
@@ -131,7 +131,7 @@ impl Decision {
 
 /// How a Pod got its pool.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BindingSource {
+pub(crate) enum BindingSource {
     /// The Pod carries the pool label.
     PodLabel,
     /// The policy binds the Pod's namespace.
@@ -139,9 +139,9 @@ pub enum BindingSource {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PoolBinding<'a> {
-    pub pool: &'a str,
-    pub source: BindingSource,
+pub(crate) struct PoolBinding<'a> {
+    pub(crate) pool: &'a str,
+    pub(crate) source: BindingSource,
 }
 
 /// The pool a Pod belongs to: its own `pool_label` label (when not empty),
@@ -149,7 +149,7 @@ pub struct PoolBinding<'a> {
 ///
 /// `namespace` comes from the AdmissionRequest: on CREATE the Pod's
 /// `metadata.namespace` may still be empty.
-pub fn pool_binding<'a>(
+pub(crate) fn pool_binding<'a>(
     pod: &'a Pod,
     namespace: &str,
     policy: &'a PlacementPolicy,
@@ -188,8 +188,8 @@ fn bound_pool<'v>(
     namespace: &str,
     view: &'v PlacementView<'_>,
     policy: &PlacementPolicy,
-    pool_label: &str,
 ) -> Result<&'v NodePool, Decision> {
+    let pool_label = view.pool_label();
     let Some(binding) = pool_binding(pod, namespace, policy, pool_label) else {
         return Err(Decision::allow(Reason::Unbound));
     };
@@ -234,7 +234,8 @@ fn missing_edge_tolerations<'p>(
 /// - Unbound Pod -> allowed, unchanged. Missing pool -> allowed, unchanged,
 ///   with a warning.
 /// - `nodeName`, `nodeSelector` and required node affinity all empty -> adds
-///   the required node affinity `pool_label In [pool]`. Only the required
+///   the required node affinity `poolLabel In [pool]` (the index's pool
+///   label, [`PlacementView::pool_label`]). Only the required
 ///   part counts: a Pod with nothing but *preferred* node affinity terms is
 ///   unconstrained for the scheduler's filtering, so it gets the required
 ///   affinity too (its preferred terms are kept). podAffinity and
@@ -248,9 +249,8 @@ pub fn mutate(
     namespace: &str,
     view: &PlacementView<'_>,
     policy: &PlacementPolicy,
-    pool_label: &str,
 ) -> Decision {
-    let pool = match bound_pool(pod, namespace, view, policy, pool_label) {
+    let pool = match bound_pool(pod, namespace, view, policy) {
         Ok(pool) => pool,
         Err(decision) => return decision,
     };
@@ -260,7 +260,7 @@ pub fn mutate(
 
     let mut ops = Vec::new();
     if NodeConstraints::from_pod(pod).is_unconstrained() {
-        ops.push(add_pool_affinity(pod, pool_label, &pool.name));
+        ops.push(add_pool_affinity(pod, view.pool_label(), &pool.name));
     }
 
     let missing = missing_edge_tolerations(pod, pool, policy);
@@ -349,7 +349,7 @@ fn to_value<T: serde::Serialize>(value: &T) -> Value {
 /// - The nodes selected by `nodeName`, `nodeSelector` and required node
 ///   affinity (each absent = every node), intersected over the index:
 ///   none -> denied; any outside the pool -> denied, naming up to
-///   [`MAX_NAMED_NODES`] of them; otherwise allowed.
+///   five of them; otherwise allowed.
 ///
 /// Taints are deliberately not used to shrink the node set: they change
 /// after admission, and a removed taint must not open a way out of the pool.
@@ -358,9 +358,8 @@ pub fn validate(
     namespace: &str,
     view: &PlacementView<'_>,
     policy: &PlacementPolicy,
-    pool_label: &str,
 ) -> Decision {
-    let pool = match bound_pool(pod, namespace, view, policy, pool_label) {
+    let pool = match bound_pool(pod, namespace, view, policy) {
         Ok(pool) => pool,
         Err(decision) => return decision,
     };
@@ -384,11 +383,12 @@ pub fn validate(
     if matched.is_empty() {
         return Decision::deny(
             Reason::NoMatchingNode,
-            no_match_message(view, &constraints, pool_name, pool_label),
+            no_match_message(view, &constraints, pool_name),
         )
         .for_pool(pool_name);
     }
 
+    let pool_label = view.pool_label();
     let outside: Vec<&Node> = matched
         .iter()
         .copied()
@@ -420,7 +420,6 @@ fn no_match_message(
     view: &PlacementView<'_>,
     constraints: &NodeConstraints<'_>,
     pool: &str,
-    pool_label: &str,
 ) -> String {
     let mut message = format!("no node matches the pod's {}", constraints.describe());
     if let Some(affinity) = &constraints.required_affinity {
@@ -435,7 +434,7 @@ fn no_match_message(
             );
         }
     }
-    let pool_nodes = view.nodes_with_label(pool_label, pool).count();
+    let pool_nodes = view.nodes_in_pool(pool).count();
     if pool_nodes == 0 {
         message.push_str(&format!("; node pool {pool:?} has no nodes"));
     } else {

@@ -3,12 +3,19 @@ use thiserror::Error;
 /// Everything that can go wrong in this crate: reading the placement policy
 /// and reading an objects file for offline evaluation. Placement decisions
 /// themselves never fail — they allow or deny.
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
+///
+/// Parse errors are kept typed but shown in the message rather than as a
+/// source: the message is what an admission response or a command line
+/// prints, on one line (YAML errors without their source snippet).
+#[derive(Debug, Error)]
 pub enum PlacementError {
     /// The policy is not YAML of the expected shape (syntax error, unknown
     /// field, wrong type); the message carries the line and column.
-    #[error("{origin}: {message}")]
-    PolicySyntax { origin: String, message: String },
+    #[error("{origin}: {}", yaml_error_message(.error))]
+    PolicySyntax {
+        origin: String,
+        error: Box<serde_saphyr::Error>,
+    },
 
     /// The policy parsed but breaks a rule; each problem is `path: reason`.
     #[error("{origin} is invalid: {}", .problems.join("; "))]
@@ -18,10 +25,48 @@ pub enum PlacementError {
     },
 
     /// An objects file is not valid multi-document YAML.
-    #[error("objects file: {message}")]
-    ObjectsSyntax { message: String },
+    #[error("objects file: {}", yaml_error_message(.error))]
+    ObjectsSyntax { error: Box<serde_saphyr::Error> },
 
-    /// One object of an objects file could not be read.
-    #[error("objects file, document {document}: {message}")]
-    Object { document: usize, message: String },
+    /// A document of an objects file is not a mapping.
+    #[error("objects file, document {document}: not a Kubernetes object (expected a mapping)")]
+    NotAnObject { document: usize },
+
+    /// A `List` document whose `items` is not a sequence.
+    #[error("objects file, document {document}: List items must be a sequence")]
+    ListItems { document: usize },
+
+    /// An object of a kind the objects file reads does not parse as one.
+    #[error("objects file, document {document}: invalid {kind} {name:?}: {error}")]
+    InvalidObject {
+        document: usize,
+        kind: &'static str,
+        name: String,
+        error: serde_json::Error,
+    },
+
+    /// An object without `metadata.name`.
+    #[error("objects file, document {document}: {kind} without metadata.name")]
+    Unnamed { document: usize, kind: &'static str },
+
+    /// The same object twice.
+    #[error(
+        "objects file, document {document}: duplicate {kind} {name:?} (first in document {first})"
+    )]
+    Duplicate {
+        document: usize,
+        kind: &'static str,
+        name: String,
+        first: usize,
+    },
+}
+
+/// serde-saphyr's one-line rendering (`line L column C: problem`), without
+/// the source snippet, so it fits an admission message and a log line.
+pub(crate) fn yaml_error_message(error: &serde_saphyr::Error) -> String {
+    let text = error.without_snippet().to_string();
+    match text.strip_prefix("error: ") {
+        Some(rest) => rest.to_owned(),
+        None => text,
+    }
 }

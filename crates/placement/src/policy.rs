@@ -15,6 +15,7 @@ use std::collections::btree_map::Entry;
 use std::fmt;
 
 use k8s_openapi::api::core::v1::Toleration;
+use poolkeeper_config::PlacementConfig;
 use poolkeeper_index::{ObjectKey, PlacementView};
 use serde::Deserialize;
 
@@ -22,13 +23,8 @@ use crate::error::PlacementError;
 use crate::names::{is_dns1123_label, label_value_errors, qualified_name_errors};
 use crate::tolerations::TAINT_EFFECTS;
 
-/// OpenYurt's pool label, on Nodes and on Pods.
-pub const DEFAULT_POOL_LABEL: &str = "apps.openyurt.io/nodepool";
-pub const DEFAULT_POLICY_NAMESPACE: &str = "poolkeeper-system";
-pub const DEFAULT_POLICY_NAME: &str = "poolkeeper-placement";
-pub const DEFAULT_POLICY_KEY: &str = "placement.yaml";
-
-/// Where the placement policy lives: one data key of one ConfigMap.
+/// Where the placement policy lives: one data key of one ConfigMap
+/// (`placement.policyConfigMap`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PolicySource {
     pub namespace: String,
@@ -36,12 +32,13 @@ pub struct PolicySource {
     pub key: String,
 }
 
-impl Default for PolicySource {
-    fn default() -> Self {
+impl From<&PlacementConfig> for PolicySource {
+    fn from(placement: &PlacementConfig) -> Self {
+        let config_map = &placement.policy_config_map;
         Self {
-            namespace: DEFAULT_POLICY_NAMESPACE.to_owned(),
-            name: DEFAULT_POLICY_NAME.to_owned(),
-            key: DEFAULT_POLICY_KEY.to_owned(),
+            namespace: config_map.namespace.clone(),
+            name: config_map.name.clone(),
+            key: config_map.key.clone(),
         }
     }
 }
@@ -59,25 +56,6 @@ impl fmt::Display for PolicySource {
             "ConfigMap {}/{} key {}",
             self.namespace, self.name, self.key
         )
-    }
-}
-
-/// What placement decisions need from the configuration.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PlacementSettings {
-    /// The label that puts a Node into a pool and binds a Pod to one
-    /// (`placement.poolLabel`).
-    pub pool_label: String,
-    /// `placement.policyConfigMap`.
-    pub policy: PolicySource,
-}
-
-impl Default for PlacementSettings {
-    fn default() -> Self {
-        Self {
-            pool_label: DEFAULT_POOL_LABEL.to_owned(),
-            policy: PolicySource::default(),
-        }
     }
 }
 
@@ -146,68 +124,21 @@ impl PlacementPolicy {
 
     fn parse_from(yaml: &str, origin: &str) -> Result<Self, PlacementError> {
         let document: Option<PolicyDocument> =
-            serde_saphyr::from_str(yaml).map_err(|e| PlacementError::PolicySyntax {
+            serde_saphyr::from_str(yaml).map_err(|error| PlacementError::PolicySyntax {
                 origin: origin.to_owned(),
-                message: yaml_error_message(&e),
+                error: Box::new(error),
             })?;
         let Some(document) = document else {
             return Ok(Self::default());
         };
 
         let mut problems = Vec::new();
-        let mut bindings = BTreeMap::new();
-        let mut first_seen: BTreeMap<&str, usize> = BTreeMap::new();
-        let entries = document.bindings.as_deref().unwrap_or_default();
-        for (i, entry) in entries.iter().enumerate() {
-            let path = format!("bindings[{i}]");
-            if !is_dns1123_label(&entry.namespace) {
-                problems.push(format!(
-                    "{path}.namespace: {:?} is not a valid namespace name (lowercase RFC 1123 label)",
-                    entry.namespace
-                ));
-            }
-            if entry.node_pool.is_empty() {
-                problems.push(format!("{path}.nodePool: must not be empty"));
-            } else {
-                let errors = label_value_errors(&entry.node_pool);
-                if !errors.is_empty() {
-                    problems.push(format!(
-                        "{path}.nodePool: {:?} cannot be a pool label value: {}",
-                        entry.node_pool,
-                        errors.join("; ")
-                    ));
-                }
-            }
-            match first_seen.entry(&entry.namespace) {
-                Entry::Occupied(first) => problems.push(format!(
-                    "{path}.namespace: duplicate binding for namespace {:?} (first bound at bindings[{}])",
-                    entry.namespace,
-                    first.get()
-                )),
-                Entry::Vacant(slot) => {
-                    slot.insert(i);
-                    bindings.insert(entry.namespace.clone(), entry.node_pool.clone());
-                }
-            }
-        }
-
-        let mut edge_tolerations = Vec::new();
-        let entries = document.edge_tolerations.unwrap_or_default();
-        for (i, entry) in entries.into_iter().enumerate() {
-            let toleration = Toleration {
-                key: entry.key.filter(|k| !k.is_empty()),
-                operator: entry.operator.filter(|o| !o.is_empty()),
-                value: entry.value.filter(|v| !v.is_empty()),
-                effect: entry.effect.filter(|e| !e.is_empty()),
-                toleration_seconds: entry.toleration_seconds,
-            };
-            problems.extend(toleration_problems(
-                &toleration,
-                &format!("edgeTolerations[{i}]"),
-            ));
-            edge_tolerations.push(toleration);
-        }
-
+        let bindings = read_bindings(
+            document.bindings.as_deref().unwrap_or_default(),
+            &mut problems,
+        );
+        let edge_tolerations =
+            read_edge_tolerations(document.edge_tolerations.unwrap_or_default(), &mut problems);
         if problems.is_empty() {
             Ok(Self {
                 bindings,
@@ -241,6 +172,77 @@ impl PlacementPolicy {
     pub fn is_empty(&self) -> bool {
         self.bindings.is_empty() && self.edge_tolerations.is_empty()
     }
+}
+
+/// The namespace -> pool map of `entries`; every broken rule goes to
+/// `problems` as `bindings[i].field: reason`.
+fn read_bindings(entries: &[BindingEntry], problems: &mut Vec<String>) -> BTreeMap<String, String> {
+    let mut bindings = BTreeMap::new();
+    let mut first_seen: BTreeMap<&str, usize> = BTreeMap::new();
+    for (i, entry) in entries.iter().enumerate() {
+        let path = format!("bindings[{i}]");
+        problems.extend(binding_problems(entry, &path));
+        match first_seen.entry(&entry.namespace) {
+            Entry::Occupied(first) => problems.push(format!(
+                "{path}.namespace: duplicate binding for namespace {:?} (first bound at bindings[{}])",
+                entry.namespace,
+                first.get()
+            )),
+            Entry::Vacant(slot) => {
+                slot.insert(i);
+                bindings.insert(entry.namespace.clone(), entry.node_pool.clone());
+            }
+        }
+    }
+    bindings
+}
+
+/// A binding needs a namespace name and a pool that can be a label value.
+fn binding_problems(entry: &BindingEntry, path: &str) -> Vec<String> {
+    let mut problems = Vec::new();
+    if !is_dns1123_label(&entry.namespace) {
+        problems.push(format!(
+            "{path}.namespace: {:?} is not a valid namespace name (lowercase RFC 1123 label)",
+            entry.namespace
+        ));
+    }
+    if entry.node_pool.is_empty() {
+        problems.push(format!("{path}.nodePool: must not be empty"));
+    } else {
+        let errors = label_value_errors(&entry.node_pool);
+        if !errors.is_empty() {
+            problems.push(format!(
+                "{path}.nodePool: {:?} cannot be a pool label value: {}",
+                entry.node_pool,
+                errors.join("; ")
+            ));
+        }
+    }
+    problems
+}
+
+/// The tolerations of `entries`, empty strings read as absent; every broken
+/// rule goes to `problems` as `edgeTolerations[i].field: reason`.
+fn read_edge_tolerations(
+    entries: Vec<TolerationEntry>,
+    problems: &mut Vec<String>,
+) -> Vec<Toleration> {
+    let mut tolerations = Vec::with_capacity(entries.len());
+    for (i, entry) in entries.into_iter().enumerate() {
+        let toleration = Toleration {
+            key: entry.key.filter(|k| !k.is_empty()),
+            operator: entry.operator.filter(|o| !o.is_empty()),
+            value: entry.value.filter(|v| !v.is_empty()),
+            effect: entry.effect.filter(|e| !e.is_empty()),
+            toleration_seconds: entry.toleration_seconds,
+        };
+        problems.extend(toleration_problems(
+            &toleration,
+            &format!("edgeTolerations[{i}]"),
+        ));
+        tolerations.push(toleration);
+    }
+    tolerations
 }
 
 /// The API server's `ValidateTolerations`, so that a toleration the policy
@@ -291,14 +293,4 @@ fn toleration_problems(toleration: &Toleration, path: &str) -> Vec<String> {
         ));
     }
     problems
-}
-
-/// serde-saphyr's one-line rendering (`line L column C: problem`), without
-/// the source snippet, so it fits an admission message and a log line.
-pub(crate) fn yaml_error_message(error: &serde_saphyr::Error) -> String {
-    let text = error.without_snippet().to_string();
-    match text.strip_prefix("error: ") {
-        Some(rest) => rest.to_owned(),
-        None => text,
-    }
 }

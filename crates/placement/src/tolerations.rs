@@ -13,12 +13,15 @@
 //! taint value equals its value.
 
 use k8s_openapi::api::core::v1::Toleration;
+#[cfg(test)]
 use poolkeeper_index::Taint;
 
-pub const TAINT_EFFECTS: [&str; 3] = ["NoSchedule", "PreferNoSchedule", "NoExecute"];
+pub(crate) const TAINT_EFFECTS: [&str; 3] = ["NoSchedule", "PreferNoSchedule", "NoExecute"];
 
-/// `Toleration.ToleratesTaint`.
-pub fn toleration_tolerates_taint(toleration: &Toleration, taint: &Taint) -> bool {
+/// `Toleration.ToleratesTaint`: the semantics [`tolerations_cover`] is
+/// checked against.
+#[cfg(test)]
+pub(crate) fn toleration_tolerates_taint(toleration: &Toleration, taint: &Taint) -> bool {
     let effect = toleration.effect.as_deref().unwrap_or_default();
     if !effect.is_empty() && effect != taint.effect {
         return false;
@@ -38,7 +41,8 @@ pub fn toleration_tolerates_taint(toleration: &Toleration, taint: &Taint) -> boo
 }
 
 /// Whether some toleration in `tolerations` tolerates `taint`.
-pub fn tolerates(tolerations: &[Toleration], taint: &Taint) -> bool {
+#[cfg(test)]
+pub(crate) fn tolerates(tolerations: &[Toleration], taint: &Taint) -> bool {
     tolerations
         .iter()
         .any(|toleration| toleration_tolerates_taint(toleration, taint))
@@ -51,7 +55,7 @@ pub fn tolerates(tolerations: &[Toleration], taint: &Taint) -> bool {
 /// values, an effect or all three effects). Values and keys are unbounded, so
 /// only a single toleration can cover an `Exists` or an empty key; an empty
 /// effect is covered effect by effect, possibly by different tolerations.
-pub fn tolerations_cover(tolerations: &[Toleration], required: &Toleration) -> bool {
+pub(crate) fn tolerations_cover(tolerations: &[Toleration], required: &Toleration) -> bool {
     let required_effect = required.effect.as_deref().unwrap_or_default();
     let effects: &[&str] = if required_effect.is_empty() {
         &TAINT_EFFECTS
@@ -94,7 +98,7 @@ fn covers_for_effect(toleration: &Toleration, required: &Toleration, effect: &st
 }
 
 /// `{key: k, operator: Exists, effect: NoSchedule}`-style rendering for messages.
-pub fn describe_toleration(toleration: &Toleration) -> String {
+pub(crate) fn describe_toleration(toleration: &Toleration) -> String {
     let mut parts = Vec::new();
     let key = toleration.key.as_deref().unwrap_or_default();
     if !key.is_empty() {

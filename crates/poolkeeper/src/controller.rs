@@ -1,13 +1,14 @@
 //! Wiring: every component built from the configuration and placed in its
-//! supervisor stage (DESIGN §3).
+//! supervisor stage (DESIGN §3). Each component takes its settings
+//! `From<&Config>`; nothing here maps fields one by one.
 //!
-//! | stage | components | ready when |
-//! |---|---|---|
-//! | `admin` | admin server | listening |
-//! | `apiserver` | API server check | the API server answered |
-//! | `watchers` | one watcher per kind, sync tracker | every kind listed (`IndexSynchronized`) |
-//! | `webhook` | HTTPS admission server (if enabled) | listening |
-//! | `leader` | leader election gating reconciler + executor (if MachineClasses are enabled) | campaigning |
+//! | stage | components | ready when | startup timeout |
+//! |---|---|---|---|
+//! | `admin` | admin server, metrics observer | listening | none (ready at once) |
+//! | `apiserver` | API server check | the API server answered | `apiServer.startupTimeout` (the check's own) |
+//! | `watchers` | one watcher per kind, sync tracker (`/readyz` check `index`) | every kind listed | `watchers.syncTimeout` |
+//! | `webhook` | HTTPS admission server (if enabled) | certificate loaded, serving | `webhook.certificateTimeout` |
+//! | `leader` | leader election gating reconciler, executor and Kubernetes Event recorder (if MachineClasses are enabled) | campaigning | none (ready at once) |
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -17,30 +18,21 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use kube::Client;
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use parking_lot::Mutex;
-use poolkeeper_bus::{Bus, ResourceKind};
+use poolkeeper_bus::Bus;
 use poolkeeper_config::Config;
-use poolkeeper_executor::{
-    ClassWriter, Executor, ExecutorMetrics, ExecutorSettings, ExecutorStats, KubeClassWriter,
-    Retries,
-};
-use poolkeeper_health::{AdminServer, AdminSettings, SharedRegistry};
+use poolkeeper_executor::{ClassWriter, Executor, ExecutorSettings, KubeClassWriter};
+use poolkeeper_health::{AdminServer, AdminSettings, EventMetrics, ObjectCounts};
 use poolkeeper_index::Index;
-use poolkeeper_placement::{PlacementSettings, PolicySource};
-use poolkeeper_reconciler::{Reconciler, ReconcilerMetrics, ReconcilerSettings};
+use poolkeeper_reconciler::{Reconciler, ReconcilerSettings};
+use poolkeeper_recorder::{EventRecorder, RecorderSettings};
 use poolkeeper_supervisor::{
-    BoxError, Component, Context, Gate, Health, LeaderElector, LeaderGated, LeaseElector,
-    LeaseSettings, Supervisor, SupervisorError, SupervisorSettings,
+    BoxError, Component, Context, Health, LeaderElector, LeaderGated, LeaseElector, LeaseSettings,
+    Supervisor, SupervisorError, SupervisorSettings,
 };
 use poolkeeper_watchers::{WatcherSettings, Watchers};
-use poolkeeper_webhook::{WebhookHandle, WebhookServer, WebhookSettings};
+use poolkeeper_webhook::{WebhookServer, WebhookSettings};
 use prometheus_client::registry::Registry;
 
-/// How long the API server may stay unreachable at startup before the
-/// process gives up (and Kubernetes restarts it with backoff).
-pub const APISERVER_TIMEOUT: Duration = Duration::from_secs(10);
-/// Name of the readiness check that passes on `IndexSynchronized`.
-pub const INDEX_CHECK: &str = "index";
 /// Name of the readiness check of the API server connection.
 pub const APISERVER_CHECK: &str = "apiserver";
 
@@ -58,10 +50,6 @@ pub enum ControllerError {
     Client(#[source] kube::Error),
     #[error(transparent)]
     Health(#[from] poolkeeper_health::HealthError),
-    #[error("watchers: {0}")]
-    Watchers(#[from] poolkeeper_watchers::WatchersError),
-    #[error("reconciler: {0}")]
-    Reconciler(#[from] poolkeeper_reconciler::ReconcilerError),
     #[error("webhook: {0}")]
     Webhook(#[from] poolkeeper_webhook::WebhookError),
     #[error(transparent)]
@@ -102,6 +90,9 @@ pub async fn run(
     let client = client(kubeconfig.as_deref()).await?;
     let controller = Controller::build(&config, client).await?;
     tracing::info!(admin = %controller.admin_addr(), "admin server listening");
+    if let Some(webhook) = controller.webhook_addr() {
+        tracing::info!(%webhook, "webhook server bound");
+    }
     controller.run(shutdown).await
 }
 
@@ -109,12 +100,8 @@ pub async fn run(
 pub struct Controller {
     supervisor: Supervisor,
     bus: Bus,
-    index: Arc<Index>,
-    health: Health,
-    registry: SharedRegistry,
     admin_addr: SocketAddr,
-    webhook: Option<WebhookHandle>,
-    executor_stats: Option<ExecutorStats>,
+    webhook_addr: Option<SocketAddr>,
 }
 
 impl std::fmt::Debug for Controller {
@@ -122,8 +109,18 @@ impl std::fmt::Debug for Controller {
         f.debug_struct("Controller")
             .field("supervisor", &self.supervisor)
             .field("admin_addr", &self.admin_addr)
+            .field("webhook_addr", &self.webhook_addr)
             .finish_non_exhaustive()
     }
+}
+
+/// What the stages are built from.
+struct Wiring<'a> {
+    config: &'a Config,
+    client: Client,
+    bus: Bus,
+    index: Arc<Index>,
+    registry: Registry,
 }
 
 impl Controller {
@@ -142,97 +139,55 @@ impl Controller {
     ) -> Result<Self, ControllerError> {
         let bus = Bus::new(config.bus.capacity);
         let health = Health::default();
-        let mut registry = Registry::default();
-        bus.register_metrics(&mut registry);
-        let registry: SharedRegistry = Arc::new(Mutex::new(registry));
-
-        let mut admin = AdminServer::new(
-            AdminSettings {
-                addr: config.health.listen,
-                debug_events: config.health.debug_events,
-            },
-            health.clone(),
-            registry.clone(),
-            &bus,
-        );
-        let admin_addr = admin.bind().await?;
-
+        let mut wiring = Wiring {
+            config,
+            client,
+            index: Arc::new(Index::new(&config.placement.pool_label)),
+            registry: Registry::with_prefix("poolkeeper"),
+            bus: bus.clone(),
+        };
+        bus.register_metrics(wiring.registry.sub_registry_with_prefix("bus"));
         let mut supervisor = Supervisor::new(
-            SupervisorSettings {
-                stall_timeout: config.health.stall_timeout,
-                grace_period: config.shutdown.grace_period,
-                startup_timeout: config.watchers.sync_timeout,
-            },
+            SupervisorSettings::from(config),
             health.clone(),
             bus.clone(),
         );
-        supervisor.stage("admin").add(Box::new(admin));
-        supervisor
-            .stage("apiserver")
-            .add(Box::new(ApiServerCheck::new(
-                client.clone(),
-                health.readiness_gate(APISERVER_CHECK, "not connected yet"),
-            )));
+        supervisor.register_metrics(&mut wiring.registry);
+        let metrics = EventMetrics::new(&bus, &mut wiring.registry, object_counts(&wiring.index));
 
-        let placement = placement_settings(config);
-        let index = Arc::new(Index::new(&placement.pool_label));
-        let watcher_settings = WatcherSettings {
-            kinds: WatcherSettings::kinds_for(
-                config.machine_classes.enabled,
-                config.placement.enabled,
-            ),
-            namespace: config.namespace.clone(),
-            page_size: config.watchers.page_size,
-            placement_config_map: placement.policy.config_map_key(),
-            pool_label: placement.pool_label.clone(),
-        };
-        let watchers = Watchers::new(client.clone(), &bus, index.clone(), &watcher_settings)?
-            .with_readiness_gate(health.readiness_gate(INDEX_CHECK, "index not synchronized"));
-        {
-            let mut registry = registry.lock();
-            index.register_metrics(&mut registry);
-            watchers.register_metrics(&mut registry);
+        // Built first, added last: the admin server renders the registry
+        // every other stage registered into.
+        let apiserver =
+            ApiServerCheck::new(wiring.client.clone(), config.api_server.startup_timeout);
+        let watchers = wiring.watchers();
+        let webhook = wiring.webhook().await?;
+        let leader = wiring.leader(writer);
+        let webhook_addr = webhook.as_ref().map(|(_, addr)| *addr);
+
+        let mut admin =
+            AdminServer::new(AdminSettings::from(config), health, wiring.registry, &bus);
+        let admin_addr = admin.bind().await?;
+        supervisor
+            .stage("admin", None)
+            .add(Box::new(admin))
+            .add(Box::new(metrics));
+        supervisor.stage("apiserver", None).add(Box::new(apiserver));
+        supervisor
+            .stage("watchers", Some(config.watchers.sync_timeout))
+            .extend(watchers);
+        if let Some((server, _)) = webhook {
+            supervisor
+                .stage("webhook", Some(config.webhook.certificate_timeout))
+                .add(Box::new(server));
         }
-        supervisor
-            .stage("watchers")
-            .extend(watchers.into_components());
-
-        let webhook = if config.webhook.enabled {
-            let server = WebhookServer::new(
-                webhook_settings(config, placement),
-                index.clone(),
-                &bus,
-                health.readiness_gate(poolkeeper_webhook::COMPONENT_NAME, "not started"),
-            )?;
-            server.register_metrics(&mut registry.lock());
-            let handle = server.handle();
-            supervisor.stage("webhook").add(Box::new(server));
-            Some(handle)
-        } else {
-            None
-        };
-
-        let executor_stats = if config.machine_classes.enabled {
-            let gated = leader_gated(config, client, &bus, index.clone(), writer)?;
-            gated.gated.register_metrics(&mut registry.lock());
-            gated.reconciler.register(&mut registry.lock());
-            gated.executor.register(&mut registry.lock());
-            supervisor.stage("leader").add(Box::new(gated.gated));
-            Some(gated.executor.stats())
-        } else {
-            None
-        };
-
-        supervisor.register_metrics(&mut registry.lock());
+        if let Some(leader) = leader {
+            supervisor.stage("leader", None).add(Box::new(leader));
+        }
         Ok(Self {
             supervisor,
             bus,
-            index,
-            health,
-            registry,
             admin_addr,
-            webhook,
-            executor_stats,
+            webhook_addr,
         })
     }
 
@@ -240,31 +195,14 @@ impl Controller {
         self.admin_addr
     }
 
+    /// Where the webhook server listens, when it is enabled.
+    pub fn webhook_addr(&self) -> Option<SocketAddr> {
+        self.webhook_addr
+    }
+
+    /// The bus, to subscribe to before [`Controller::run`] starts it.
     pub fn bus(&self) -> &Bus {
         &self.bus
-    }
-
-    pub fn index(&self) -> &Arc<Index> {
-        &self.index
-    }
-
-    pub fn health(&self) -> &Health {
-        &self.health
-    }
-
-    pub fn registry(&self) -> &SharedRegistry {
-        &self.registry
-    }
-
-    /// The webhook server's handle, when the webhook is enabled.
-    pub fn webhook(&self) -> Option<&WebhookHandle> {
-        self.webhook.as_ref()
-    }
-
-    /// Executor totals over every leadership term, when MachineClass
-    /// protection is enabled.
-    pub fn executor_stats(&self) -> Option<&ExecutorStats> {
-        self.executor_stats.as_ref()
     }
 
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), ControllerError> {
@@ -272,103 +210,76 @@ impl Controller {
     }
 }
 
-pub(crate) fn placement_settings(config: &Config) -> PlacementSettings {
-    let source = &config.placement.policy_config_map;
-    PlacementSettings {
-        pool_label: config.placement.pool_label.clone(),
-        policy: PolicySource {
-            namespace: source.namespace.clone(),
-            name: source.name.clone(),
-            key: source.key.clone(),
-        },
+impl Wiring<'_> {
+    fn watchers(&self) -> Vec<Box<dyn Component>> {
+        let settings = WatcherSettings::from(self.config);
+        Watchers::new(
+            self.client.clone(),
+            &self.bus,
+            self.index.clone(),
+            &settings,
+        )
+        .into_components()
     }
-}
 
-fn webhook_settings(config: &Config, placement: PlacementSettings) -> WebhookSettings {
-    let webhook = &config.webhook;
-    WebhookSettings {
-        listen: webhook.listen,
-        cert_dir: webhook.cert_dir.clone(),
-        mutate_path: webhook.mutate_path.clone(),
-        validate_path: webhook.validate_path.clone(),
-        max_body_bytes: webhook.max_body_bytes,
-        // In-flight admission requests get most of the grace period.
-        shutdown_timeout: config.shutdown.grace_period.mul_f32(0.8),
-        placement,
-        ..WebhookSettings::default()
-    }
-}
-
-struct LeaderStage {
-    gated: LeaderGated,
-    reconciler: ReconcilerMetrics,
-    executor: ExecutorMetrics,
-}
-
-fn leader_gated<W: ClassWriter + Clone>(
-    config: &Config,
-    client: Client,
-    bus: &Bus,
-    index: Arc<Index>,
-    writer: W,
-) -> Result<LeaderStage, ControllerError> {
-    let reconciler_settings = ReconcilerSettings {
-        debounce_interval: config.reconciler.debounce_interval,
-        max_delay: config.reconciler.max_delay,
-        kinds: vec![ResourceKind::MachineClass, ResourceKind::Machine],
-    };
-    reconciler_settings.validate()?;
-    let executor_settings = ExecutorSettings {
-        finalizer: config.machine_classes.finalizer.clone(),
-        concurrency: config.executor.concurrency,
-        retries: Retries {
-            short_retry: config.executor.short_retry,
-            long_retry: config.executor.long_retry,
-            conflict_retry: config.executor.conflict_retry,
-        },
-        ..ExecutorSettings::default()
-    };
-    let elector: Option<Box<dyn LeaderElector>> = if config.leader_election.enabled {
-        let election = &config.leader_election;
-        let settings = LeaseSettings {
-            lease_duration: election.lease_duration,
-            renew_deadline: election.renew_deadline,
-            retry_period: election.retry_period,
-            ..LeaseSettings::new(&election.lease_namespace, &election.lease_name, identity())
-        };
-        Some(Box::new(LeaseElector::new(client, settings)?))
-    } else {
-        None
-    };
-
-    let reconciler_metrics = ReconcilerMetrics::new();
-    let executor_metrics = ExecutorMetrics::default();
-    let factory = {
-        let bus = bus.clone();
-        let reconciler_metrics = reconciler_metrics.clone();
-        let executor_metrics = executor_metrics.clone();
-        move || -> Vec<Box<dyn Component>> {
-            let reconciler = Reconciler::with_metrics(
-                &bus,
-                reconciler_settings.clone(),
-                reconciler_metrics.clone(),
-            )
-            .expect("reconciler settings were validated when the controller was built");
-            let executor = Executor::with_metrics(
-                &bus,
-                index.clone(),
-                writer.clone(),
-                executor_settings.clone(),
-                executor_metrics.clone(),
-            );
-            vec![Box::new(reconciler), Box::new(executor)]
+    /// The webhook server, bound already so a busy port fails startup at
+    /// once, and its address.
+    async fn webhook(&self) -> Result<Option<(WebhookServer, SocketAddr)>, ControllerError> {
+        if !self.config.webhook.enabled {
+            return Ok(None);
         }
-    };
-    Ok(LeaderStage {
-        gated: LeaderGated::new("leader-election", elector, bus.clone(), factory),
-        reconciler: reconciler_metrics,
-        executor: executor_metrics,
-    })
+        let mut server = WebhookServer::new(
+            WebhookSettings::from(self.config),
+            self.index.clone(),
+            &self.bus,
+        );
+        let addr = server.bind()?;
+        Ok(Some((server, addr)))
+    }
+
+    /// Leader election gating fresh reconciler and executor instances per
+    /// term, when MachineClass protection is enabled.
+    fn leader<W: ClassWriter + Clone>(&self, writer: W) -> Option<LeaderGated> {
+        if !self.config.machine_classes.enabled {
+            return None;
+        }
+        let election = &self.config.leader_election;
+        let identity = identity();
+        let elector: Option<Box<dyn LeaderElector>> = election.enabled.then(|| {
+            let settings = LeaseSettings::new(election, identity.clone());
+            Box::new(LeaseElector::new(self.client.clone(), settings)) as Box<dyn LeaderElector>
+        });
+        let reconciler = ReconcilerSettings::from(self.config);
+        let executor = ExecutorSettings::from(self.config);
+        let recorder = RecorderSettings::from(self.config);
+        let (bus, index, client) = (self.bus.clone(), self.index.clone(), self.client.clone());
+        let factory = {
+            let bus = bus.clone();
+            move || -> Vec<Box<dyn Component>> {
+                vec![
+                    Box::new(Reconciler::new(&bus, reconciler.clone())),
+                    Box::new(Executor::new(
+                        &bus,
+                        index.clone(),
+                        writer.clone(),
+                        executor.clone(),
+                    )),
+                    Box::new(EventRecorder::new(
+                        client.clone(),
+                        &bus,
+                        recorder.clone(),
+                        identity.clone(),
+                    )),
+                ]
+            }
+        };
+        Some(LeaderGated::new("leader-election", elector, bus, factory))
+    }
+}
+
+fn object_counts(index: &Arc<Index>) -> ObjectCounts {
+    let index = index.clone();
+    Arc::new(move || index.object_counts())
 }
 
 /// This replica's name in the Lease: the Pod name where the Deployment
@@ -397,7 +308,7 @@ fn unique_suffix() -> String {
 
 /// `error: cause: cause`, so that "connection refused" is not hidden behind
 /// a generic "client error".
-fn error_chain(error: &dyn std::error::Error) -> String {
+pub fn error_chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(cause) = source {
@@ -411,21 +322,29 @@ fn error_chain(error: &dyn std::error::Error) -> String {
     text
 }
 
+/// Why the API server check gave up.
+#[derive(Debug, thiserror::Error)]
+#[error("the Kubernetes API server could not be reached within {}: {last_error}", humantime::format_duration(*timeout))]
+struct ApiServerUnreachable {
+    timeout: Duration,
+    last_error: String,
+}
+
 /// Fails startup with a clear error when the API server cannot be reached,
 /// instead of watchers retrying forever behind a `/readyz` that never
 /// turns green.
 struct ApiServerCheck {
     client: Client,
-    gate: Gate,
+    timeout: Duration,
 }
 
 impl ApiServerCheck {
-    fn new(client: Client, gate: Gate) -> Self {
-        Self { client, gate }
+    fn new(client: Client, timeout: Duration) -> Self {
+        Self { client, timeout }
     }
 
     async fn check(self: Box<Self>, ctx: Context) -> Result<(), BoxError> {
-        let deadline = tokio::time::Instant::now() + APISERVER_TIMEOUT;
+        let deadline = tokio::time::Instant::now() + self.timeout;
         let mut delay = Duration::from_millis(200);
         let version = loop {
             let attempt = tokio::time::timeout_at(deadline, self.client.apiserver_version());
@@ -437,12 +356,13 @@ impl ApiServerCheck {
                     Err(_) => "no answer".to_owned(),
                 },
             };
-            self.gate.fail(format!("API server unreachable: {error}"));
+            ctx.waiting_for(format!("API server unreachable: {error}"));
             if tokio::time::Instant::now() + delay >= deadline {
-                return Err(format!(
-                    "the Kubernetes API server could not be reached within {}: {error}",
-                    humantime::format_duration(APISERVER_TIMEOUT)
-                )
+                let timeout = self.timeout;
+                return Err(ApiServerUnreachable {
+                    timeout,
+                    last_error: error,
+                }
                 .into());
             }
             tracing::warn!(%error, "API server not reachable yet, retrying");
@@ -457,7 +377,6 @@ impl ApiServerCheck {
             platform = %version.platform,
             "connected to the Kubernetes API server"
         );
-        self.gate.pass();
         ctx.mark_ready();
         ctx.cancelled().await;
         Ok(())
@@ -467,6 +386,10 @@ impl ApiServerCheck {
 impl Component for ApiServerCheck {
     fn name(&self) -> &'static str {
         "apiserver-check"
+    }
+
+    fn readiness_check(&self) -> Option<&'static str> {
+        Some(APISERVER_CHECK)
     }
 
     fn run(self: Box<Self>, ctx: Context) -> BoxFuture<'static, Result<(), BoxError>> {

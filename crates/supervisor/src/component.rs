@@ -123,14 +123,16 @@ impl Context {
     /// by its `/readyz` check and by a startup timeout. Ignored once ready.
     pub fn waiting_for(&self, reason: impl Into<String>) {
         let reason = reason.into();
-        let updated = self.readiness.send_if_modified(|readiness| match readiness {
-            Readiness::Ready => false,
-            Readiness::Waiting(current) if *current == reason => false,
-            Readiness::Waiting(current) => {
-                current.clone_from(&reason);
-                true
-            }
-        });
+        let updated = self
+            .readiness
+            .send_if_modified(|readiness| match readiness {
+                Readiness::Ready => false,
+                Readiness::Waiting(current) if *current == reason => false,
+                Readiness::Waiting(current) => {
+                    current.clone_from(&reason);
+                    true
+                }
+            });
         if updated && let Some(check) = &self.check {
             check.fail(reason);
         }

@@ -138,7 +138,9 @@ impl LeaderGated {
         let mut election = Election::start(elector, stop_elector.clone());
         ctx.mark_ready();
         let mut running: Option<Running> = None;
-        let outcome = gated.follow_leadership(&ctx, &mut election, &mut running).await;
+        let outcome = gated
+            .follow_leadership(&ctx, &mut election, &mut running)
+            .await;
         let mut result = outcome;
         if let Some(current) = running.take()
             && let Err(error) = gated.stop(current).await.at_shutdown(gated.stop_timeout)

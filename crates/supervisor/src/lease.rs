@@ -21,8 +21,8 @@ use tokio_util::sync::CancellationToken;
 use crate::component::BoxError;
 use crate::error::SupervisorError;
 use crate::leader::{LeaderElector, LeadershipReporter};
-use poolkeeper_config::LeaderElectionConfig;
 use crate::watchdog::format_duration;
+use poolkeeper_config::LeaderElectionConfig;
 
 /// What the Lease says, as far as the decision goes.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

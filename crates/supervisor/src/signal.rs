@@ -6,10 +6,16 @@
 /// to wait.
 pub async fn shutdown_signal() {
     let first = next_signal().await;
-    tracing::info!(signal = first, "shutting down; a second signal exits at once");
+    tracing::info!(
+        signal = first,
+        "shutting down; a second signal exits at once"
+    );
     tokio::spawn(async {
         let second = next_signal().await;
-        tracing::warn!(signal = second, "second signal: exiting without a graceful shutdown");
+        tracing::warn!(
+            signal = second,
+            "second signal: exiting without a graceful shutdown"
+        );
         std::process::exit(130);
     });
 }

@@ -262,7 +262,9 @@ impl Running {
             members,
         });
         let stage = self.started.last().expect("a stage was just started");
-        let deadline = stage.startup_timeout.map(|timeout| Instant::now() + timeout);
+        let deadline = stage
+            .startup_timeout
+            .map(|timeout| Instant::now() + timeout);
         tokio::select! {
             _ = all_ready(stage.members.iter().map(|m| m.readiness.clone())) => {
                 tracing::info!(stage = %stage.name, "stage is ready");

@@ -146,7 +146,9 @@ impl EventRecorder {
                     let mut recorded = recorded.lock();
                     match delivery {
                         Delivery::Event(envelope) => {
-                            recorded.events.push((start.elapsed(), envelope.event.clone()));
+                            recorded
+                                .events
+                                .push((start.elapsed(), envelope.event.clone()));
                         }
                         Delivery::Lagged(missed) => recorded.lagged += missed,
                     }

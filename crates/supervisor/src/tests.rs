@@ -482,7 +482,9 @@ async fn shutdown_turns_readiness_off_and_is_announced() {
     let bus = Bus::default();
     let mut events_seen = bus.subscribe("test");
     let mut supervisor = Supervisor::new(settings(), health.clone(), bus);
-    supervisor.stage("one", STARTUP_TIMEOUT).add(fake("a", &log, Normal));
+    supervisor
+        .stage("one", STARTUP_TIMEOUT)
+        .add(fake("a", &log, Normal));
 
     let running = start(supervisor);
     settle().await;
@@ -614,8 +616,12 @@ fn gated_supervisor(elector: Option<Box<dyn LeaderElector>>, log: &Log) -> Gatin
     );
     let health = Health::default();
     let mut supervisor = Supervisor::new(settings(), health.clone(), bus);
-    supervisor.stage("base", STARTUP_TIMEOUT).add(fake("webhook", log, Normal));
-    supervisor.stage("leader", STARTUP_TIMEOUT).add(Box::new(gated));
+    supervisor
+        .stage("base", STARTUP_TIMEOUT)
+        .add(fake("webhook", log, Normal));
+    supervisor
+        .stage("leader", STARTUP_TIMEOUT)
+        .add(Box::new(gated));
     Gating {
         log: log.clone(),
         health,
@@ -726,8 +732,12 @@ async fn a_failing_leader_only_component_fails_the_process() {
         FailAfter(Duration::from_secs(1))
     });
     let mut supervisor = Supervisor::new(settings(), Health::default(), bus);
-    supervisor.stage("base", STARTUP_TIMEOUT).add(fake("webhook", &log, Normal));
-    supervisor.stage("leader", STARTUP_TIMEOUT).add(Box::new(gated));
+    supervisor
+        .stage("base", STARTUP_TIMEOUT)
+        .add(fake("webhook", &log, Normal));
+    supervisor
+        .stage("leader", STARTUP_TIMEOUT)
+        .add(Box::new(gated));
 
     let error = start(supervisor).failure().await;
     assert_eq!(
@@ -745,7 +755,9 @@ async fn leader_only_components_that_ignore_the_loss_are_aborted() {
     let (gated, _) = leader_gate(Some(elector), bus.clone(), &log, &["executor"], || Stubborn);
     let gated = gated.with_stop_timeout(Duration::from_secs(3));
     let mut supervisor = Supervisor::new(settings(), Health::default(), bus);
-    supervisor.stage("leader", STARTUP_TIMEOUT).add(Box::new(gated));
+    supervisor
+        .stage("leader", STARTUP_TIMEOUT)
+        .add(Box::new(gated));
     let running = start(supervisor);
 
     leadership.send(true).unwrap();
@@ -811,7 +823,11 @@ async fn readiness_checks_follow_what_components_report() {
     settle().await;
 
     let names: Vec<String> = health.readiness().into_iter().map(|c| c.name).collect();
-    assert_eq!(names, ["index", "never", SHUTDOWN_CHECK], "opted-out components have no check");
+    assert_eq!(
+        names,
+        ["index", "never", SHUTDOWN_CHECK],
+        "opted-out components have no check"
+    );
     assert_eq!(check(&health.readiness(), "index"), Err("starting".into()));
     assert_eq!(
         check(&health.readiness(), "never"),

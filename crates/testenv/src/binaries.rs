@@ -2,8 +2,9 @@
 
 use std::path::{Path, PathBuf};
 
+use poolkeeper_gomod::required_version;
+
 use crate::TestEnvError;
-use crate::gomod::required_version;
 
 /// Directory of binaries following controller-runtime's envtest convention.
 pub const KUBEBUILDER_ASSETS: &str = "KUBEBUILDER_ASSETS";

@@ -113,26 +113,9 @@ impl TestEnvBuilder {
         let pki = ClusterPki::generate()?;
         let files = PkiFiles::write(dir.path(), &pki)?;
 
-        let mut attempt = 1;
-        let (etcd, apiserver, kubeconfig_text) = loop {
-            match start_etcd_and_apiserver(
-                &binaries,
-                dir.path(),
-                &files,
-                &pki,
-                attempt,
-                self.startup_timeout,
-            )
-            .await
-            {
-                Ok(running) => break running,
-                Err(error) if error.is_port_conflict() && attempt < START_ATTEMPTS => {
-                    tracing::debug!(%error, attempt, "port taken by another process, retrying with new ports");
-                    attempt += 1;
-                }
-                Err(error) => return Err(error),
-            }
-        };
+        let (etcd, apiserver, kubeconfig_text) =
+            start_with_port_retries(&binaries, dir.path(), &files, &pki, self.startup_timeout)
+                .await?;
 
         let kubeconfig_path = dir.path().join("kubeconfig");
         std::fs::write(&kubeconfig_path, &kubeconfig_text)
@@ -141,17 +124,7 @@ impl TestEnvBuilder {
         let client = client_for(&kubeconfig).await?;
 
         let scheduler = if self.scheduler {
-            Some(ManagedProcess::spawn(
-                "kube-scheduler",
-                &binaries.kube_scheduler,
-                args([
-                    format!("--kubeconfig={}", kubeconfig_path.display()),
-                    "--leader-elect=false".to_owned(),
-                    "--bind-address=127.0.0.1".to_owned(),
-                    "--secure-port=0".to_owned(),
-                ]),
-                dir.path().join("kube-scheduler.log"),
-            )?)
+            Some(spawn_scheduler(&binaries, dir.path(), &kubeconfig_path)?)
         } else {
             None
         };
@@ -620,6 +593,26 @@ impl PkiFiles {
     }
 }
 
+/// [`start_etcd_and_apiserver`], again with new ports while a child lost the race for one.
+async fn start_with_port_retries(
+    binaries: &Binaries,
+    dir: &Path,
+    files: &PkiFiles,
+    pki: &ClusterPki,
+    timeout: Duration,
+) -> Result<(ManagedProcess, ManagedProcess, String), TestEnvError> {
+    let mut attempt = 1;
+    loop {
+        match start_etcd_and_apiserver(binaries, dir, files, pki, attempt, timeout).await {
+            Err(error) if error.is_port_conflict() && attempt < START_ATTEMPTS => {
+                tracing::debug!(%error, attempt, "port taken by another process, retrying with new ports");
+                attempt += 1;
+            }
+            result => return result,
+        }
+    }
+}
+
 /// Starts etcd and kube-apiserver on fresh ports and waits for `/readyz`.
 /// Returns both processes and the admin kubeconfig text.
 async fn start_etcd_and_apiserver(
@@ -630,13 +623,48 @@ async fn start_etcd_and_apiserver(
     attempt: usize,
     timeout: Duration,
 ) -> Result<(ManagedProcess, ManagedProcess, String), TestEnvError> {
-    let etcd_client = free_port()?;
-    let etcd_peer = free_port()?;
-    let apiserver_port = free_port()?;
-    let etcd_url = format!("http://127.0.0.1:{etcd_client}");
-    let peer_url = format!("http://127.0.0.1:{etcd_peer}");
+    let ports = Ports::pick()?;
+    let mut etcd = spawn_etcd(binaries, dir, &ports, attempt)?;
+    // The apiserver retries its etcd connection, so both start at once.
+    let mut apiserver = spawn_apiserver(binaries, dir, files, &ports, attempt)?;
+    let text = kubeconfig::render(&format!("https://127.0.0.1:{}", ports.apiserver), pki);
+    let client = client_for(&Kubeconfig::from_yaml(&text)?).await?;
+    wait_until_ready(&client, &mut etcd, &mut apiserver, timeout).await?;
+    Ok((etcd, apiserver, text))
+}
 
-    let mut etcd = ManagedProcess::spawn(
+/// Ports free at the time of picking; another process may still take one before the child
+/// binds it, which the caller's retry covers.
+struct Ports {
+    etcd_client: u16,
+    etcd_peer: u16,
+    apiserver: u16,
+}
+
+impl Ports {
+    fn pick() -> Result<Self, TestEnvError> {
+        Ok(Self {
+            etcd_client: free_port()?,
+            etcd_peer: free_port()?,
+            apiserver: free_port()?,
+        })
+    }
+
+    fn etcd_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.etcd_client)
+    }
+}
+
+/// Each attempt gets its own data directory and log, so a failed attempt's log stays readable.
+fn spawn_etcd(
+    binaries: &Binaries,
+    dir: &Path,
+    ports: &Ports,
+    attempt: usize,
+) -> Result<ManagedProcess, TestEnvError> {
+    let client_url = ports.etcd_url();
+    let peer_url = format!("http://127.0.0.1:{}", ports.etcd_peer);
+    ManagedProcess::spawn(
         "etcd",
         &binaries.etcd,
         args([
@@ -644,8 +672,8 @@ async fn start_etcd_and_apiserver(
                 "--data-dir={}",
                 dir.join(format!("etcd-{attempt}")).display()
             ),
-            format!("--listen-client-urls={etcd_url}"),
-            format!("--advertise-client-urls={etcd_url}"),
+            format!("--listen-client-urls={client_url}"),
+            format!("--advertise-client-urls={client_url}"),
             format!("--listen-peer-urls={peer_url}"),
             format!("--initial-advertise-peer-urls={peer_url}"),
             format!("--initial-cluster=default={peer_url}"),
@@ -653,18 +681,28 @@ async fn start_etcd_and_apiserver(
             "--log-level=warn".to_owned(),
         ]),
         dir.join(format!("etcd-{attempt}.log")),
-    )?;
-    // The apiserver retries its etcd connection, so both start at once.
-    let mut apiserver = ManagedProcess::spawn(
+    )
+}
+
+/// Flags as controller-runtime's envtest sets them for a control plane without
+/// kube-controller-manager (DESIGN §10).
+fn spawn_apiserver(
+    binaries: &Binaries,
+    dir: &Path,
+    files: &PkiFiles,
+    ports: &Ports,
+    attempt: usize,
+) -> Result<ManagedProcess, TestEnvError> {
+    ManagedProcess::spawn(
         "kube-apiserver",
         &binaries.kube_apiserver,
         args([
-            format!("--etcd-servers={etcd_url}"),
+            format!("--etcd-servers={}", ports.etcd_url()),
             format!("--cert-dir={}", dir.join("apiserver-certs").display()),
             format!("--tls-cert-file={}", files.apiserver_cert.display()),
             format!("--tls-private-key-file={}", files.apiserver_key.display()),
             format!("--client-ca-file={}", files.ca.display()),
-            format!("--secure-port={apiserver_port}"),
+            format!("--secure-port={}", ports.apiserver),
             "--bind-address=127.0.0.1".to_owned(),
             "--advertise-address=127.0.0.1".to_owned(),
             "--service-cluster-ip-range=10.0.0.0/24".to_owned(),
@@ -686,13 +724,20 @@ async fn start_etcd_and_apiserver(
             "--profiling=false".to_owned(),
         ]),
         dir.join(format!("kube-apiserver-{attempt}.log")),
-    )?;
+    )
+}
 
-    let text = kubeconfig::render(&format!("https://127.0.0.1:{apiserver_port}"), pki);
-    let client = client_for(&Kubeconfig::from_yaml(&text)?).await?;
+/// Polls the apiserver's `/readyz` until it answers, failing early with the log of a process
+/// that exited (a taken port shows up there) and, on timeout, with the last answer.
+async fn wait_until_ready(
+    client: &Client,
+    etcd: &mut ManagedProcess,
+    apiserver: &mut ManagedProcess,
+    timeout: Duration,
+) -> Result<(), TestEnvError> {
     let deadline = Instant::now() + timeout;
     loop {
-        for process in [&mut etcd, &mut apiserver] {
+        for process in [&mut *etcd, &mut *apiserver] {
             if let Some(status) = process.exited() {
                 return Err(TestEnvError::Exited {
                     process: process.name(),
@@ -707,7 +752,7 @@ async fn start_etcd_and_apiserver(
                 TestEnvError::kube("building the readyz request", kube::Error::HttpError(e))
             })?;
         let last_error = match client.request_text(request).await {
-            Ok(_) => return Ok((etcd, apiserver, text)),
+            Ok(_) => return Ok(()),
             Err(error) => error.to_string(),
         };
         if Instant::now() >= deadline {
@@ -722,4 +767,24 @@ async fn start_etcd_and_apiserver(
         }
         tokio::time::sleep(POLL_INTERVAL).await;
     }
+}
+
+/// Without leader election (there is one scheduler) and without a serving port (nothing
+/// scrapes it, and a fixed one would clash between parallel tests).
+fn spawn_scheduler(
+    binaries: &Binaries,
+    dir: &Path,
+    kubeconfig: &Path,
+) -> Result<ManagedProcess, TestEnvError> {
+    ManagedProcess::spawn(
+        "kube-scheduler",
+        &binaries.kube_scheduler,
+        args([
+            format!("--kubeconfig={}", kubeconfig.display()),
+            "--leader-elect=false".to_owned(),
+            "--bind-address=127.0.0.1".to_owned(),
+            "--secure-port=0".to_owned(),
+        ]),
+        dir.join("kube-scheduler.log"),
+    )
 }

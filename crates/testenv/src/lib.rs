@@ -19,10 +19,6 @@
 mod binaries;
 mod certs;
 mod env;
-// xtask's go.mod reader, so that both read the pinned Kubernetes version
-// alike (see the file for why it is shared as a file, not a crate).
-#[path = "../../../xtask/src/gomod.rs"]
-mod gomod;
 mod kubeconfig;
 mod manifests;
 mod process;

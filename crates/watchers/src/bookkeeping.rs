@@ -3,41 +3,42 @@
 //! bus events to publish.
 
 use std::collections::HashSet;
+use std::marker::PhantomData;
 
+use kube::Resource;
 use kube::runtime::watcher;
-use poolkeeper_bus::{Change, Event, ObjectKey, ResourceKind};
-use poolkeeper_index::Index;
+use poolkeeper_bus::{Event, ObjectKey, ResourceKind};
+use poolkeeper_index::{Changed, Index, IndexResource, object_key};
 
-use crate::WatchedKind;
-
-/// Bookkeeping of one watched kind.
+/// Bookkeeping of the watch of kind `K`.
 #[derive(Debug)]
-pub struct WatchBookkeeper {
-    kind: ResourceKind,
+pub(crate) struct WatchBookkeeper<K> {
     /// The first complete list is done.
     synced: bool,
     /// Keys seen since the last `Init`, while a (re)list is in progress.
     listing: Option<HashSet<ObjectKey>>,
     /// A watch error was reported and no event has arrived since.
     failing: bool,
+    kind: PhantomData<fn(K)>,
 }
 
-impl WatchBookkeeper {
-    pub fn new(kind: ResourceKind) -> Self {
+impl<K: Resource> WatchBookkeeper<K>
+where
+    Index: IndexResource<K>,
+{
+    const KIND: ResourceKind = <Index as IndexResource<K>>::KIND;
+
+    pub(crate) fn new() -> Self {
         Self {
-            kind,
             synced: false,
             listing: None,
             failing: false,
+            kind: PhantomData,
         }
     }
 
-    pub fn kind(&self) -> ResourceKind {
-        self.kind
-    }
-
     /// The first complete list has been applied.
-    pub fn is_synced(&self) -> bool {
+    pub(crate) fn is_synced(&self) -> bool {
         self.synced
     }
 
@@ -47,49 +48,44 @@ impl WatchBookkeeper {
     /// - `ResourceSynced` after the first `InitDone`;
     /// - `WatchRecovered` first when the previous poll was an error;
     /// - nothing for an object whose projection did not change.
-    pub fn apply<K: WatchedKind>(&mut self, index: &Index, event: watcher::Event<K>) -> Vec<Event> {
-        debug_assert_eq!(K::KIND, self.kind);
+    ///
+    /// A list is applied object by object as it arrives (never buffered:
+    /// a page of full Nodes is far larger than their projections); its
+    /// `InitDone` removes what it lacked.
+    pub(crate) fn apply(&mut self, index: &Index, event: watcher::Event<K>) -> Vec<Event> {
         let mut out = Vec::new();
         if self.failing {
             self.failing = false;
-            out.push(Event::WatchRecovered { kind: self.kind });
+            out.push(Event::WatchRecovered { kind: Self::KIND });
         }
         match event {
             watcher::Event::Init => {
                 self.listing = Some(HashSet::new());
             }
             watcher::Event::InitApply(object) => {
-                let key = object.key();
-                let change = object.upsert(index).change();
                 if let Some(listing) = &mut self.listing {
-                    listing.insert(key.clone());
+                    listing.insert(object_key(&object));
                 }
-                if let Some(change) = change {
-                    out.push(self.changed(key, change, !self.synced));
-                }
+                let initial = !self.synced;
+                out.extend(index.apply(object).map(|c| Self::changed(c, initial)));
             }
             watcher::Event::InitDone => {
-                let seen = self.listing.take().unwrap_or_default();
-                for key in index.retain(self.kind, &seen) {
+                if let Some(listed) = self.listing.take() {
                     // Deleted while nobody watched: a real change, never initial.
-                    out.push(self.changed(key, Change::Deleted, false));
+                    let removed = IndexResource::<K>::retain(index, &listed);
+                    out.extend(removed.into_iter().map(|c| Self::changed(c, false)));
                 }
                 if !self.synced {
                     self.synced = true;
-                    out.push(Event::ResourceSynced { kind: self.kind });
+                    out.push(Event::ResourceSynced { kind: Self::KIND });
                 }
             }
             watcher::Event::Apply(object) => {
-                let key = object.key();
-                if let Some(change) = object.upsert(index).change() {
-                    out.push(self.changed(key, change, false));
-                }
+                out.extend(index.apply(object).map(|c| Self::changed(c, false)));
             }
             watcher::Event::Delete(object) => {
-                let key = object.key();
-                if K::remove(index, &key) {
-                    out.push(self.changed(key, Change::Deleted, false));
-                }
+                let deleted = IndexResource::<K>::delete(index, &object_key(&object));
+                out.extend(deleted.map(|c| Self::changed(c, false)));
             }
         }
         out
@@ -98,23 +94,25 @@ impl WatchBookkeeper {
     /// Records a watch error; returns `WatchFailed` for the first error of
     /// a streak. A 410 Gone is kube's normal way to ask for a relist and is
     /// not reported as a failure.
-    pub fn fail(&mut self, error: &watcher::Error) -> Option<Event> {
+    pub(crate) fn fail(&mut self, error: &watcher::Error) -> Option<Event> {
         if is_gone(error) || self.failing {
             return None;
         }
         self.failing = true;
         Some(Event::WatchFailed {
-            kind: self.kind,
+            kind: Self::KIND,
             error: error.to_string(),
         })
     }
 
-    fn changed(&self, key: ObjectKey, change: Change, initial: bool) -> Event {
+    /// The `ResourceChanged` for one change of the index.
+    fn changed(changed: Changed, initial: bool) -> Event {
         Event::ResourceChanged {
-            kind: self.kind,
-            key,
-            change,
+            kind: Self::KIND,
+            key: changed.key,
+            change: changed.change,
             initial,
+            related: changed.related,
         }
     }
 }
@@ -129,6 +127,7 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
     use kube::core::Status;
     use poolkeeper_api::{ClassSpec, Machine, MachineSpec};
+    use poolkeeper_bus::Change;
 
     use super::*;
 
@@ -168,31 +167,36 @@ mod tests {
         machine
     }
 
-    fn changed(kind: ResourceKind, key: ObjectKey, change: Change, initial: bool) -> Event {
+    fn node_changed(name: &str, change: Change, initial: bool) -> Event {
         Event::ResourceChanged {
-            kind,
-            key,
+            kind: ResourceKind::Node,
+            key: ObjectKey::cluster(name),
             change,
             initial,
+            related: vec![],
         }
     }
 
-    fn node_changed(name: &str, change: Change, initial: bool) -> Event {
-        changed(
-            ResourceKind::Node,
-            ObjectKey::cluster(name),
+    /// A change of Machine `name` that referenced the classes `related`.
+    fn machine_changed(name: &str, change: Change, initial: bool, related: &[&str]) -> Event {
+        Event::ResourceChanged {
+            kind: ResourceKind::Machine,
+            key: ObjectKey::namespaced(NS, name),
             change,
             initial,
-        )
+            related: related
+                .iter()
+                .map(|class| ObjectKey::namespaced(NS, *class))
+                .collect(),
+        }
     }
 
-    fn machine_changed(name: &str, change: Change, initial: bool) -> Event {
-        changed(
-            ResourceKind::Machine,
-            ObjectKey::namespaced(NS, name),
-            change,
-            initial,
-        )
+    fn count(index: &Index, kind: ResourceKind) -> usize {
+        index
+            .object_counts()
+            .into_iter()
+            .find_map(|(counted, count)| (counted == kind).then_some(count))
+            .unwrap_or_default()
     }
 
     fn synced(kind: ResourceKind) -> Event {
@@ -200,11 +204,13 @@ mod tests {
     }
 
     /// Feeds `steps` in order, checking what each one publishes.
-    fn run<K: WatchedKind>(
+    fn run<K: Resource + std::fmt::Debug>(
         index: &Index,
-        book: &mut WatchBookkeeper,
+        book: &mut WatchBookkeeper<K>,
         steps: Vec<(watcher::Event<K>, Vec<Event>)>,
-    ) {
+    ) where
+        Index: IndexResource<K>,
+    {
         for (i, (event, expected)) in steps.into_iter().enumerate() {
             let what = format!("step {i}: {event:?}");
             assert_eq!(book.apply(index, event), expected, "{what}");
@@ -214,7 +220,7 @@ mod tests {
     #[test]
     fn first_list_is_initial_then_live() {
         let index = Index::new("pool");
-        let mut book = WatchBookkeeper::new(ResourceKind::Node);
+        let mut book = WatchBookkeeper::<Node>::new();
         run(
             &index,
             &mut book,
@@ -246,13 +252,13 @@ mod tests {
             ],
         );
         assert!(book.is_synced());
-        assert_eq!(index.count(ResourceKind::Node), 2);
+        assert_eq!(count(&index, ResourceKind::Node), 2);
     }
 
     #[test]
     fn unchanged_projection_publishes_nothing() {
         let index = Index::new("pool");
-        let mut book = WatchBookkeeper::new(ResourceKind::Node);
+        let mut book = WatchBookkeeper::<Node>::new();
         run(
             &index,
             &mut book,
@@ -273,7 +279,7 @@ mod tests {
     #[test]
     fn relist_reports_deletes_and_changes_as_live() {
         let index = Index::new("pool");
-        let mut book = WatchBookkeeper::new(ResourceKind::Node);
+        let mut book = WatchBookkeeper::<Node>::new();
         run(
             &index,
             &mut book,
@@ -318,7 +324,7 @@ mod tests {
     #[test]
     fn relist_with_nothing_left_empties_the_kind() {
         let index = Index::new("pool");
-        let mut book = WatchBookkeeper::new(ResourceKind::Machine);
+        let mut book = WatchBookkeeper::<Machine>::new();
         run(
             &index,
             &mut book,
@@ -326,7 +332,7 @@ mod tests {
                 (watcher::Event::Init, vec![]),
                 (
                     watcher::Event::InitApply(machine("m1", "c1")),
-                    vec![machine_changed("m1", Change::Created, true)],
+                    vec![machine_changed("m1", Change::Created, true, &["c1"])],
                 ),
                 (
                     watcher::Event::InitDone,
@@ -335,7 +341,7 @@ mod tests {
                 (watcher::Event::Init, vec![]),
                 (
                     watcher::Event::InitDone,
-                    vec![machine_changed("m1", Change::Deleted, false)],
+                    vec![machine_changed("m1", Change::Deleted, false, &["c1"])],
                 ),
             ],
         );
@@ -347,17 +353,9 @@ mod tests {
         // A new watcher instance (process restart with a kept index, or a
         // second watcher) lists into an index that already holds objects.
         let index = Index::new("pool");
-        index.upsert_machine(poolkeeper_index::Machine {
-            key: ObjectKey::namespaced(NS, "m1"),
-            class_name: "c1".into(),
-            deleting: false,
-        });
-        index.upsert_machine(poolkeeper_index::Machine {
-            key: ObjectKey::namespaced(NS, "gone"),
-            class_name: "c1".into(),
-            deleting: false,
-        });
-        let mut book = WatchBookkeeper::new(ResourceKind::Machine);
+        index.apply(machine("m1", "c1"));
+        index.apply(machine("gone", "c1"));
+        let mut book = WatchBookkeeper::<Machine>::new();
         run(
             &index,
             &mut book,
@@ -366,12 +364,12 @@ mod tests {
                 (watcher::Event::InitApply(machine("m1", "c1")), vec![]),
                 (
                     watcher::Event::InitApply(machine("m2", "c2")),
-                    vec![machine_changed("m2", Change::Created, true)],
+                    vec![machine_changed("m2", Change::Created, true, &["c2"])],
                 ),
                 (
                     watcher::Event::InitDone,
                     vec![
-                        machine_changed("gone", Change::Deleted, false),
+                        machine_changed("gone", Change::Deleted, false, &["c1"]),
                         synced(ResourceKind::Machine),
                     ],
                 ),
@@ -382,13 +380,13 @@ mod tests {
     #[test]
     fn machine_class_change_is_an_update() {
         let index = Index::new("pool");
-        let mut book = WatchBookkeeper::new(ResourceKind::Machine);
+        let mut book = WatchBookkeeper::<Machine>::new();
         book.apply(&index, watcher::Event::Init::<Machine>);
         book.apply(&index, watcher::Event::InitApply(machine("m1", "c1")));
         book.apply(&index, watcher::Event::<Machine>::InitDone);
         assert_eq!(
             book.apply(&index, watcher::Event::Apply(machine("m1", "c2"))),
-            vec![machine_changed("m1", Change::Updated, false)]
+            vec![machine_changed("m1", Change::Updated, false, &["c1", "c2"])]
         );
         let view = index.machines();
         assert_eq!(view.machines_of_class(NS, "c1").count(), 0);
@@ -398,7 +396,7 @@ mod tests {
     #[test]
     fn failures_are_reported_once_per_streak() {
         let index = Index::new("pool");
-        let mut book = WatchBookkeeper::new(ResourceKind::Node);
+        let mut book = WatchBookkeeper::<Node>::new();
         let failure = watcher::Error::NoResourceVersion;
         let gone = watcher::Error::WatchError(
             Status::failure("too old", "Expired").with_code(410).boxed(),

@@ -1,38 +1,62 @@
 //! The watcher component: one kube watch stream feeding a [`WatchBookkeeper`].
 
+use std::fmt::Debug;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use futures::{Stream, StreamExt};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client};
-use poolkeeper_bus::{Bus, Event};
-use poolkeeper_index::Index;
+use kube::{Api, Client, Resource};
+use poolkeeper_bus::{Bus, ResourceKind};
+use poolkeeper_index::{Index, IndexResource};
 use poolkeeper_supervisor::{BoxError, Component, Context};
+use serde::de::DeserializeOwned;
 
+use crate::WatchersError;
+use crate::bookkeeping::WatchBookkeeper;
 use crate::sync::SyncedKinds;
-use crate::{WatchBookkeeper, WatchedKind, WatcherMetrics, WatchersError};
+
+/// What kube's watcher needs of a watched type.
+pub(crate) trait Watched:
+    Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static
+{
+}
+
+impl<K> Watched for K where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static
+{
+}
+
+/// The component name of the watcher of `kind`.
+fn component_name(kind: ResourceKind) -> &'static str {
+    match kind {
+        ResourceKind::MachineClass => "machine-class-watcher",
+        ResourceKind::Machine => "machine-watcher",
+        ResourceKind::NodePool => "node-pool-watcher",
+        ResourceKind::Node => "node-watcher",
+        ResourceKind::ConfigMap => "config-map-watcher",
+    }
+}
 
 /// What every watcher of one [`crate::Watchers`] set shares.
 #[derive(Clone)]
 pub(crate) struct Shared {
     pub(crate) index: Arc<Index>,
     pub(crate) bus: Bus,
-    pub(crate) metrics: WatcherMetrics,
     pub(crate) synced: SyncedKinds,
 }
 
-/// Watches one kind and keeps it in the index. Marks itself ready after
-/// the first complete list.
-pub struct KindWatcher<K: WatchedKind> {
+/// Watches one kind and keeps it in the index. Ready after the first
+/// complete list.
+pub(crate) struct KindWatcher<K: Watched> {
     api: Api<K>,
     config: watcher::Config,
     shared: Shared,
 }
 
-impl<K: WatchedKind> KindWatcher<K>
+impl<K> KindWatcher<K>
 where
-    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+    K: Watched + Resource<Scope = k8s_openapi::NamespaceResourceScope>,
 {
     /// Watches every object of `K` in `namespace`.
     pub(crate) fn namespaced(
@@ -58,9 +82,9 @@ where
     }
 }
 
-impl<K: WatchedKind> KindWatcher<K>
+impl<K> KindWatcher<K>
 where
-    K: kube::Resource<Scope = k8s_openapi::ClusterResourceScope>,
+    K: Watched + Resource<Scope = k8s_openapi::ClusterResourceScope>,
 {
     /// Watches every object of the cluster-scoped `K`.
     pub(crate) fn cluster(client: Client, page_size: u32, shared: Shared) -> Self {
@@ -72,9 +96,17 @@ where
     }
 }
 
-impl<K: WatchedKind> Component for KindWatcher<K> {
+impl<K: Watched> Component for KindWatcher<K>
+where
+    Index: IndexResource<K>,
+{
     fn name(&self) -> &'static str {
-        K::COMPONENT
+        component_name(<Index as IndexResource<K>>::KIND)
+    }
+
+    /// The sync tracker's `index` check speaks for every watcher.
+    fn readiness_check(&self) -> Option<&'static str> {
+        None
     }
 
     fn run(self: Box<Self>, ctx: Context) -> BoxFuture<'static, Result<(), BoxError>> {
@@ -86,11 +118,14 @@ impl<K: WatchedKind> Component for KindWatcher<K> {
 /// Feeds `stream` into the index until `ctx` is cancelled.
 pub(crate) async fn drive<K, S>(stream: S, shared: Shared, ctx: Context) -> Result<(), BoxError>
 where
-    K: WatchedKind,
+    K: Watched,
+    Index: IndexResource<K>,
     S: Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send,
 {
+    let kind = <Index as IndexResource<K>>::KIND;
+    ctx.waiting_for(format!("waiting for the first list of {kind}"));
     let mut stream = std::pin::pin!(stream);
-    let mut book = WatchBookkeeper::new(K::KIND);
+    let mut book = WatchBookkeeper::<K>::new();
     loop {
         let next = tokio::select! {
             biased;
@@ -98,27 +133,13 @@ where
             next = stream.next() => next,
         };
         let Some(next) = next else {
-            return Err(WatchersError::StreamEnded { kind: K::KIND }.into());
+            return Err(WatchersError::StreamEnded { kind }.into());
         };
         let _busy = ctx.busy("applying a watch event");
         match next {
-            Ok(event) => {
-                let was_synced = book.is_synced();
-                let events = book.apply(&shared.index, event);
-                if !was_synced && book.is_synced() {
-                    // Before ResourceSynced goes out, so the tracker never
-                    // sees the event without the state.
-                    shared.synced.insert(K::KIND);
-                }
-                publish(&shared.bus, events);
-                if !was_synced && book.is_synced() {
-                    tracing::info!(kind = %K::KIND, objects = shared.index.count(K::KIND), "initial list applied");
-                    ctx.mark_ready();
-                }
-            }
+            Ok(event) => apply(&mut book, event, &shared, &ctx),
             Err(error) => {
-                shared.metrics.restart(K::KIND);
-                tracing::warn!(kind = %K::KIND, %error, "watch failed, retrying with backoff");
+                tracing::warn!(%kind, %error, "watch failed, retrying with backoff");
                 if let Some(event) = book.fail(&error) {
                     shared.bus.publish(event);
                 }
@@ -127,19 +148,51 @@ where
     }
 }
 
-fn publish(bus: &Bus, events: Vec<Event>) {
-    for event in events {
-        bus.publish(event);
+/// Applies one watch event and publishes what it changed; the first
+/// complete list makes the watcher ready.
+fn apply<K: Watched>(
+    book: &mut WatchBookkeeper<K>,
+    event: watcher::Event<K>,
+    shared: &Shared,
+    ctx: &Context,
+) where
+    Index: IndexResource<K>,
+{
+    let kind = <Index as IndexResource<K>>::KIND;
+    let was_synced = book.is_synced();
+    let events = book.apply(&shared.index, event);
+    let just_synced = !was_synced && book.is_synced();
+    if just_synced {
+        // Before ResourceSynced goes out, so the tracker never sees the
+        // event without the state.
+        shared.synced.insert(kind);
     }
+    for event in events {
+        shared.bus.publish(event);
+    }
+    if just_synced {
+        let objects = object_count(&shared.index, kind);
+        tracing::info!(%kind, objects, "initial list applied");
+        ctx.mark_ready();
+    }
+}
+
+fn object_count(index: &Index, kind: ResourceKind) -> usize {
+    index
+        .object_counts()
+        .into_iter()
+        .find_map(|(counted, count)| (counted == kind).then_some(count))
+        .unwrap_or_default()
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use k8s_openapi::api::core::v1::Node;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-    use poolkeeper_bus::{Change, Delivery, ObjectKey, ResourceKind, Subscription};
-    use poolkeeper_supervisor::Activity;
-    use tokio_util::sync::CancellationToken;
+    use poolkeeper_bus::{Change, Event, ObjectKey};
+    use poolkeeper_supervisor::testing::{EventRecorder, spawn};
 
     use super::*;
 
@@ -153,30 +206,44 @@ mod tests {
         }
     }
 
-    fn drain(sub: &mut Subscription) -> Vec<Event> {
-        let mut events = Vec::new();
-        while let Some(Delivery::Event(envelope)) = sub.try_recv() {
-            events.push(envelope.event.clone());
-        }
-        events
-    }
-
     fn shared(bus: &Bus) -> Shared {
         Shared {
             index: Arc::new(Index::new("pool")),
             bus: bus.clone(),
-            metrics: WatcherMetrics::default(),
             synced: SyncedKinds::default(),
+        }
+    }
+
+    /// A component driving a scripted stream, as the watcher drives kube's.
+    struct Scripted {
+        items: Vec<Result<watcher::Event<Node>, watcher::Error>>,
+        shared: Shared,
+        then_pending: bool,
+    }
+
+    impl Component for Scripted {
+        fn name(&self) -> &'static str {
+            "scripted-node-watcher"
+        }
+
+        fn run(self: Box<Self>, ctx: Context) -> BoxFuture<'static, Result<(), BoxError>> {
+            let items = futures::stream::iter(self.items);
+            if self.then_pending {
+                let stream = items.chain(futures::stream::pending());
+                Box::pin(drive::<Node, _>(stream, self.shared, ctx))
+            } else {
+                Box::pin(drive::<Node, _>(items, self.shared, ctx))
+            }
         }
     }
 
     #[tokio::test(start_paused = true)]
     async fn drives_events_into_index_and_bus() {
         let bus = Bus::new(64);
-        let mut observer = bus.subscribe("observer");
+        let recorder = EventRecorder::new(&bus);
         bus.start();
         let shared = shared(&bus);
-        let items: Vec<Result<watcher::Event<Node>, watcher::Error>> = vec![
+        let items = vec![
             Err(watcher::Error::NoResourceVersion),
             Err(watcher::Error::NoResourceVersion),
             Ok(watcher::Event::Init),
@@ -184,21 +251,27 @@ mod tests {
             Ok(watcher::Event::InitDone),
             Ok(watcher::Event::Apply(node("n2"))),
         ];
-        let stream = futures::stream::iter(items).chain(futures::stream::pending());
-        let cancel = CancellationToken::new();
-        let (ready_tx, ready) = tokio::sync::watch::channel(false);
-        let ctx = Context::new(cancel.clone(), Activity::default(), ready_tx);
-        let task = tokio::spawn(drive::<Node, _>(stream, shared.clone(), ctx));
-        for _ in 0..20 {
-            tokio::task::yield_now().await;
-        }
-        assert!(*ready.borrow());
-        assert_eq!(shared.metrics.restarts(ResourceKind::Node), 2);
+        let mut running = spawn(Box::new(Scripted {
+            items,
+            shared: shared.clone(),
+            then_pending: true,
+        }));
+        running.wait_ready(Duration::from_secs(1)).await;
         assert!(shared.synced.contains_all(&[ResourceKind::Node].into()));
-        assert_eq!(shared.index.count(ResourceKind::Node), 2);
         let kind = ResourceKind::Node;
+        let last = Event::ResourceChanged {
+            kind,
+            key: ObjectKey::cluster("n2"),
+            change: Change::Created,
+            initial: false,
+            related: vec![],
+        };
+        recorder
+            .wait_for(Duration::from_secs(1), |e| *e == last)
+            .await;
+        assert_eq!(object_count(&shared.index, kind), 2);
         assert_eq!(
-            drain(&mut observer),
+            recorder.events(),
             vec![
                 Event::WatchFailed {
                     kind,
@@ -209,29 +282,43 @@ mod tests {
                     kind,
                     key: ObjectKey::cluster("n1"),
                     change: Change::Created,
-                    initial: true
+                    initial: true,
+                    related: vec![],
                 },
                 Event::ResourceSynced { kind },
-                Event::ResourceChanged {
-                    kind,
-                    key: ObjectKey::cluster("n2"),
-                    change: Change::Created,
-                    initial: false
-                },
+                last,
             ]
         );
-        cancel.cancel();
-        assert!(task.await.expect("joins").is_ok());
+        assert!(running.stop().await.is_ok());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn waits_for_the_first_list() {
+        let bus = Bus::new(8);
+        let items = vec![Ok(watcher::Event::Init)];
+        let running = spawn(Box::new(Scripted {
+            items,
+            shared: shared(&bus),
+            then_pending: true,
+        }));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert_eq!(
+            running.waiting_reason().as_deref(),
+            Some("waiting for the first list of Node")
+        );
+        assert!(running.stop().await.is_ok());
     }
 
     #[tokio::test(start_paused = true)]
     async fn an_ended_stream_is_an_error() {
         let bus = Bus::new(8);
-        let stream =
-            futures::stream::iter(Vec::<Result<watcher::Event<Node>, watcher::Error>>::new());
-        let (ready_tx, _ready) = tokio::sync::watch::channel(false);
-        let ctx = Context::new(CancellationToken::new(), Activity::default(), ready_tx);
-        let error = drive::<Node, _>(stream, shared(&bus), ctx)
+        let running = spawn(Box::new(Scripted {
+            items: Vec::new(),
+            shared: shared(&bus),
+            then_pending: false,
+        }));
+        let error = running
+            .join()
             .await
             .expect_err("a watch stream never ends on its own");
         assert!(

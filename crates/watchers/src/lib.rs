@@ -2,11 +2,12 @@
 //!
 //! One watcher [`Component`] per enabled kind (MachineClass and Machine in
 //! the configured namespace, NodePool and Node cluster-wide, the placement
-//! ConfigMap) converts each object to its compact projection, writes the
-//! index and publishes `ResourceChanged` only when the projection changed.
-//! After its first complete list a watcher publishes `ResourceSynced` and
-//! reports ready; the sync tracker publishes `IndexSynchronized` once every
-//! enabled kind has synced.
+//! ConfigMap) writes each object into the index through
+//! [`IndexResource`](poolkeeper_index::IndexResource) and publishes
+//! `ResourceChanged` only when the projection changed. After its first
+//! complete list a watcher publishes `ResourceSynced`; the sync tracker
+//! publishes `IndexSynchronized` once every enabled kind has synced and is
+//! the `index` readiness check until then.
 //!
 //! Watch failures never stop a watcher: kube's watcher relists after a 410
 //! and the stream backs off between retries. Failures are published as
@@ -14,8 +15,6 @@
 
 mod bookkeeping;
 mod component;
-mod kinds;
-mod metrics;
 mod sync;
 
 use std::collections::BTreeSet;
@@ -24,82 +23,57 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use kube::Client;
 use poolkeeper_api::{Machine, MachineClass, NodePool};
-use poolkeeper_bus::{Bus, ObjectKey, ResourceKind};
+use poolkeeper_bus::{Bus, ResourceKind};
+use poolkeeper_config::Config;
 use poolkeeper_index::Index;
-use poolkeeper_supervisor::{Component, Gate};
-use prometheus_client::registry::Registry;
+use poolkeeper_supervisor::Component;
 
-pub use bookkeeping::WatchBookkeeper;
-use component::KindWatcher;
-pub use kinds::WatchedKind;
-pub use metrics::WatcherMetrics;
-pub use sync::{SyncTracker, SyncedKinds};
+use component::{KindWatcher, Shared};
+use sync::{SyncTracker, SyncedKinds};
 
 /// What to watch and how.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WatcherSettings {
-    /// The kinds to watch; kinds of a disabled feature are left out.
+    /// The kinds to watch: MachineClass and Machine when
+    /// `machineClasses.enabled`, NodePool, Node and the placement ConfigMap
+    /// when `placement.enabled`.
     pub kinds: BTreeSet<ResourceKind>,
-    /// Where MachineClasses and Machines live.
+    /// `namespace`: where MachineClasses and Machines live.
     pub namespace: String,
-    /// Objects per page of an initial list.
+    /// `watchers.pageSize`: objects per page of a list.
     pub page_size: u32,
-    /// The placement ConfigMap (watched when `kinds` holds ConfigMap).
-    pub placement_config_map: ObjectKey,
-    /// The label that assigns a Node to a pool; must be the one the index
-    /// was built with.
-    pub pool_label: String,
+    /// `placement.policyConfigMap.namespace`.
+    pub config_map_namespace: String,
+    /// `placement.policyConfigMap.name`: the one ConfigMap watched.
+    pub config_map_name: String,
 }
 
-impl WatcherSettings {
-    /// MachineClass and Machine.
-    pub const MACHINE_KINDS: [ResourceKind; 2] =
-        [ResourceKind::MachineClass, ResourceKind::Machine];
-    /// NodePool, Node and the placement ConfigMap.
-    pub const PLACEMENT_KINDS: [ResourceKind; 3] = [
-        ResourceKind::NodePool,
-        ResourceKind::Node,
-        ResourceKind::ConfigMap,
-    ];
-
-    /// The kinds the two features need.
-    pub fn kinds_for(machine_classes: bool, placement: bool) -> BTreeSet<ResourceKind> {
+impl From<&Config> for WatcherSettings {
+    fn from(config: &Config) -> Self {
         let mut kinds = BTreeSet::new();
-        if machine_classes {
-            kinds.extend(Self::MACHINE_KINDS);
+        if config.machine_classes.enabled {
+            kinds.extend([ResourceKind::MachineClass, ResourceKind::Machine]);
         }
-        if placement {
-            kinds.extend(Self::PLACEMENT_KINDS);
+        if config.placement.enabled {
+            kinds.extend([
+                ResourceKind::NodePool,
+                ResourceKind::Node,
+                ResourceKind::ConfigMap,
+            ]);
         }
-        kinds
-    }
-}
-
-impl Default for WatcherSettings {
-    fn default() -> Self {
+        let config_map = &config.placement.policy_config_map;
         Self {
-            kinds: ResourceKind::ALL.into_iter().collect(),
-            namespace: "machine-system".to_owned(),
-            page_size: 500,
-            placement_config_map: ObjectKey::namespaced(
-                "poolkeeper-system",
-                "poolkeeper-placement",
-            ),
-            pool_label: "apps.openyurt.io/nodepool".to_owned(),
+            kinds,
+            namespace: config.namespace.clone(),
+            page_size: config.watchers.page_size,
+            config_map_namespace: config_map.namespace.clone(),
+            config_map_name: config_map.name.clone(),
         }
     }
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum WatchersError {
-    #[error(
-        "the index groups nodes by label {index:?} but the watchers are set up for {settings:?}"
-    )]
-    PoolLabelMismatch { index: String, settings: String },
-    #[error("the placement ConfigMap {name:?} needs a namespace")]
-    ConfigMapWithoutNamespace { name: String },
-    #[error("watchers.pageSize must be at least 1")]
-    ZeroPageSize,
     #[error("the {kind} watch stream ended")]
     StreamEnded { kind: ResourceKind },
 }
@@ -108,97 +82,34 @@ pub enum WatchersError {
 pub struct Watchers {
     components: Vec<Box<dyn Component>>,
     tracker: SyncTracker,
-    metrics: WatcherMetrics,
 }
 
 impl Watchers {
     /// Builds one watcher per enabled kind and the sync tracker. Subscribes
     /// to `bus`, so call it before the bus starts.
-    pub fn new(
-        client: Client,
-        bus: &Bus,
-        index: Arc<Index>,
-        settings: &WatcherSettings,
-    ) -> Result<Self, WatchersError> {
-        if index.pool_label() != settings.pool_label {
-            return Err(WatchersError::PoolLabelMismatch {
-                index: index.pool_label().to_owned(),
-                settings: settings.pool_label.clone(),
-            });
-        }
-        if settings.page_size == 0 {
-            return Err(WatchersError::ZeroPageSize);
-        }
-        let metrics = WatcherMetrics::default();
+    pub fn new(client: Client, bus: &Bus, index: Arc<Index>, settings: &WatcherSettings) -> Self {
+        debug_assert!(
+            settings.page_size > 0,
+            "the configuration rules out pageSize 0"
+        );
         let synced = SyncedKinds::default();
-        let mut components: Vec<Box<dyn Component>> = Vec::new();
-        for kind in &settings.kinds {
-            let shared = component::Shared {
-                index: Arc::clone(&index),
-                bus: bus.clone(),
-                metrics: metrics.clone(),
-                synced: synced.clone(),
-            };
-            let namespace = settings.namespace.as_str();
-            let page_size = settings.page_size;
-            let watcher: Box<dyn Component> = match kind {
-                ResourceKind::MachineClass => Box::new(KindWatcher::<MachineClass>::namespaced(
-                    client.clone(),
-                    namespace,
-                    page_size,
-                    shared,
-                )),
-                ResourceKind::Machine => Box::new(KindWatcher::<Machine>::namespaced(
-                    client.clone(),
-                    namespace,
-                    page_size,
-                    shared,
-                )),
-                ResourceKind::NodePool => Box::new(KindWatcher::<NodePool>::cluster(
-                    client.clone(),
-                    page_size,
-                    shared,
-                )),
-                ResourceKind::Node => Box::new(KindWatcher::<Node>::cluster(
-                    client.clone(),
-                    page_size,
-                    shared,
-                )),
-                ResourceKind::ConfigMap => {
-                    let key = &settings.placement_config_map;
-                    let namespace = key.namespace.as_deref().ok_or_else(|| {
-                        WatchersError::ConfigMapWithoutNamespace {
-                            name: key.name.clone(),
-                        }
-                    })?;
-                    Box::new(KindWatcher::<ConfigMap>::single(
-                        client.clone(),
-                        namespace,
-                        &key.name,
-                        shared,
-                    ))
-                }
-            };
-            components.push(watcher);
-        }
+        let components = settings
+            .kinds
+            .iter()
+            .map(|kind| {
+                let shared = Shared {
+                    index: Arc::clone(&index),
+                    bus: bus.clone(),
+                    synced: synced.clone(),
+                };
+                watcher(*kind, client.clone(), settings, shared)
+            })
+            .collect();
         let tracker = SyncTracker::new(bus, settings.kinds.clone(), synced);
-        Ok(Self {
+        Self {
             components,
             tracker,
-            metrics,
-        })
-    }
-
-    /// Registers `poolkeeper_watch_restarts_total{kind}`.
-    pub fn register_metrics(&self, registry: &mut Registry) {
-        self.metrics.register(registry);
-    }
-
-    /// Passes `gate` (the `index` readiness check) once the index is
-    /// synchronized.
-    pub fn with_readiness_gate(mut self, gate: Gate) -> Self {
-        self.tracker = self.tracker.with_gate(gate);
-        self
+        }
     }
 
     /// The components, watchers first and the sync tracker last.
@@ -209,8 +120,38 @@ impl Watchers {
     }
 }
 
+fn watcher(
+    kind: ResourceKind,
+    client: Client,
+    settings: &WatcherSettings,
+    shared: Shared,
+) -> Box<dyn Component> {
+    let namespace = settings.namespace.as_str();
+    let page_size = settings.page_size;
+    match kind {
+        ResourceKind::MachineClass => Box::new(KindWatcher::<MachineClass>::namespaced(
+            client, namespace, page_size, shared,
+        )),
+        ResourceKind::Machine => Box::new(KindWatcher::<Machine>::namespaced(
+            client, namespace, page_size, shared,
+        )),
+        ResourceKind::NodePool => {
+            Box::new(KindWatcher::<NodePool>::cluster(client, page_size, shared))
+        }
+        ResourceKind::Node => Box::new(KindWatcher::<Node>::cluster(client, page_size, shared)),
+        ResourceKind::ConfigMap => Box::new(KindWatcher::<ConfigMap>::single(
+            client,
+            &settings.config_map_namespace,
+            &settings.config_map_name,
+            shared,
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use poolkeeper_bus::IntoEnumIterator;
+
     use super::*;
 
     fn client() -> Client {
@@ -230,7 +171,8 @@ mod tests {
     async fn one_component_per_enabled_kind_plus_tracker() {
         let cases = [
             (
-                WatcherSettings::kinds_for(true, true),
+                true,
+                true,
                 vec![
                     "machine-class-watcher",
                     "machine-watcher",
@@ -241,7 +183,8 @@ mod tests {
                 ],
             ),
             (
-                WatcherSettings::kinds_for(true, false),
+                true,
+                false,
                 vec![
                     "machine-class-watcher",
                     "machine-watcher",
@@ -249,7 +192,8 @@ mod tests {
                 ],
             ),
             (
-                WatcherSettings::kinds_for(false, true),
+                false,
+                true,
                 vec![
                     "node-pool-watcher",
                     "node-watcher",
@@ -257,60 +201,49 @@ mod tests {
                     "index-sync-tracker",
                 ],
             ),
-            (BTreeSet::new(), vec!["index-sync-tracker"]),
+            (false, false, vec!["index-sync-tracker"]),
         ];
-        for (kinds, expected) in cases {
-            let settings = WatcherSettings {
-                kinds: kinds.clone(),
-                ..WatcherSettings::default()
-            };
-            let index = Arc::new(Index::new(&settings.pool_label));
-            let watchers =
-                Watchers::new(client(), &Bus::default(), index, &settings).expect("valid settings");
-            assert_eq!(names(watchers), expected, "{kinds:?}");
+        for (machine_classes, placement, expected) in cases {
+            let mut config = Config::default();
+            config.machine_classes.enabled = machine_classes;
+            config.placement.enabled = placement;
+            let settings = WatcherSettings::from(&config);
+            let index = Arc::new(Index::new(&config.placement.pool_label));
+            let watchers = Watchers::new(client(), &Bus::default(), index, &settings);
+            assert_eq!(
+                names(watchers),
+                expected,
+                "machineClasses {machine_classes}, placement {placement}"
+            );
         }
     }
 
-    #[tokio::test]
-    async fn invalid_settings_are_rejected() {
-        type Edit = fn(&mut WatcherSettings);
-        let cases: [(&str, Edit, &str); 3] = [
-            (
-                "pool label",
-                |s| s.pool_label = "other".into(),
-                "groups nodes by label",
-            ),
-            ("page size", |s| s.page_size = 0, "pageSize"),
-            (
-                "config map namespace",
-                |s| s.placement_config_map = ObjectKey::cluster("cm"),
-                "needs a namespace",
-            ),
-        ];
-        for (what, edit, message) in cases {
-            let mut settings = WatcherSettings::default();
-            let index = Arc::new(Index::new(&settings.pool_label));
-            edit(&mut settings);
-            let error = Watchers::new(client(), &Bus::default(), index, &settings)
-                .err()
-                .unwrap_or_else(|| panic!("{what}: accepted"));
-            assert!(error.to_string().contains(message), "{what}: {error}");
-        }
-    }
-
-    #[tokio::test]
-    async fn registers_restart_metric() {
-        let settings = WatcherSettings::default();
-        let index = Arc::new(Index::new(&settings.pool_label));
-        let watchers = Watchers::new(client(), &Bus::default(), index, &settings).expect("valid");
-        let mut registry = Registry::default();
-        watchers.register_metrics(&mut registry);
-        watchers.metrics.restart(ResourceKind::Node);
-        let mut text = String::new();
-        prometheus_client::encoding::text::encode(&mut text, &registry).expect("encodes");
-        assert!(
-            text.contains(r#"poolkeeper_watch_restarts_total{kind="Node"} 1"#),
-            "{text}"
+    #[test]
+    fn settings_come_from_the_config() {
+        let config = Config::from_yaml_str(
+            "namespace: machines\nwatchers: {pageSize: 50}\nplacement:\n  policyConfigMap: {namespace: ops, name: placement}\n",
+        )
+        .expect("valid config");
+        let settings = WatcherSettings::from(&config);
+        assert_eq!(
+            settings,
+            WatcherSettings {
+                kinds: ResourceKind::iter().collect(),
+                namespace: "machines".to_owned(),
+                page_size: 50,
+                config_map_namespace: "ops".to_owned(),
+                config_map_name: "placement".to_owned(),
+            }
         );
+    }
+
+    #[tokio::test]
+    async fn only_the_tracker_is_a_readiness_check() {
+        let settings = WatcherSettings::from(&Config::default());
+        let index = Arc::new(Index::new("pool"));
+        let components =
+            Watchers::new(client(), &Bus::default(), index, &settings).into_components();
+        let checks: Vec<Option<&str>> = components.iter().map(|c| c.readiness_check()).collect();
+        assert_eq!(checks, [None, None, None, None, None, Some("index")]);
     }
 }

@@ -8,119 +8,108 @@ use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use poolkeeper_api::{ClassSpec, Machine, MachineClass, MachineSpec, NodePool, NodePoolSpec};
-use poolkeeper_bus::{Bus, Change, Delivery, Event, ObjectKey, ResourceKind, Subscription};
+use poolkeeper_bus::{Bus, Change, Event, IntoEnumIterator, ObjectKey, ResourceKind};
+use poolkeeper_config::Config;
 use poolkeeper_index::{Index, PoolType};
-use poolkeeper_supervisor::{Activity, BoxError, Component, Context};
+use poolkeeper_supervisor::testing::{EventRecorder, Running, spawn};
 use poolkeeper_testenv::TestEnv;
 use poolkeeper_watchers::{WatcherSettings, Watchers};
 use serde_json::json;
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 
 const POOL_LABEL: &str = "apps.openyurt.io/nodepool";
 const WAIT: Duration = Duration::from_secs(30);
 
-/// A running set of watcher components.
-struct Running {
-    cancel: CancellationToken,
-    tasks: Vec<(&'static str, JoinHandle<Result<(), BoxError>>)>,
+/// A running set of watcher components and the bus they publish on.
+struct Started {
+    bus: Bus,
+    /// Every event since the watchers were built.
+    recorder: EventRecorder,
+    /// The watchers, then the sync tracker.
+    components: Vec<Running>,
 }
 
-impl Running {
-    fn start(components: Vec<Box<dyn Component>>) -> Self {
-        let cancel = CancellationToken::new();
-        let tasks = components
-            .into_iter()
-            .map(|component| {
-                let (ready, _) = tokio::sync::watch::channel(false);
-                let ctx = Context::new(cancel.child_token(), Activity::default(), ready);
-                (component.name(), tokio::spawn(component.run(ctx)))
-            })
-            .collect();
-        Self { cancel, tasks }
+impl Started {
+    /// Builds the watchers over `index` and starts them.
+    fn new(client: &Client, index: &Arc<Index>, settings: &WatcherSettings) -> Self {
+        let bus = Bus::default();
+        let watchers = Watchers::new(client.clone(), &bus, Arc::clone(index), settings);
+        let recorder = EventRecorder::new(&bus);
+        bus.start();
+        let components = watchers.into_components().into_iter().map(spawn).collect();
+        Self {
+            bus,
+            recorder,
+            components,
+        }
+    }
+
+    /// Waits for the `index` readiness (the sync tracker) and returns every
+    /// event published until `IndexSynchronized`.
+    async fn synchronized(&mut self) -> Vec<Event> {
+        let tracker = self.components.last_mut().expect("the sync tracker");
+        tracker.wait_ready(WAIT).await;
+        self.recorder
+            .wait_for(WAIT, |e| *e == Event::IndexSynchronized)
+            .await;
+        let mut events = self.recorder.events();
+        let end = events
+            .iter()
+            .position(|e| *e == Event::IndexSynchronized)
+            .expect("IndexSynchronized recorded");
+        events.truncate(end + 1);
+        events
+    }
+
+    /// Records the events published from now on.
+    fn phase(&self) -> EventRecorder {
+        EventRecorder::new(&self.bus)
     }
 
     async fn stop(self) {
-        self.cancel.cancel();
-        for (name, task) in self.tasks {
-            let result = task.await.expect("component task joins");
-            assert!(result.is_ok(), "{name} ended with {result:?}");
+        for component in self.components {
+            let result = component.stop().await;
+            assert!(result.is_ok(), "a watcher component failed: {result:?}");
         }
     }
 }
 
-fn settings(namespace: &str, config_map: ObjectKey) -> WatcherSettings {
-    WatcherSettings {
-        kinds: ResourceKind::ALL.into_iter().collect(),
-        namespace: namespace.to_owned(),
-        page_size: 2,
-        placement_config_map: config_map,
-        pool_label: POOL_LABEL.to_owned(),
-    }
-}
-
-/// Subscribes an observer, builds the watchers over `index` and starts them.
-fn start_watchers(
-    client: &Client,
-    index: &Arc<Index>,
-    settings: &WatcherSettings,
-) -> (Running, Subscription) {
-    let bus = Bus::default();
-    let observer = bus.subscribe("e2e-observer");
-    let watchers =
-        Watchers::new(client.clone(), &bus, Arc::clone(index), settings).expect("valid settings");
-    bus.start();
-    (Running::start(watchers.into_components()), observer)
-}
-
-/// Reads events until one matches `wanted`, returning everything read.
-async fn wait_for(
-    sub: &mut Subscription,
-    what: &str,
-    wanted: impl Fn(&Event) -> bool,
-) -> Vec<Event> {
-    let mut seen = Vec::new();
-    let result = tokio::time::timeout(WAIT, async {
-        loop {
-            match sub.recv().await {
-                Some(Delivery::Event(envelope)) => {
-                    let hit = wanted(&envelope.event);
-                    seen.push(envelope.event.clone());
-                    if hit {
-                        return;
-                    }
-                }
-                Some(Delivery::Lagged(n)) => {
-                    panic!("observer lagged by {n} while waiting for {what}")
-                }
-                None => panic!("bus closed while waiting for {what}"),
-            }
-        }
-    })
-    .await;
-    assert!(
-        result.is_ok(),
-        "timed out waiting for {what}; saw {seen:#?}"
+/// The default configuration with the Machines in `namespace`, lists of 2
+/// objects a page, placement `enabled` and its ConfigMap `config_map`.
+fn config(namespace: &str, placement: bool, config_map: &str) -> Config {
+    let yaml = format!(
+        "namespace: {namespace}\nwatchers: {{pageSize: 2}}\n\
+         placement: {{enabled: {placement}, policyConfigMap: {{name: {config_map}}}}}\n"
     );
-    seen
+    Config::from_yaml_str(&yaml).expect("a valid configuration")
 }
 
+/// Matches the `ResourceChanged` of `key`, whatever it names as related.
 fn changed(
     kind: ResourceKind,
     key: &ObjectKey,
     change: Change,
     initial: bool,
-) -> impl Fn(&Event) -> bool {
+) -> impl Fn(&Event) -> bool + use<> {
     let key = key.clone();
     move |event| {
-        *event
-            == Event::ResourceChanged {
-                kind,
-                key: key.clone(),
-                change,
-                initial,
-            }
+        matches!(event, Event::ResourceChanged { kind: k, key: c, change: ch, initial: i, .. }
+            if *k == kind && *c == key && *ch == change && *i == initial)
     }
+}
+
+fn related(event: &Event) -> Vec<ObjectKey> {
+    match event {
+        Event::ResourceChanged { related, .. } => related.clone(),
+        other => panic!("not a ResourceChanged: {other:?}"),
+    }
+}
+
+fn object_count(index: &Index, kind: ResourceKind) -> usize {
+    index
+        .object_counts()
+        .into_iter()
+        .find_map(|(counted, count)| (counted == kind).then_some(count))
+        .unwrap_or_default()
 }
 
 fn machine_class(name: &str) -> MachineClass {
@@ -163,6 +152,21 @@ async fn set_node_ready(nodes: &Api<Node>, name: &str, ready: bool, heartbeat: &
         .expect("patch node status");
 }
 
+fn pool_of(index: &Index, node: &str) -> Option<String> {
+    index
+        .placement()
+        .node(node)
+        .and_then(|n| n.labels.get(POOL_LABEL).cloned())
+}
+
+fn names_in_pool(index: &Index, pool: &str) -> Vec<String> {
+    index
+        .placement()
+        .nodes_in_pool(pool)
+        .map(|n| n.name.clone())
+        .collect()
+}
+
 async fn start_env() -> TestEnv {
     // The checked-in CRD files, so the apiserver validates what is deployed.
     let crds = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/crds");
@@ -171,6 +175,179 @@ async fn start_env() -> TestEnv {
         .start()
         .await
         .expect("start the local control plane (see crates/testenv)")
+}
+
+/// Objects present before the watchers start: part of the initial list.
+/// Three Machines: more than one page.
+async fn create_initial_objects(client: &Client, ns: &str, config_map: &ConfigMap) {
+    let pp = PostParams::default();
+    let classes: Api<MachineClass> = Api::namespaced(client.clone(), ns);
+    for name in ["c1", "c2"] {
+        classes
+            .create(&pp, &machine_class(name))
+            .await
+            .expect("create class");
+    }
+    let machines: Api<Machine> = Api::namespaced(client.clone(), ns);
+    for name in ["m1", "m2", "m3"] {
+        machines
+            .create(&pp, &machine(name, "c1"))
+            .await
+            .expect("create machine");
+    }
+    let nodes: Api<Node> = Api::all(client.clone());
+    nodes
+        .create(&pp, &node("n1", "hangzhou"))
+        .await
+        .expect("create node");
+    set_node_ready(&nodes, "n1", true, "2024-01-01T00:00:00Z").await;
+    let pools: Api<NodePool> = Api::all(client.clone());
+    pools
+        .create(&pp, &NodePool::new("hangzhou", NodePoolSpec::default()))
+        .await
+        .expect("create pool");
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), "poolkeeper-system");
+    config_maps
+        .create(&pp, config_map)
+        .await
+        .expect("create config map");
+}
+
+/// The initial list: every kind synced, every object `initial`.
+fn check_initial_list(before_sync: &[Event], ns: &str) {
+    let synced: BTreeSet<ResourceKind> = before_sync
+        .iter()
+        .filter_map(|e| match e {
+            Event::ResourceSynced { kind } => Some(*kind),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(synced, ResourceKind::iter().collect(), "{before_sync:#?}");
+    for name in ["m1", "m2", "m3"] {
+        let key = ObjectKey::namespaced(ns, name);
+        let is_created = changed(ResourceKind::Machine, &key, Change::Created, true);
+        let created = before_sync
+            .iter()
+            .find(|e| is_created(e))
+            .unwrap_or_else(|| panic!("initial {key} in {before_sync:#?}"));
+        assert_eq!(related(created), [ObjectKey::namespaced(ns, "c1")]);
+    }
+    assert!(
+        before_sync
+            .iter()
+            .all(|e| !matches!(e, Event::ResourceChanged { initial: false, .. })),
+        "the first list is initial: {before_sync:#?}"
+    );
+}
+
+/// A Machine is created, moved to another class and deleted; each change
+/// names the classes it touched.
+async fn follow_a_machine(started: &Started, index: &Index, machines: &Api<Machine>, ns: &str) {
+    let m4 = ObjectKey::namespaced(ns, "m4");
+    let (c1, c2) = (
+        ObjectKey::namespaced(ns, "c1"),
+        ObjectKey::namespaced(ns, "c2"),
+    );
+    let phase = started.phase();
+    machines
+        .create(&PostParams::default(), &machine("m4", "c1"))
+        .await
+        .expect("create m4");
+    let created = phase
+        .wait_for(
+            WAIT,
+            changed(ResourceKind::Machine, &m4, Change::Created, false),
+        )
+        .await;
+    assert_eq!(related(&created), std::slice::from_ref(&c1));
+
+    let moved = Patch::Merge(json!({"spec": {"class": {"name": "c2"}}}));
+    machines
+        .patch("m4", &PatchParams::default(), &moved)
+        .await
+        .expect("move m4");
+    let updated = phase
+        .wait_for(
+            WAIT,
+            changed(ResourceKind::Machine, &m4, Change::Updated, false),
+        )
+        .await;
+    assert_eq!(related(&updated), [c1, c2.clone()]);
+    {
+        let view = index.machines();
+        assert_eq!(view.machines_of_class(ns, "c1").count(), 3);
+        assert_eq!(view.machines_of_class(ns, "c2").count(), 1);
+    }
+
+    machines
+        .delete("m4", &DeleteParams::default())
+        .await
+        .expect("delete m4");
+    let deleted = phase
+        .wait_for(
+            WAIT,
+            changed(ResourceKind::Machine, &m4, Change::Deleted, false),
+        )
+        .await;
+    assert_eq!(related(&deleted), [c2]);
+    assert_eq!(index.machines().machines_of_class(ns, "c2").count(), 0);
+}
+
+/// A heartbeat publishes nothing, a label change or readiness flip does.
+async fn follow_nodes(started: &Started, index: &Index, nodes: &Api<Node>) {
+    // Watch events are published in order, so once n2's creation is seen,
+    // everything the heartbeat and the relabel published has been seen too.
+    let n1 = ObjectKey::cluster("n1");
+    let n2 = ObjectKey::cluster("n2");
+    let phase = started.phase();
+    set_node_ready(nodes, "n1", true, "2024-01-01T00:01:00Z").await;
+    let relabel = Patch::Merge(json!({"metadata": {"labels": {POOL_LABEL: "beijing"}}}));
+    nodes
+        .patch("n1", &PatchParams::default(), &relabel)
+        .await
+        .expect("relabel n1");
+    nodes
+        .create(&PostParams::default(), &node("n2", "hangzhou"))
+        .await
+        .expect("create n2");
+    phase
+        .wait_for(
+            WAIT,
+            changed(ResourceKind::Node, &n2, Change::Created, false),
+        )
+        .await;
+    let n1_changes = phase.count(|e| matches!(e, Event::ResourceChanged { key, .. } if *key == n1));
+    let n1_updates = phase.count(changed(ResourceKind::Node, &n1, Change::Updated, false));
+    assert_eq!(
+        (n1_changes, n1_updates),
+        (1, 1),
+        "one event for heartbeat + relabel: {:#?}",
+        phase.events()
+    );
+    assert_eq!(pool_of(index, "n1").as_deref(), Some("beijing"));
+    assert_eq!(names_in_pool(index, "hangzhou"), ["n2"]);
+
+    let phase = started.phase();
+    set_node_ready(nodes, "n1", false, "2024-01-01T00:02:00Z").await;
+    phase
+        .wait_for(
+            WAIT,
+            changed(ResourceKind::Node, &n1, Change::Updated, false),
+        )
+        .await;
+    assert!(index.placement().node("n1").is_some_and(|n| !n.ready));
+
+    nodes
+        .delete("n2", &DeleteParams::default())
+        .await
+        .expect("delete n2");
+    phase
+        .wait_for(
+            WAIT,
+            changed(ResourceKind::Node, &n2, Change::Deleted, false),
+        )
+        .await;
+    assert!(index.placement().node("n2").is_none());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -183,233 +360,62 @@ async fn watchers_follow_machines_and_nodes() {
             .await
             .expect("create namespace");
     }
+    let config = config(ns, true, "poolkeeper-placement");
     let config_map_key = ObjectKey::namespaced("poolkeeper-system", "poolkeeper-placement");
-
-    let classes: Api<MachineClass> = Api::namespaced(client.clone(), ns);
-    let machines: Api<Machine> = Api::namespaced(client.clone(), ns);
-    let nodes: Api<Node> = Api::all(client.clone());
-    let pools: Api<NodePool> = Api::all(client.clone());
-    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), "poolkeeper-system");
-    let pp = PostParams::default();
-
-    // Present before the watchers start: part of the initial list.
-    for name in ["c1", "c2"] {
-        classes
-            .create(&pp, &machine_class(name))
-            .await
-            .expect("create class");
-    }
-    // More than one page (page size 2).
-    for name in ["m1", "m2", "m3"] {
-        machines
-            .create(&pp, &machine(name, "c1"))
-            .await
-            .expect("create machine");
-    }
-    nodes
-        .create(&pp, &node("n1", "hangzhou"))
-        .await
-        .expect("create node");
-    set_node_ready(&nodes, "n1", true, "2024-01-01T00:00:00Z").await;
-    pools
-        .create(&pp, &NodePool::new("hangzhou", NodePoolSpec::default()))
-        .await
-        .expect("create pool");
     let placement: ConfigMap = serde_json::from_value(json!({
         "metadata": {"name": config_map_key.name},
         "data": {"placement.yaml": "bindings: []"},
     }))
     .expect("config map");
-    config_maps
-        .create(&pp, &placement)
-        .await
-        .expect("create config map");
+    create_initial_objects(&client, ns, &placement).await;
 
-    let index = Arc::new(Index::new(POOL_LABEL));
-    let (running, mut observer) =
-        start_watchers(&client, &index, &settings(ns, config_map_key.clone()));
-
-    let before_sync = wait_for(&mut observer, "IndexSynchronized", |e| {
-        *e == Event::IndexSynchronized
-    })
-    .await;
-    let synced: BTreeSet<ResourceKind> = before_sync
-        .iter()
-        .filter_map(|e| match e {
-            Event::ResourceSynced { kind } => Some(*kind),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(
-        synced,
-        ResourceKind::ALL.into_iter().collect(),
-        "{before_sync:#?}"
-    );
-    for name in ["m1", "m2", "m3"] {
-        let key = ObjectKey::namespaced(ns, name);
-        assert!(
-            before_sync
-                .iter()
-                .any(changed(ResourceKind::Machine, &key, Change::Created, true)),
-            "initial {key} in {before_sync:#?}"
-        );
-    }
-    assert!(
-        before_sync
-            .iter()
-            .all(|e| !matches!(e, Event::ResourceChanged { initial: false, .. })),
-        "the first list is initial: {before_sync:#?}"
-    );
+    let index = Arc::new(Index::new(&config.placement.pool_label));
+    let mut started = Started::new(&client, &index, &WatcherSettings::from(&config));
+    check_initial_list(&started.synchronized().await, ns);
     {
         let view = index.machines();
         assert_eq!(view.machines_of_class(ns, "c1").count(), 3);
-        assert_eq!(view.machine_class_count(), 2);
+        assert_eq!(view.machine_classes().count(), 2);
         let placement = index.placement();
         assert!(placement.node("n1").is_some_and(|n| n.ready));
-        assert_eq!(placement.pool_of_node("n1"), Some("hangzhou"));
         assert_eq!(
             placement.node_pool("hangzhou").map(|p| p.pool_type),
             Some(PoolType::Edge)
         );
         assert!(placement.config_map(&config_map_key).is_some());
     }
+    assert_eq!(pool_of(&index, "n1").as_deref(), Some("hangzhou"));
 
-    // Machine: create, move to another class, delete.
-    let m4 = ObjectKey::namespaced(ns, "m4");
-    machines
-        .create(&pp, &machine("m4", "c1"))
-        .await
-        .expect("create m4");
-    wait_for(
-        &mut observer,
-        "m4 created",
-        changed(ResourceKind::Machine, &m4, Change::Created, false),
-    )
-    .await;
-    machines
-        .patch(
-            "m4",
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"spec": {"class": {"name": "c2"}}})),
-        )
-        .await
-        .expect("move m4");
-    wait_for(
-        &mut observer,
-        "m4 updated",
-        changed(ResourceKind::Machine, &m4, Change::Updated, false),
-    )
-    .await;
-    {
-        let view = index.machines();
-        assert_eq!(view.machines_of_class(ns, "c1").count(), 3);
-        assert_eq!(view.machines_of_class(ns, "c2").count(), 1);
-    }
-    machines
-        .delete("m4", &DeleteParams::default())
-        .await
-        .expect("delete m4");
-    wait_for(
-        &mut observer,
-        "m4 deleted",
-        changed(ResourceKind::Machine, &m4, Change::Deleted, false),
-    )
-    .await;
-    assert_eq!(index.machines().machines_of_class(ns, "c2").count(), 0);
-
-    // Node: a heartbeat publishes nothing, a label change does. Watch events
-    // are published in order, so once n2's creation is seen, everything the
-    // heartbeat and the relabel published has been seen too.
-    let n1 = ObjectKey::cluster("n1");
-    let n2 = ObjectKey::cluster("n2");
-    set_node_ready(&nodes, "n1", true, "2024-01-01T00:01:00Z").await;
-    nodes
-        .patch(
-            "n1",
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"metadata": {"labels": {POOL_LABEL: "beijing"}}})),
-        )
-        .await
-        .expect("relabel n1");
-    nodes
-        .create(&pp, &node("n2", "hangzhou"))
-        .await
-        .expect("create n2");
-    let seen = wait_for(
-        &mut observer,
-        "n2 created",
-        changed(ResourceKind::Node, &n2, Change::Created, false),
-    )
-    .await;
-    let n1_changes: Vec<&Event> = seen
-        .iter()
-        .filter(|e| matches!(e, Event::ResourceChanged { key, .. } if *key == n1))
-        .collect();
-    assert_eq!(
-        n1_changes,
-        [&Event::ResourceChanged {
-            kind: ResourceKind::Node,
-            key: n1.clone(),
-            change: Change::Updated,
-            initial: false,
-        }],
-        "one event for heartbeat + relabel"
-    );
-    {
-        let placement = index.placement();
-        assert_eq!(placement.pool_of_node("n1"), Some("beijing"));
-        let hangzhou: Vec<&str> = placement
-            .nodes_in_pool("hangzhou")
-            .map(|n| n.name.as_str())
-            .collect();
-        assert_eq!(hangzhou, ["n2"]);
-    }
-
-    set_node_ready(&nodes, "n1", false, "2024-01-01T00:02:00Z").await;
-    wait_for(
-        &mut observer,
-        "n1 not ready",
-        changed(ResourceKind::Node, &n1, Change::Updated, false),
-    )
-    .await;
-    assert!(index.placement().node("n1").is_some_and(|n| !n.ready));
-
-    nodes
-        .delete("n2", &DeleteParams::default())
-        .await
-        .expect("delete n2");
-    wait_for(
-        &mut observer,
-        "n2 deleted",
-        changed(ResourceKind::Node, &n2, Change::Deleted, false),
-    )
-    .await;
-    assert!(index.placement().node("n2").is_none());
+    let machines: Api<Machine> = Api::namespaced(client.clone(), ns);
+    follow_a_machine(&started, &index, &machines, ns).await;
+    let nodes: Api<Node> = Api::all(client.clone());
+    follow_nodes(&started, &index, &nodes).await;
 
     // The placement ConfigMap: a data change bumps the generation.
     let generation = index.placement().config_maps_generation();
+    let phase = started.phase();
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), "poolkeeper-system");
+    let bound = Patch::Merge(
+        json!({"data": {"placement.yaml": "bindings: [{namespace: a, nodePool: hangzhou}]"}}),
+    );
     config_maps
-        .patch(
-            &config_map_key.name,
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"data": {"placement.yaml": "bindings: [{namespace: a, nodePool: hangzhou}]"}})),
-        )
+        .patch(&config_map_key.name, &PatchParams::default(), &bound)
         .await
         .expect("patch config map");
-    wait_for(
-        &mut observer,
-        "config map updated",
-        changed(
-            ResourceKind::ConfigMap,
-            &config_map_key,
-            Change::Updated,
-            false,
-        ),
-    )
-    .await;
+    phase
+        .wait_for(
+            WAIT,
+            changed(
+                ResourceKind::ConfigMap,
+                &config_map_key,
+                Change::Updated,
+                false,
+            ),
+        )
+        .await;
     assert!(index.placement().config_maps_generation() > generation);
 
-    running.stop().await;
+    started.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -435,17 +441,14 @@ async fn delete_while_stopped_is_reported_after_restart() {
             .await
             .expect("create machine");
     }
-    let mut settings = settings(ns, ObjectKey::namespaced("poolkeeper-system", "absent"));
-    settings.kinds = WatcherSettings::kinds_for(true, false);
+    let config = config(ns, false, "absent");
+    let settings = WatcherSettings::from(&config);
     let index = Arc::new(Index::new(POOL_LABEL));
 
-    let (running, mut observer) = start_watchers(&client, &index, &settings);
-    wait_for(&mut observer, "IndexSynchronized", |e| {
-        *e == Event::IndexSynchronized
-    })
-    .await;
-    assert_eq!(index.count(ResourceKind::Machine), 2);
-    running.stop().await;
+    let mut started = Started::new(&client, &index, &settings);
+    started.synchronized().await;
+    assert_eq!(object_count(&index, ResourceKind::Machine), 2);
+    started.stop().await;
 
     machines
         .delete("gone", &DeleteParams::default())
@@ -457,28 +460,19 @@ async fn delete_while_stopped_is_reported_after_restart() {
         .expect("create while stopped");
 
     // A new watcher set over the same (now stale) index.
-    let (running, mut observer) = start_watchers(&client, &index, &settings);
-    let seen = wait_for(&mut observer, "IndexSynchronized", |e| {
-        *e == Event::IndexSynchronized
-    })
-    .await;
+    let mut started = Started::new(&client, &index, &settings);
+    let seen = started.synchronized().await;
     let gone = ObjectKey::namespaced(ns, "gone");
+    let is_deleted = changed(ResourceKind::Machine, &gone, Change::Deleted, false);
+    let deleted = seen
+        .iter()
+        .find(|e| is_deleted(e))
+        .unwrap_or_else(|| panic!("missed delete reported: {seen:#?}"));
+    assert_eq!(related(deleted), [ObjectKey::namespaced(ns, "c1")]);
+    let new = ObjectKey::namespaced(ns, "new");
     assert!(
-        seen.iter().any(changed(
-            ResourceKind::Machine,
-            &gone,
-            Change::Deleted,
-            false
-        )),
-        "missed delete reported: {seen:#?}"
-    );
-    assert!(
-        seen.iter().any(changed(
-            ResourceKind::Machine,
-            &ObjectKey::namespaced(ns, "new"),
-            Change::Created,
-            true
-        )),
+        seen.iter()
+            .any(changed(ResourceKind::Machine, &new, Change::Created, true)),
         "{seen:#?}"
     );
     assert!(
@@ -493,5 +487,5 @@ async fn delete_while_stopped_is_reported_after_restart() {
         .map(|m| m.key.name.clone())
         .collect();
     assert_eq!(names, ["keep", "new"]);
-    running.stop().await;
+    started.stop().await;
 }

@@ -27,10 +27,12 @@ use std::time::Duration;
 use axum::body::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
-use poolkeeper_bus::{Bus, Event, ObjectKey};
-use poolkeeper_index::{Index, Node, NodePool, PoolType, Taint};
-use poolkeeper_placement::{DEFAULT_POLICY_KEY, PolicySource};
-use poolkeeper_supervisor::{Activity, Component, Context, Health};
+use k8s_openapi::api::core::v1::{ConfigMap, Node};
+use poolkeeper_api::NodePool;
+use poolkeeper_bus::Bus;
+use poolkeeper_config::Config;
+use poolkeeper_index::{Index, IndexResource};
+use poolkeeper_supervisor::testing::{Running, spawn};
 use poolkeeper_webhook::{CERT_FILE, KEY_FILE, WebhookServer, WebhookSettings};
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
 use rustls::pki_types::{CertificateDer, ServerName};
@@ -38,7 +40,6 @@ use rustls::{ClientConfig, RootCertStore};
 use serde_json::{Value, json};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
-use tokio_util::sync::CancellationToken;
 
 const NAME: &str = "webhook_load";
 const POOL_LABEL: &str = "apps.openyurt.io/nodepool";
@@ -65,54 +66,54 @@ edgeTolerations:
   - {key: node-role.kubernetes.io/edge, operator: Exists, effect: NoSchedule}
 ";
 
-fn edge_taint() -> Taint {
-    Taint {
-        key: "node-role.kubernetes.io/edge".to_owned(),
-        value: None,
-        effect: "NoSchedule".to_owned(),
-    }
+fn edge_taint() -> Value {
+    json!({"key": "node-role.kubernetes.io/edge", "effect": "NoSchedule"})
 }
 
-fn populated_index() -> Index {
+fn populated_index(settings: &WebhookSettings) -> Index {
     let index = Index::new(POOL_LABEL);
     for p in 0..POOLS {
-        index.upsert_node_pool(NodePool {
-            name: format!("pool-{p:03}"),
-            pool_type: PoolType::Edge,
-            labels: Default::default(),
-            taints: vec![edge_taint()],
-        });
+        let pool: NodePool = serde_json::from_value(json!({
+            "apiVersion": "apps.openyurt.io/v1beta2",
+            "kind": "NodePool",
+            "metadata": {"name": format!("pool-{p:03}")},
+            "spec": {"type": "Edge", "taints": [edge_taint()]}
+        }))
+        .expect("a NodePool");
+        index.apply(pool);
     }
     for i in 0..NODES {
         let name = format!("ip-10-1-{}-{}.eu-west-1.compute.internal", i / 256, i % 256);
         let zone = ["eu-west-1a", "eu-west-1b", "eu-west-1c"][i % 3];
-        let labels = [
-            (POOL_LABEL, format!("pool-{:03}", i % POOLS)),
-            ("kubernetes.io/arch", "amd64".to_owned()),
-            ("kubernetes.io/os", "linux".to_owned()),
-            ("kubernetes.io/hostname", name.clone()),
-            ("node.kubernetes.io/instance-type", "m5.xlarge".to_owned()),
-            ("topology.kubernetes.io/region", "eu-west-1".to_owned()),
-            ("topology.kubernetes.io/zone", zone.to_owned()),
-            ("beta.kubernetes.io/arch", "amd64".to_owned()),
-            ("beta.kubernetes.io/os", "linux".to_owned()),
-            ("beta.kubernetes.io/instance-type", "m5.xlarge".to_owned()),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), v))
-        .collect();
-        index.upsert_node(Node {
-            name,
-            labels,
-            taints: vec![edge_taint()],
-            ready: true,
+        let labels = json!({
+            POOL_LABEL: format!("pool-{:03}", i % POOLS),
+            "kubernetes.io/arch": "amd64",
+            "kubernetes.io/os": "linux",
+            "kubernetes.io/hostname": name,
+            "node.kubernetes.io/instance-type": "m5.xlarge",
+            "topology.kubernetes.io/region": "eu-west-1",
+            "topology.kubernetes.io/zone": zone,
+            "beta.kubernetes.io/arch": "amd64",
+            "beta.kubernetes.io/os": "linux",
+            "beta.kubernetes.io/instance-type": "m5.xlarge",
         });
+        let node: Node = serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": labels},
+            "spec": {"taints": [edge_taint()]},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]}
+        }))
+        .expect("a Node");
+        index.apply(node);
     }
-    let source = PolicySource::default();
-    index.upsert_config_map(
-        ObjectKey::namespaced(&source.namespace, &source.name),
-        [(DEFAULT_POLICY_KEY.to_owned(), POLICY.to_owned())].into(),
-    );
+    let source = &settings.policy;
+    let mut data = serde_json::Map::new();
+    data.insert(source.key.clone(), json!(POLICY));
+    let policy: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"namespace": source.namespace, "name": source.name},
+        "data": data
+    }))
+    .expect("a ConfigMap");
+    index.apply(policy);
     index
 }
 
@@ -243,8 +244,7 @@ async fn post(connector: &TlsConnector, addr: SocketAddr, path: &str, body: Stri
 struct Server {
     runtime: tokio::runtime::Runtime,
     addr: SocketAddr,
-    cancel: CancellationToken,
-    running: tokio::task::JoinHandle<Result<(), poolkeeper_supervisor::BoxError>>,
+    running: Running,
     _cert_dir: tempfile::TempDir,
 }
 
@@ -259,33 +259,21 @@ fn start_server(pki: &Pki) -> Server {
     let settings = WebhookSettings {
         listen: "127.0.0.1:0".parse().expect("address"),
         cert_dir: cert_dir.path().to_owned(),
-        ..WebhookSettings::default()
+        ..WebhookSettings::from(&Config::default())
     };
-    let (addr, cancel, running) = runtime.block_on(async {
+    let index = Arc::new(populated_index(&settings));
+    let (addr, running) = runtime.block_on(async {
         let bus = Bus::default();
-        let health = Health::default();
-        let gate = health.readiness_gate("webhook", "starting");
-        let server = WebhookServer::new(settings, Arc::new(populated_index()), &bus, gate)
-            .expect("valid settings");
-        let handle = server.handle();
         bus.start();
-        bus.publish(Event::IndexSynchronized);
-        let cancel = CancellationToken::new();
-        let (ready_tx, _ready_rx) = tokio::sync::watch::channel(false);
-        let ctx = Context::new(cancel.clone(), Activity::default(), ready_tx);
-        let running = tokio::spawn(Box::new(server).run(ctx));
-        let addr = tokio::time::timeout(PATIENCE, handle.listening())
-            .await
-            .expect("the server listens");
-        tokio::time::timeout(PATIENCE, handle.wait_index_synchronized())
-            .await
-            .expect("the index is synchronized");
-        (addr, cancel, running)
+        let mut server = WebhookServer::new(settings, index, &bus);
+        let addr = server.bind().expect("binds a free port");
+        let mut running = spawn(Box::new(server));
+        running.wait_ready(PATIENCE).await;
+        (addr, running)
     });
     Server {
         runtime,
         addr,
-        cancel,
         running,
         _cert_dir: cert_dir,
     }
@@ -304,12 +292,10 @@ fn check_answers(server: &Server, pki: &Pki) {
 }
 
 fn stop(server: Server) {
-    server.cancel.cancel();
     let result = server.runtime.block_on(async {
-        tokio::time::timeout(PATIENCE, server.running)
+        tokio::time::timeout(PATIENCE, server.running.stop())
             .await
             .expect("the server stops")
-            .expect("the server task")
     });
     assert!(result.is_ok(), "{result:?}");
 }

@@ -8,10 +8,13 @@ use thiserror::Error;
 /// Everything that can go wrong in the webhook: a request that is not a
 /// usable AdmissionReview (answered with an HTTP error, never a panic), and
 /// the server's own failures (certificate, listener).
+///
+/// The JSON errors are shown in the message rather than as a source: the
+/// message is the body of the HTTP 400 the API server logs.
 #[derive(Debug, Error)]
 pub enum WebhookError {
     #[error("request body is not valid JSON: {0}")]
-    MalformedJson(String),
+    MalformedJson(serde_json::Error),
 
     #[error(
         "expected apiVersion admission.k8s.io/v1 and kind AdmissionReview, got apiVersion {api_version:?} kind {kind:?}"
@@ -19,22 +22,19 @@ pub enum WebhookError {
     WrongType { api_version: String, kind: String },
 
     #[error("malformed AdmissionReview: {0}")]
-    MalformedReview(String),
+    MalformedReview(serde_json::Error),
 
     #[error("AdmissionReview has no request")]
     MissingRequest,
 
     #[error("AdmissionReview request for a Pod {operation} has no object")]
-    MissingObject { operation: String },
+    MissingObject { operation: &'static str },
 
     #[error("request.object is not a valid Pod: {0}")]
-    InvalidPod(String),
+    InvalidPod(serde_json::Error),
 
     #[error("cannot encode the AdmissionReview response: {0}")]
-    EncodeResponse(String),
-
-    #[error("invalid webhook settings: {0}")]
-    Settings(String),
+    EncodeResponse(serde_json::Error),
 
     #[error("cannot read {path}: {source}")]
     ReadCertificate {
@@ -43,8 +43,22 @@ pub enum WebhookError {
         source: io::Error,
     },
 
-    #[error("invalid certificate or key in {dir}: {reason}")]
-    InvalidCertificate { dir: PathBuf, reason: String },
+    #[error("{path} does not parse as PEM: {source}")]
+    Pem {
+        path: PathBuf,
+        #[source]
+        source: rustls::pki_types::pem::Error,
+    },
+
+    #[error("{path} holds no certificate")]
+    NoCertificate { path: PathBuf },
+
+    #[error("the certificate and key in {dir} cannot be served: {source}")]
+    UnusableCertificate {
+        dir: PathBuf,
+        #[source]
+        source: rustls::Error,
+    },
 
     #[error("cannot listen on {addr}: {source}")]
     Listen {
@@ -53,8 +67,22 @@ pub enum WebhookError {
         source: io::Error,
     },
 
-    #[error("webhook server stopped unexpectedly: {0}")]
-    Server(String),
+    #[error("the HTTPS server on {addr} failed: {source}")]
+    Serve {
+        addr: SocketAddr,
+        #[source]
+        source: io::Error,
+    },
+
+    #[error("the HTTPS server on {addr} stopped before shutdown")]
+    ServerEnded { addr: SocketAddr },
+
+    #[error("the HTTPS server task on {addr} failed: {source}")]
+    ServerTask {
+        addr: SocketAddr,
+        #[source]
+        source: tokio::task::JoinError,
+    },
 }
 
 impl WebhookError {
@@ -71,7 +99,7 @@ impl WebhookError {
         }
     }
 
-    /// Short, stable name for metrics and events.
+    /// Short, stable name for events and logs.
     pub fn reason(&self) -> &'static str {
         match self {
             WebhookError::MalformedJson(_) => "malformed_json",
@@ -81,12 +109,14 @@ impl WebhookError {
             WebhookError::MissingObject { .. } => "missing_object",
             WebhookError::InvalidPod(_) => "invalid_pod",
             WebhookError::EncodeResponse(_) => "encode_response",
-            WebhookError::ReadCertificate { .. } | WebhookError::InvalidCertificate { .. } => {
-                "certificate"
-            }
-            WebhookError::Settings(_) | WebhookError::Listen { .. } | WebhookError::Server(_) => {
-                "server"
-            }
+            WebhookError::ReadCertificate { .. }
+            | WebhookError::Pem { .. }
+            | WebhookError::NoCertificate { .. }
+            | WebhookError::UnusableCertificate { .. } => "certificate",
+            WebhookError::Listen { .. }
+            | WebhookError::Serve { .. }
+            | WebhookError::ServerEnded { .. }
+            | WebhookError::ServerTask { .. } => "server",
         }
     }
 }

@@ -1,5 +1,6 @@
-//! The parsed placement policy, cached by the index's ConfigMap generation
-//! so a request parses YAML only after the ConfigMap changed.
+//! The parsed placement policy, cached by the index's ConfigMap generation:
+//! a request parses YAML only after a ConfigMap changed, and sees the change
+//! at once without following the bus.
 
 use std::sync::Arc;
 
@@ -7,23 +8,19 @@ use parking_lot::Mutex;
 use poolkeeper_index::PlacementView;
 use poolkeeper_placement::{PlacementError, PlacementPolicy, PolicySource};
 
-use crate::metrics::Metrics;
-
 pub(crate) type LoadedPolicy = Arc<Result<PlacementPolicy, PlacementError>>;
 
 #[derive(Debug)]
 pub(crate) struct PolicyCache {
     source: PolicySource,
     cached: Mutex<Option<(u64, LoadedPolicy)>>,
-    metrics: Metrics,
 }
 
 impl PolicyCache {
-    pub(crate) fn new(source: PolicySource, metrics: Metrics) -> Self {
+    pub(crate) fn new(source: PolicySource) -> Self {
         Self {
             source,
             cached: Mutex::new(None),
-            metrics,
         }
     }
 
@@ -47,23 +44,17 @@ impl PolicyCache {
 
     fn report(&self, policy: &Result<PlacementPolicy, PlacementError>) {
         match policy {
-            Ok(policy) => {
-                self.metrics.policy_valid(true);
-                tracing::info!(
-                    source = %self.source,
-                    bindings = policy.bindings().count(),
-                    edge_tolerations = policy.edge_tolerations().len(),
-                    "placement policy loaded"
-                );
-            }
-            Err(error) => {
-                self.metrics.policy_valid(false);
-                tracing::error!(
-                    source = %self.source,
-                    %error,
-                    "placement policy is invalid: pods are denied by the validating webhook until it is fixed"
-                );
-            }
+            Ok(policy) => tracing::info!(
+                source = %self.source,
+                bindings = policy.bindings().count(),
+                edge_tolerations = policy.edge_tolerations().len(),
+                "placement policy loaded"
+            ),
+            Err(error) => tracing::error!(
+                source = %self.source,
+                %error,
+                "placement policy is invalid: the validating webhook denies every pod until it is fixed"
+            ),
         }
     }
 }

@@ -2,35 +2,42 @@
 //! the HTTPS server and the offline `poolkeeper admit`.
 
 use k8s_openapi::api::core::v1::Pod;
+use kube::core::DynamicObject;
 use kube::core::admission::{
-    AdmissionRequest, AdmissionResponse, AdmissionReview, META_API_VERSION_V1, META_KIND, Operation,
+    AdmissionRequest, AdmissionReview, META_API_VERSION_V1, META_KIND, Operation,
 };
-use kube::core::{DynamicObject, Status};
-use poolkeeper_bus::WebhookKind;
+use poolkeeper_bus::{AdmissionResult, WebhookKind};
 use poolkeeper_index::PlacementView;
-use poolkeeper_placement::{
-    Decision, PlacementError, PlacementPolicy, PlacementSettings, Reason, mutate, validate,
-};
+use poolkeeper_placement::{Decision, PlacementError, PlacementPolicy, Reason, mutate, validate};
 use serde_json::Value;
 
 use crate::error::WebhookError;
-
-/// The denial sent while the index is not synchronized.
-pub const NOT_READY_MESSAGE: &str = "poolkeeper is not ready (index not synchronized), retry";
+use crate::wire::ReviewResponse;
 
 /// A reviewed request: the decision and the AdmissionReview that answers it.
 #[derive(Clone, Debug)]
-pub struct Reviewed {
+pub(crate) struct Reviewed {
     /// `request.uid`, echoed in the response.
-    pub uid: String,
+    pub(crate) uid: String,
     /// `namespace/name` of the object (`generateName*` when it has no name yet).
-    pub subject: String,
-    pub decision: Decision,
-    /// The complete `admission.k8s.io/v1` AdmissionReview response.
-    pub response: Value,
+    pub(crate) subject: String,
+    pub(crate) decision: Decision,
+    pub(crate) response: ReviewResponse,
 }
 
-/// Decides `review_json` and returns the AdmissionReview response.
+impl Reviewed {
+    /// What the request came to, as `AdmissionDecided` reports it.
+    pub(crate) fn result(&self) -> AdmissionResult {
+        match (self.decision.allowed, self.decision.is_patched()) {
+            (false, _) => AdmissionResult::Denied,
+            (true, true) => AdmissionResult::Patched,
+            (true, false) => AdmissionResult::Allowed,
+        }
+    }
+}
+
+/// Decides `review_json` and returns the AdmissionReview response, exactly
+/// as the server sends it (the patch as a base64 string).
 ///
 /// `policy` is the placement policy as read from the ConfigMap, or why it
 /// could not be read: then validation denies every Pod (fail closed, the
@@ -41,32 +48,26 @@ pub fn review_response(
     review_json: &[u8],
     view: &PlacementView<'_>,
     policy: Result<&PlacementPolicy, &PlacementError>,
-    settings: &PlacementSettings,
 ) -> Result<Value, WebhookError> {
-    review(webhook, review_json, view, policy, settings).map(|reviewed| reviewed.response)
+    let reviewed = review(webhook, review_json, view, policy)?;
+    serde_json::to_value(&reviewed.response).map_err(WebhookError::EncodeResponse)
 }
 
-/// [`review_response`] with the decision kept for metrics and logs.
-pub fn review(
+/// [`review_response`] with the decision kept for events and logs.
+pub(crate) fn review(
     webhook: WebhookKind,
     review_json: &[u8],
     view: &PlacementView<'_>,
     policy: Result<&PlacementPolicy, &PlacementError>,
-    settings: &PlacementSettings,
 ) -> Result<Reviewed, WebhookError> {
     let request = parse_request(review_json)?;
-    let decision = decide(webhook, &request, view, policy, settings)?;
-    render(&request, decision)
-}
-
-/// The answer while the index is not synchronized: every well-formed
-/// request is denied with status code 503 so the client retries.
-pub fn not_ready_review(review_json: &[u8]) -> Result<Reviewed, WebhookError> {
-    let request = parse_request(review_json)?;
-    render(
-        &request,
-        Decision::deny(Reason::NotReady, NOT_READY_MESSAGE),
-    )
+    let decision = decide(webhook, &request, view, policy)?;
+    Ok(Reviewed {
+        uid: request.uid.clone(),
+        subject: subject(&request),
+        response: ReviewResponse::new(&request.uid, &decision)?,
+        decision,
+    })
 }
 
 fn parse_request(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, WebhookError> {
@@ -89,14 +90,14 @@ fn parse_request(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, Webhook
         // Not an object, or not JSON at all: the slow path tells which.
         Err(_) => match serde_json::from_slice::<Value>(body) {
             Ok(_) => (String::new(), String::new()),
-            Err(error) => return Err(WebhookError::MalformedJson(error.to_string())),
+            Err(error) => return Err(WebhookError::MalformedJson(error)),
         },
     };
     if api_version != META_API_VERSION_V1 || kind != META_KIND {
         return Err(WebhookError::WrongType { api_version, kind });
     }
     let review: AdmissionReview<DynamicObject> =
-        serde_json::from_slice(body).map_err(|e| WebhookError::MalformedReview(e.to_string()))?;
+        serde_json::from_slice(body).map_err(WebhookError::MalformedReview)?;
     review.try_into().map_err(|_| WebhookError::MissingRequest)
 }
 
@@ -126,7 +127,6 @@ fn decide(
     request: &AdmissionRequest<DynamicObject>,
     view: &PlacementView<'_>,
     policy: Result<&PlacementPolicy, &PlacementError>,
-    settings: &PlacementSettings,
 ) -> Result<Decision, WebhookError> {
     if !is_pod(request) {
         return Ok(Decision::allow(Reason::NotPod));
@@ -140,11 +140,11 @@ fn decide(
         .object
         .as_ref()
         .ok_or_else(|| WebhookError::MissingObject {
-            operation: operation_name(&request.operation).to_owned(),
+            operation: operation_name(&request.operation),
         })?;
     let pod: Pod = serde_json::to_value(object)
         .and_then(serde_json::from_value)
-        .map_err(|e| WebhookError::InvalidPod(e.to_string()))?;
+        .map_err(WebhookError::InvalidPod)?;
     let namespace = request
         .namespace
         .as_deref()
@@ -156,10 +156,9 @@ fn decide(
         Ok(policy) => policy,
         Err(error) => return Ok(policy_invalid(webhook, error)),
     };
-    let pool_label = settings.pool_label.as_str();
     Ok(match webhook {
-        WebhookKind::Mutate => mutate(&pod, namespace, view, policy, pool_label),
-        WebhookKind::Validate => validate(&pod, namespace, view, policy, pool_label),
+        WebhookKind::Mutate => mutate(&pod, namespace, view, policy),
+        WebhookKind::Validate => validate(&pod, namespace, view, policy),
     })
 }
 
@@ -173,44 +172,6 @@ fn policy_invalid(webhook: WebhookKind, error: &PlacementError) -> Decision {
             format!("pods cannot be admitted while the placement policy is invalid: {error}"),
         ),
     }
-}
-
-/// HTTP-style status code and reason carried inside a denial.
-fn denial_status(reason: Reason) -> (u16, &'static str) {
-    match reason {
-        Reason::NotReady => (503, "ServiceUnavailable"),
-        Reason::PolicyInvalid => (500, "InternalError"),
-        _ => (403, "Forbidden"),
-    }
-}
-
-fn render(
-    request: &AdmissionRequest<DynamicObject>,
-    decision: Decision,
-) -> Result<Reviewed, WebhookError> {
-    let mut response = AdmissionResponse::from(request);
-    if !decision.allowed {
-        let (code, reason) = denial_status(decision.reason);
-        let message = decision.message.as_deref().unwrap_or("denied");
-        response.allowed = false;
-        response.result = Status::failure(message, reason).with_code(code);
-    }
-    if let Some(patch) = decision.patch.clone().filter(|patch| !patch.0.is_empty()) {
-        response = response
-            .with_patch(patch)
-            .map_err(|e| WebhookError::EncodeResponse(e.to_string()))?;
-    }
-    if !decision.warnings.is_empty() {
-        response.warnings = Some(decision.warnings.clone());
-    }
-    let response = serde_json::to_value(response.into_review())
-        .map_err(|e| WebhookError::EncodeResponse(e.to_string()))?;
-    Ok(Reviewed {
-        uid: request.uid.clone(),
-        subject: subject(request),
-        decision,
-        response,
-    })
 }
 
 fn subject(request: &AdmissionRequest<DynamicObject>) -> String {

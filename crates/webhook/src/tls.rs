@@ -44,25 +44,39 @@ pub(crate) async fn read_pair(dir: &Path) -> Result<PemPair, WebhookError> {
 /// A server configuration for `pair`; fails when the PEM does not parse or
 /// the key does not belong to the certificate.
 pub(crate) fn server_config(dir: &Path, pair: &PemPair) -> Result<Arc<ServerConfig>, WebhookError> {
-    let invalid = |reason: String| WebhookError::InvalidCertificate {
-        dir: dir.to_owned(),
-        reason,
-    };
     let certs = CertificateDer::pem_slice_iter(&pair.cert)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| invalid(format!("{CERT_FILE}: {e}")))?;
+        .map_err(|source| WebhookError::Pem {
+            path: cert_path(dir),
+            source,
+        })?;
     if certs.is_empty() {
-        return Err(invalid(format!("{CERT_FILE} holds no certificate")));
+        return Err(WebhookError::NoCertificate {
+            path: cert_path(dir),
+        });
     }
-    let key = PrivateKeyDer::from_pem_slice(&pair.key)
-        .map_err(|e| invalid(format!("{KEY_FILE}: {e}")))?;
+    let key = PrivateKeyDer::from_pem_slice(&pair.key).map_err(|source| WebhookError::Pem {
+        path: key_path(dir),
+        source,
+    })?;
+    let unusable = |source| WebhookError::UnusableCertificate {
+        dir: dir.to_owned(),
+        source,
+    };
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-        .map_err(|e| invalid(e.to_string()))?
+        .map_err(unusable)?
         .with_no_client_auth()
         .with_single_cert(certs, key)
-        .map_err(|e| invalid(e.to_string()))?;
+        .map_err(unusable)?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(config))
+}
+
+/// Reads the pair in `dir` and builds its server configuration.
+pub(crate) async fn load(dir: &Path) -> Result<(PemPair, Arc<ServerConfig>), WebhookError> {
+    let pair = read_pair(dir).await?;
+    let config = server_config(dir, &pair)?;
+    Ok((pair, config))
 }

@@ -1,31 +1,34 @@
-//! The server over real TLS on 127.0.0.1: serving, certificate rotation
-//! without dropping established connections, shutdown.
+//! The server over real TLS on 127.0.0.1, run as a component: serving,
+//! certificate rotation without dropping established connections, TLS 1.2
+//! and 1.3, HTTP/1.1 and HTTP/2, waiting for a certificate, shutdown.
+//! Observed through HTTP, readiness and the bus only.
 
+use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Bytes;
 use http_body_util::{BodyExt, Full};
-use hyper::client::conn::http1::SendRequest;
-use hyper_util::rt::TokioIo;
-use poolkeeper_bus::{Bus, Event};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use poolkeeper_bus::{AdmissionResult, Bus, Event, WebhookKind};
+use poolkeeper_config::Config;
 use poolkeeper_index::Index;
-use poolkeeper_supervisor::{Activity, BoxError, Component, Context, Health};
-use poolkeeper_webhook::{CERT_FILE, KEY_FILE, WebhookHandle, WebhookServer, WebhookSettings};
-use prometheus_client::registry::Registry;
+use poolkeeper_supervisor::Component;
+use poolkeeper_supervisor::testing::{EventRecorder, Running, spawn};
+use poolkeeper_webhook::{CERT_FILE, KEY_FILE, WebhookError, WebhookServer, WebhookSettings};
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
 use rustls::pki_types::{CertificateDer, ServerName};
 use rustls::{ClientConfig, RootCertStore};
 use serde_json::{Value, json};
 use tokio::net::TcpStream;
-use tokio::sync::watch;
-use tokio::task::JoinHandle;
 use tokio_rustls::TlsConnector;
-use tokio_util::sync::CancellationToken;
+use tokio_rustls::client::TlsStream;
 
 /// Anything in these tests that waits on the server gives up after this.
 const PATIENCE: Duration = Duration::from_secs(20);
+/// How often the server looks at the certificate files.
+const RELOAD: Duration = Duration::from_millis(20);
 
 struct Ca {
     issuer: CertifiedIssuer<'static, KeyPair>,
@@ -54,35 +57,26 @@ impl Ca {
         (cert.pem(), key.serialize_pem(), cert.der().clone())
     }
 
-    fn client(&self, versions: &[&'static rustls::SupportedProtocolVersion]) -> TlsConnector {
+    fn client(
+        &self,
+        versions: &[&'static rustls::SupportedProtocolVersion],
+        alpn: &[&[u8]],
+    ) -> TlsConnector {
         let mut roots = RootCertStore::empty();
         roots.add(self.issuer.der().clone()).unwrap();
-        let config =
+        let mut config =
             ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
                 .with_protocol_versions(versions)
                 .unwrap()
                 .with_root_certificates(roots)
                 .with_no_client_auth();
+        config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
         TlsConnector::from(Arc::new(config))
     }
-}
 
-/// Polls `condition` (yielding to the server's tasks) until it holds.
-async fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
-    let deadline = std::time::Instant::now() + PATIENCE;
-    while !condition() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::task::yield_now().await;
+    fn any_version(&self) -> TlsConnector {
+        self.client(&[&rustls::version::TLS13, &rustls::version::TLS12], &[])
     }
-}
-
-fn encode(registry: &Registry) -> String {
-    let mut text = String::new();
-    prometheus_client::encoding::text::encode(&mut text, registry).unwrap();
-    text
 }
 
 /// Replaces the pair the way a Secret volume does: new files renamed into place.
@@ -93,16 +87,51 @@ fn install(dir: &Path, cert: &str, key: &str) {
     std::fs::rename(dir.join("tls.crt.new"), dir.join(CERT_FILE)).unwrap();
 }
 
+async fn handshake(connector: &TlsConnector, addr: SocketAddr) -> TlsStream<TcpStream> {
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let name = ServerName::try_from("localhost").unwrap();
+    connector.connect(name, tcp).await.unwrap()
+}
+
+/// The certificate a new connection is served.
+async fn served_certificate(connector: &TlsConnector, addr: SocketAddr) -> CertificateDer<'static> {
+    let tls = handshake(connector, addr).await;
+    tls.get_ref().1.peer_certificates().unwrap()[0].clone()
+}
+
+/// Polls new connections until they are served `expected`.
+async fn wait_until_served(
+    connector: &TlsConnector,
+    addr: SocketAddr,
+    expected: &CertificateDer<'_>,
+) {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while served_certificate(connector, addr).await != *expected {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the new certificate was never served"
+        );
+        tokio::time::sleep(RELOAD).await;
+    }
+}
+
+/// For several reload intervals, every new connection is served `expected`.
+async fn keeps_serving(connector: &TlsConnector, addr: SocketAddr, expected: &CertificateDer<'_>) {
+    for _ in 0..10 {
+        assert_eq!(served_certificate(connector, addr).await, *expected);
+        tokio::time::sleep(RELOAD).await;
+    }
+}
+
+/// An HTTP/1.1 keep-alive connection.
 struct Connection {
-    sender: SendRequest<Full<Bytes>>,
+    sender: hyper::client::conn::http1::SendRequest<Full<Bytes>>,
     peer: CertificateDer<'static>,
     version: rustls::ProtocolVersion,
 }
 
-async fn connect(connector: &TlsConnector, addr: std::net::SocketAddr) -> Connection {
-    let tcp = TcpStream::connect(addr).await.unwrap();
-    let name = ServerName::try_from("localhost").unwrap();
-    let tls = connector.connect(name, tcp).await.unwrap();
+async fn connect(connector: &TlsConnector, addr: SocketAddr) -> Connection {
+    let tls = handshake(connector, addr).await;
     let (_, session) = tls.get_ref();
     let peer = session.peer_certificates().unwrap()[0].clone();
     let version = session.protocol_version().unwrap();
@@ -117,8 +146,8 @@ async fn connect(connector: &TlsConnector, addr: std::net::SocketAddr) -> Connec
     }
 }
 
-fn pod_review(uid: &str) -> Vec<u8> {
-    serde_json::to_vec(&json!({
+fn review_request(uid: &str) -> hyper::Request<Full<Bytes>> {
+    let body = serde_json::to_vec(&json!({
         "apiVersion": "admission.k8s.io/v1",
         "kind": "AdmissionReview",
         "request": {
@@ -132,17 +161,14 @@ fn pod_review(uid: &str) -> Vec<u8> {
                        "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
         }
     }))
-    .unwrap()
+    .unwrap();
+    hyper::Request::post("https://localhost/validate-pods")
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body)))
+        .unwrap()
 }
 
-async fn admit(connection: &mut Connection, uid: &str) -> Value {
-    let request = hyper::Request::post("/validate-pods")
-        .header("host", "localhost")
-        .header("content-type", "application/json")
-        .body(Full::new(Bytes::from(pod_review(uid))))
-        .unwrap();
-    connection.sender.ready().await.unwrap();
-    let response = connection.sender.send_request(request).await.unwrap();
+async fn response_of(response: hyper::Response<hyper::body::Incoming>, uid: &str) -> Value {
     assert_eq!(response.status(), 200);
     let body = response.into_body().collect().await.unwrap().to_bytes();
     let review: Value = serde_json::from_slice(&body).unwrap();
@@ -150,70 +176,64 @@ async fn admit(connection: &mut Connection, uid: &str) -> Value {
     review["response"].clone()
 }
 
-/// A webhook server on a free local port, running as a component, serving
-/// the pair in `cert_dir` and looking for a new one every 20ms.
+async fn admit(connection: &mut Connection, uid: &str) -> Value {
+    connection.sender.ready().await.unwrap();
+    let response = connection
+        .sender
+        .send_request(review_request(uid))
+        .await
+        .unwrap();
+    response_of(response, uid).await
+}
+
+/// A webhook server bound to a free local port, running as a component,
+/// serving the pair in `cert_dir` and looking for a new one every 20ms.
 struct Served {
-    bus: Bus,
-    health: Health,
-    handle: WebhookHandle,
-    registry: Registry,
-    cancel: CancellationToken,
-    ready: watch::Receiver<bool>,
-    task: JoinHandle<Result<(), BoxError>>,
+    addr: SocketAddr,
+    recorder: EventRecorder,
+    running: Running,
 }
 
 impl Served {
     fn start(cert_dir: &Path) -> Self {
         let bus = Bus::default();
-        let health = Health::default();
-        let gate = health.readiness_gate("webhook", "starting");
+        let recorder = EventRecorder::new(&bus);
+        bus.start();
         let settings = WebhookSettings {
             listen: "127.0.0.1:0".parse().unwrap(),
             cert_dir: cert_dir.to_owned(),
-            cert_reload_interval: Duration::from_millis(20),
-            ..WebhookSettings::default()
+            cert_reload_interval: RELOAD,
+            ..WebhookSettings::from(&Config::default())
         };
-        let server =
-            WebhookServer::new(settings, Arc::new(Index::new("pool")), &bus, gate).unwrap();
-        let handle = server.handle();
-        let mut registry = Registry::default();
-        server.register_metrics(&mut registry);
-        bus.start();
-        let cancel = CancellationToken::new();
-        let (ready_tx, ready) = watch::channel(false);
-        let ctx = Context::new(cancel.clone(), Activity::default(), ready_tx);
-        let task = tokio::spawn(Box::new(server).run(ctx));
+        let mut server = WebhookServer::new(settings, Arc::new(Index::new("pool")), &bus);
+        let addr = server.bind().unwrap();
+        assert_eq!(server.local_addr(), Some(addr));
         Self {
-            bus,
-            health,
-            handle,
-            registry,
-            cancel,
-            ready,
-            task,
+            addr,
+            recorder,
+            running: spawn(Box::new(server)),
         }
-    }
-
-    /// Waits until the server listens and reports ready; returns where.
-    async fn listening_and_ready(&mut self) -> std::net::SocketAddr {
-        let addr = tokio::time::timeout(PATIENCE, self.handle.listening())
-            .await
-            .unwrap();
-        tokio::time::timeout(PATIENCE, self.ready.wait_for(|ready| *ready))
-            .await
-            .unwrap()
-            .unwrap();
-        addr
     }
 
     /// Cancels the server and checks that it stops cleanly.
     async fn stop(self) {
-        self.cancel.cancel();
-        let result = tokio::time::timeout(PATIENCE, self.task)
+        let result = tokio::time::timeout(PATIENCE, self.running.stop())
             .await
-            .unwrap()
             .unwrap();
         assert!(result.is_ok(), "{result:?}");
+    }
+
+    fn validations_allowed(&self) -> usize {
+        self.recorder.count(|event| {
+            matches!(
+                event,
+                Event::AdmissionDecided {
+                    webhook: WebhookKind::Validate,
+                    result: AdmissionResult::Allowed,
+                    ..
+                }
+            )
+        })
     }
 }
 
@@ -225,23 +245,16 @@ async fn serves_rotates_certificates_and_keeps_connections() {
     install(dir.path(), &first_pem, &first_key);
 
     let mut served = Served::start(dir.path());
-    served.bus.publish(Event::IndexSynchronized);
-    let addr = served.listening_and_ready().await;
-    let readiness = served.health.readiness();
-    assert_eq!(readiness.len(), 1);
-    assert_eq!(readiness[0].status, Ok(()));
-    tokio::time::timeout(PATIENCE, served.handle.wait_index_synchronized())
-        .await
-        .unwrap();
-
-    let connector = ca.client(&[&rustls::version::TLS13, &rustls::version::TLS12]);
+    served.running.wait_ready(PATIENCE).await;
+    let addr = served.addr;
+    let connector = ca.any_version();
     let mut kept = connect(&connector, addr).await;
     assert_eq!(kept.peer, first_der);
     assert_eq!(kept.version, rustls::ProtocolVersion::TLSv1_3);
     assert_eq!(admit(&mut kept, "one").await["allowed"], true);
 
     // TLS 1.2 clients are served too.
-    let mut old_client = connect(&ca.client(&[&rustls::version::TLS12]), addr).await;
+    let mut old_client = connect(&ca.client(&[&rustls::version::TLS12], &[]), addr).await;
     assert_eq!(old_client.version, rustls::ProtocolVersion::TLSv1_2);
     assert_eq!(admit(&mut old_client, "tls12").await["allowed"], true);
 
@@ -249,25 +262,14 @@ async fn serves_rotates_certificates_and_keeps_connections() {
     // the old one stays in service; the complete pair is taken.
     let (second_pem, second_key, second_der) = ca.leaf("second");
     std::fs::write(dir.path().join(CERT_FILE), &second_pem).unwrap();
-    eventually("the mismatched pair to be refused", || {
-        encode(&served.registry)
-            .contains("poolkeeper_webhook_certificate_reloads_total{result=\"error\"} 1")
-    })
-    .await;
-    assert_eq!(served.handle.certificate_generation(), 1);
+    keeps_serving(&connector, addr, &first_der).await;
     let mut during = connect(&connector, addr).await;
-    assert_eq!(during.peer, first_der, "the mismatched pair is not served");
     assert_eq!(admit(&mut during, "during").await["allowed"], true);
     install(dir.path(), &second_pem, &second_key);
-    tokio::time::timeout(PATIENCE, served.handle.wait_certificate_generation(2))
-        .await
-        .expect("the new certificate is loaded");
+    wait_until_served(&connector, addr, &second_der).await;
 
     let mut fresh = connect(&connector, addr).await;
-    assert_eq!(
-        fresh.peer, second_der,
-        "new connections get the new certificate"
-    );
+    assert_eq!(fresh.peer, second_der);
     assert_eq!(admit(&mut fresh, "two").await["allowed"], true);
 
     // The connection opened before the rotation still works.
@@ -276,85 +278,139 @@ async fn serves_rotates_certificates_and_keeps_connections() {
 
     // Garbage in the files later on does not take the server down.
     std::fs::write(dir.path().join(CERT_FILE), "not a certificate").unwrap();
-    eventually("the garbage to be refused", || {
-        encode(&served.registry)
-            .contains("poolkeeper_webhook_certificate_reloads_total{result=\"error\"} 2")
-    })
-    .await;
+    keeps_serving(&connector, addr, &second_der).await;
     let mut after_garbage = connect(&connector, addr).await;
     assert_eq!(admit(&mut after_garbage, "four").await["allowed"], true);
-    assert_eq!(after_garbage.peer, second_der);
-    assert!(encode(&served.registry).contains(
-        "poolkeeper_admission_requests_total{webhook=\"validate\",result=\"allowed\"} 6"
-    ));
+    assert!(served.running.is_ready());
 
-    let health = served.health.clone();
+    // Every request was published, whichever connection it came on.
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while served.validations_allowed() < 6 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{:?}",
+            served.recorder.events()
+        );
+        tokio::time::sleep(RELOAD).await;
+    }
+    assert_eq!(served.validations_allowed(), 6);
     served.stop().await;
     assert!(
-        health.readiness()[0].status.is_err(),
-        "not ready after shutdown"
+        TcpStream::connect(addr).await.is_err(),
+        "the listener is closed after shutdown"
     );
 }
 
 #[tokio::test]
-async fn waits_for_a_certificate_before_listening() {
+async fn serves_http2() {
+    let ca = Ca::new();
+    let dir = tempfile::tempdir().unwrap();
+    let (pem, key, _) = ca.leaf("h2");
+    install(dir.path(), &pem, &key);
+    let mut served = Served::start(dir.path());
+    served.running.wait_ready(PATIENCE).await;
+
+    let connector = ca.client(&[&rustls::version::TLS13], &[b"h2", b"http/1.1"]);
+    let tls = handshake(&connector, served.addr).await;
+    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    let (mut sender, connection) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls))
+            .await
+            .unwrap();
+    tokio::spawn(connection);
+    // Several requests multiplexed on the one connection.
+    let requests = ["h2-a", "h2-b", "h2-c"].map(|uid| {
+        let response = sender.send_request(review_request(uid));
+        async move { response_of(response.await.unwrap(), uid).await }
+    });
+    for response in futures::future::join_all(requests).await {
+        assert_eq!(response["allowed"], true);
+    }
+    served.stop().await;
+}
+
+#[tokio::test]
+async fn waits_for_a_certificate_before_serving() {
     let ca = Ca::new();
     let dir = tempfile::tempdir().unwrap();
     let mut served = Served::start(dir.path());
 
     // Not ready while the Secret is empty; the reason says why.
-    let waiting = |health: &Health| match &health.readiness()[0].status {
-        Err(reason) if reason.contains("waiting for a serving certificate") => Some(reason.clone()),
-        _ => None,
-    };
-    eventually("the gate to report the missing certificate", || {
-        waiting(&served.health).is_some()
-    })
-    .await;
-    let reason = waiting(&served.health).unwrap();
-    assert!(reason.contains(CERT_FILE), "{reason}");
-    assert_eq!(served.handle.local_addr(), None);
-    assert!(!*served.ready.borrow());
+    let expected = format!(
+        "waiting for the serving certificate in {}: cannot read {}",
+        dir.path().display(),
+        dir.path().join(CERT_FILE).display()
+    );
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        match served.running.waiting_reason() {
+            Some(reason) if reason.starts_with(&expected) => break,
+            other => assert!(
+                tokio::time::Instant::now() < deadline,
+                "waiting reason {other:?}, expected {expected:?}"
+            ),
+        }
+        tokio::time::sleep(RELOAD).await;
+    }
+    assert!(!served.running.is_ready());
+
+    // A client that connects now waits in the listen backlog and is served
+    // once the certificate is there.
+    let connector = ca.client(&[&rustls::version::TLS13], &[]);
+    let addr = served.addr;
+    let early = tokio::spawn(async move { connect(&connector, addr).await });
+    tokio::time::sleep(RELOAD * 3).await;
+    assert!(!early.is_finished(), "no TLS before a certificate");
 
     let (pem, key, der) = ca.leaf("late");
     install(dir.path(), &pem, &key);
-    let addr = served.listening_and_ready().await;
-    let mut connection = connect(&ca.client(&[&rustls::version::TLS13]), addr).await;
+    served.running.wait_ready(PATIENCE).await;
+    let mut connection = tokio::time::timeout(PATIENCE, early)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(connection.peer, der);
-    // The index has not synchronized: the request is answered, and denied.
-    let response = admit(&mut connection, "early").await;
-    assert_eq!(response["allowed"], false);
-    assert_eq!(response["status"]["code"], 503);
+    assert_eq!(admit(&mut connection, "early").await["allowed"], true);
+    served.stop().await;
+}
 
+#[tokio::test]
+async fn stops_while_waiting_for_a_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    let served = Served::start(dir.path());
     served.stop().await;
 }
 
 #[tokio::test]
 async fn a_taken_port_is_a_failure() {
-    let ca = Ca::new();
-    let dir = tempfile::tempdir().unwrap();
-    let (pem, key, _) = ca.leaf("busy");
-    install(dir.path(), &pem, &key);
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let bus = Bus::default();
-    let health = Health::default();
     let settings = WebhookSettings {
         listen: taken.local_addr().unwrap(),
-        cert_dir: dir.path().to_owned(),
-        ..WebhookSettings::default()
+        ..WebhookSettings::from(&Config::default())
     };
-    let server = WebhookServer::new(
-        settings,
-        Arc::new(Index::new("pool")),
-        &bus,
-        health.readiness_gate("webhook", "starting"),
-    )
-    .unwrap();
-    let (ready_tx, _ready_rx) = tokio::sync::watch::channel(false);
-    let ctx = Context::new(CancellationToken::new(), Activity::default(), ready_tx);
-    let result = tokio::time::timeout(PATIENCE, Box::new(server).run(ctx))
+    let index = Arc::new(Index::new("pool"));
+    let bus = Bus::default();
+
+    // Reported by the bind step, before the server runs...
+    let mut server = WebhookServer::new(settings.clone(), Arc::clone(&index), &bus);
+    let error = server.bind().unwrap_err();
+    assert!(matches!(error, WebhookError::Listen { .. }), "{error:?}");
+    assert!(
+        error.to_string().starts_with("cannot listen on 127.0.0.1:"),
+        "{error}"
+    );
+    assert_eq!(server.local_addr(), None);
+
+    // ...and by the component when nothing bound it first.
+    let server = WebhookServer::new(settings, index, &bus);
+    assert_eq!(server.readiness_check(), Some("webhook"));
+    let running = spawn(Box::new(server));
+    let error = tokio::time::timeout(PATIENCE, running.stop())
         .await
-        .unwrap();
-    let error = result.unwrap_err().to_string();
-    assert!(error.starts_with("cannot listen on 127.0.0.1:"), "{error}");
+        .unwrap()
+        .unwrap_err();
+    assert!(
+        error.to_string().starts_with("cannot listen on 127.0.0.1:"),
+        "{error}"
+    );
 }

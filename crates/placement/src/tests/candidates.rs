@@ -1,10 +1,11 @@
 //! The indexed node-set computation agrees with a full scan.
 
-use poolkeeper_index::{Index, Node};
+use poolkeeper_index::{Index, IndexResource, Node};
 use serde_json::{Value, json};
 
-use super::{POOL, expr, expr_no_values, node, pod, required};
-use crate::{NodeConstraints, matching_nodes, matching_nodes_by_scan};
+use super::{POOL, expr, expr_no_values, k8s_node, node, pod, required};
+use crate::affinity::NodeConstraints;
+use crate::candidates::{matching_nodes, matching_nodes_by_scan};
 
 fn big_cluster() -> Index {
     let index = Index::new(POOL);
@@ -26,7 +27,7 @@ fn big_cluster() -> Index {
             .iter()
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
-        index.upsert_node(node(&format!("n-{i:03}"), &labels));
+        index.apply(k8s_node(&node(&format!("n-{i:03}"), &labels)));
     }
     index
 }

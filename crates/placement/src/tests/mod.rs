@@ -10,13 +10,16 @@ mod validate;
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::core::v1::Pod;
-use poolkeeper_index::{Index, Node, NodePool, PoolType, Taint};
+use poolkeeper_config::Config;
+use poolkeeper_index::{Index, IndexResource, Node, PoolType, Taint};
 use serde_json::{Value, json};
 
-use crate::{DEFAULT_POOL_LABEL, PlacementPolicy};
+use crate::{PlacementPolicy, PolicySource};
 
-pub(crate) const POOL: &str = DEFAULT_POOL_LABEL;
+/// OpenYurt's pool label, the default `placement.poolLabel`.
+pub(crate) const POOL: &str = "apps.openyurt.io/nodepool";
 
 pub(crate) fn node(name: &str, labels: &[(&str, &str)]) -> Node {
     Node {
@@ -42,23 +45,54 @@ pub(crate) fn taint(key: &str, value: Option<&str>, effect: &str) -> Taint {
     }
 }
 
-pub(crate) fn node_pool(name: &str, pool_type: PoolType) -> NodePool {
-    NodePool {
-        name: name.to_owned(),
-        pool_type,
-        labels: BTreeMap::new(),
-        taints: Vec::new(),
-    }
+/// The Kubernetes Node whose projection is `node`.
+pub(crate) fn k8s_node(node: &Node) -> core::Node {
+    let taints: Vec<Value> = node
+        .taints
+        .iter()
+        .map(|t| json!({"key": t.key, "value": t.value, "effect": t.effect}))
+        .collect();
+    let ready = if node.ready { "True" } else { "False" };
+    serde_json::from_value(json!({
+        "metadata": {"name": node.name, "labels": node.labels},
+        "spec": {"taints": taints},
+        "status": {"conditions": [{"type": "Ready", "status": ready}]},
+    }))
+    .expect("test node parses")
+}
+
+/// A NodePool of `pool_type`.
+pub(crate) fn k8s_node_pool(name: &str, pool_type: PoolType) -> poolkeeper_api::NodePool {
+    serde_json::from_value(json!({
+        "apiVersion": "apps.openyurt.io/v1beta2", "kind": "NodePool",
+        "metadata": {"name": name},
+        "spec": {"type": pool_type.as_str()},
+    }))
+    .expect("test node pool parses")
+}
+
+/// Where the default configuration keeps the placement policy.
+pub(crate) fn policy_source() -> PolicySource {
+    PolicySource::from(&Config::default().placement)
+}
+
+/// The placement ConfigMap `source` names, holding `yaml` under its key.
+pub(crate) fn policy_config_map(source: &PolicySource, yaml: &str) -> core::ConfigMap {
+    serde_json::from_value(json!({
+        "metadata": {"name": source.name, "namespace": source.namespace},
+        "data": {(source.key.clone()): yaml},
+    }))
+    .expect("test config map parses")
 }
 
 /// An index with `nodes` and the pools `(name, type)`.
 pub(crate) fn index(nodes: Vec<Node>, pools: &[(&str, PoolType)]) -> Index {
     let index = Index::new(POOL);
     for n in nodes {
-        index.upsert_node(n);
+        index.apply(k8s_node(&n));
     }
     for (name, pool_type) in pools {
-        index.upsert_node_pool(node_pool(name, *pool_type));
+        index.apply(k8s_node_pool(name, *pool_type));
     }
     index
 }

@@ -1,11 +1,12 @@
 //! The mutating decision, checked by applying its patch to the Pod.
 
 use json_patch::Patch;
-use poolkeeper_index::{Index, PoolType};
+use poolkeeper_index::{Index, IndexResource, PoolType};
 use serde_json::{Value, json};
 
 use super::{
-    POOL, cluster, expr, index, labelled_pod, pod_json, policy, pool_node, required, to_pod,
+    POOL, cluster, expr, index, k8s_node, k8s_node_pool, labelled_pod, pod_json, policy, pool_node,
+    required, to_pod,
 };
 use crate::{PlacementPolicy, Reason, mutate, validate};
 
@@ -32,7 +33,7 @@ fn run(
     namespace: &str,
     pod: &Value,
 ) -> (crate::Decision, Value, Value) {
-    let decision = mutate(&to_pod(pod), namespace, &index.placement(), policy, POOL);
+    let decision = mutate(&to_pod(pod), namespace, &index.placement(), policy);
     let mut patched = pod.clone();
     let patch = decision.patch.clone().unwrap_or_default();
     json_patch::patch(&mut patched, &patch.0).expect("the patch applies to the pod");
@@ -41,13 +42,7 @@ fn run(
 
 /// Mutating the patched Pod again changes nothing.
 fn assert_idempotent(index: &Index, policy: &PlacementPolicy, namespace: &str, patched: &Value) {
-    let again = mutate(
-        &to_pod(patched),
-        namespace,
-        &index.placement(),
-        policy,
-        POOL,
-    );
+    let again = mutate(&to_pod(patched), namespace, &index.placement(), policy);
     assert!(again.allowed);
     assert_eq!(
         again.patch, None,
@@ -126,7 +121,6 @@ fn plain_pod_gets_affinity_and_edge_tolerations() {
         "shop-hangzhou",
         &index.placement(),
         &policy(),
-        POOL,
     );
     assert!(after.allowed, "{:?}", after.message);
 }
@@ -436,7 +430,6 @@ fn pool_without_nodes_still_gets_affinity() {
         "shop-empty",
         &index.placement(),
         &policy(),
-        POOL,
     );
     assert!(!after.allowed);
     assert_eq!(after.reason, Reason::NoMatchingNode);
@@ -462,15 +455,14 @@ fn pod_without_spec_is_left_alone() {
 fn custom_pool_label() {
     let label = "example.com/pool";
     let index = Index::new(label);
-    index.upsert_node(super::node("n1", &[(label, "p")]));
-    index.upsert_node_pool(super::node_pool("p", PoolType::Cloud));
+    index.apply(k8s_node(&super::node("n1", &[(label, "p")])));
+    index.apply(k8s_node_pool("p", PoolType::Cloud));
     let pod = labelled_pod(json!({label: "p"}), json!({}));
     let decision = mutate(
         &pod,
         "default",
         &index.placement(),
         &PlacementPolicy::default(),
-        label,
     );
     let patch: Patch = decision.patch.unwrap();
     assert_eq!(
@@ -485,7 +477,6 @@ fn custom_pool_label() {
         "default",
         &index.placement(),
         &PlacementPolicy::default(),
-        label,
     );
     assert_eq!(decision.reason, Reason::Unbound);
 }
@@ -521,13 +512,7 @@ fn many_pods_round_trip() {
             let (decision, patched, _) = run(&index, &policy, namespace, &pod);
             assert_eq!(decision.reason, Reason::Patched);
             assert_idempotent(&index, &policy, namespace, &patched);
-            let verdict = validate(
-                &to_pod(&patched),
-                namespace,
-                &index.placement(),
-                &policy,
-                POOL,
-            );
+            let verdict = validate(&to_pod(&patched), namespace, &index.placement(), &policy);
             assert!(verdict.allowed, "{namespace} {spec}: {:?}", verdict.message);
         }
     }

@@ -1,13 +1,24 @@
 //! Reading an objects file for offline evaluation.
 
-use poolkeeper_index::{PoolType, ResourceKind};
-use serde_json::json;
+use poolkeeper_index::{Index, PoolType, ResourceKind};
 
-use super::taint;
+use super::{POOL, policy_source, taint};
 use crate::{
-    PlacementError, PlacementPolicy, PlacementSettings, PolicySource, build_index_from_objects,
-    node_pool_projection,
+    OfflineObjects, PlacementError, PlacementPolicy, PolicySource, build_index_from_objects,
 };
+
+/// Reads `yaml` with the default configuration's pool label and policy.
+fn read(yaml: &str) -> Result<OfflineObjects, PlacementError> {
+    build_index_from_objects(yaml, POOL, &policy_source())
+}
+
+fn count(index: &Index, kind: ResourceKind) -> usize {
+    index
+        .object_counts()
+        .into_iter()
+        .find_map(|(counted, count)| (counted == kind).then_some(count))
+        .unwrap_or_default()
+}
 
 const OBJECTS: &str = r#"
 apiVersion: v1
@@ -71,12 +82,11 @@ items:
 
 #[test]
 fn reads_nodes_pools_and_the_policy() {
-    let settings = PlacementSettings::default();
-    let objects = build_index_from_objects(OBJECTS, &settings).unwrap();
+    let objects = read(OBJECTS).unwrap();
     let index = &objects.index;
-    assert_eq!(index.count(ResourceKind::Node), 3);
-    assert_eq!(index.count(ResourceKind::NodePool), 3);
-    assert_eq!(index.count(ResourceKind::ConfigMap), 1);
+    assert_eq!(count(index, ResourceKind::Node), 3);
+    assert_eq!(count(index, ResourceKind::NodePool), 3);
+    assert_eq!(count(index, ResourceKind::ConfigMap), 1);
     assert_eq!(
         objects.notes,
         [
@@ -117,14 +127,14 @@ fn reads_nodes_pools_and_the_policy() {
         PoolType::Edge,
         "missing spec.type is Edge"
     );
-    let policy = PlacementPolicy::load(&view, &settings.policy).unwrap();
+    let policy = PlacementPolicy::load(&view, &policy_source()).unwrap();
     assert_eq!(policy.pool_for_namespace("shop"), Some("hangzhou"));
 }
 
 #[test]
 fn unknown_pool_types_are_edge() {
     let yaml = "apiVersion: apps.openyurt.io/v1beta2\nkind: NodePool\nmetadata: {name: p}\nspec: {type: Fog}\n";
-    let objects = build_index_from_objects(yaml, &PlacementSettings::default()).unwrap();
+    let objects = read(yaml).unwrap();
     assert_eq!(
         objects.index.placement().node_pool("p").unwrap().pool_type,
         PoolType::Edge
@@ -137,9 +147,9 @@ fn unknown_pool_types_are_edge() {
 
 #[test]
 fn empty_input_is_an_empty_index() {
-    let objects = build_index_from_objects("", &PlacementSettings::default()).unwrap();
-    assert_eq!(objects.index.count(ResourceKind::Node), 0);
-    let objects = build_index_from_objects("---\n---\n", &PlacementSettings::default()).unwrap();
+    let objects = read("").unwrap();
+    assert_eq!(count(&objects.index, ResourceKind::Node), 0);
+    let objects = read("---\n---\n").unwrap();
     assert!(objects.notes.is_empty());
 }
 
@@ -169,7 +179,7 @@ fn errors_name_the_document() {
         ),
     ];
     for (yaml, expected) in cases {
-        let error = build_index_from_objects(yaml, &PlacementSettings::default()).unwrap_err();
+        let error = read(yaml).unwrap_err();
         assert!(
             error
                 .to_string()
@@ -177,7 +187,7 @@ fn errors_name_the_document() {
             "{yaml:?}: {error}"
         );
     }
-    let error = build_index_from_objects("a: [\n", &PlacementSettings::default()).unwrap_err();
+    let error = read("a: [\n").unwrap_err();
     assert!(
         matches!(error, PlacementError::ObjectsSyntax { .. }),
         "{error:?}"
@@ -186,31 +196,64 @@ fn errors_name_the_document() {
 }
 
 #[test]
-fn node_pools_of_any_version_project() {
-    let pool = node_pool_projection(
-        &json!({"metadata": {"name": "p"}, "spec": {"type": "Cloud", "hostNetwork": true}}),
-    )
-    .unwrap();
-    assert_eq!(pool.pool_type, PoolType::Cloud);
+fn node_pools_of_any_version_are_read() {
+    let yaml = "apiVersion: apps.openyurt.io/v1alpha1\nkind: NodePool\nmetadata: {name: p}\nspec: {type: Cloud, hostNetwork: true}\n";
+    let objects = read(yaml).unwrap();
+    assert_eq!(
+        objects
+            .index
+            .placement()
+            .node_pool("p")
+            .map(|p| p.pool_type),
+        Some(PoolType::Cloud)
+    );
+    let error = read("apiVersion: apps.openyurt.io/v1beta2\nkind: NodePool\nmetadata: {name: p}\nspec: {type: 5}\n")
+        .unwrap_err();
     assert!(
-        node_pool_projection(&json!({"metadata": {"name": "p"}, "spec": {"type": 5}})).is_err()
+        matches!(
+            error,
+            PlacementError::InvalidObject {
+                document: 1,
+                kind: "NodePool",
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    assert!(
+        error
+            .to_string()
+            .starts_with("objects file, document 1: invalid NodePool \"p\": "),
+        "{error}"
     );
 }
 
 #[test]
 fn custom_policy_location_and_pool_label() {
-    let settings = PlacementSettings {
-        pool_label: "example.com/pool".into(),
-        policy: PolicySource {
-            namespace: "ops".into(),
-            name: "placement".into(),
-            key: "policy".into(),
-        },
+    let policy = PolicySource {
+        namespace: "ops".into(),
+        name: "placement".into(),
+        key: "policy".into(),
     };
     let yaml = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: placement, namespace: ops}\ndata:\n  policy: 'bindings: [{namespace: a, nodePool: p}]'\n---\napiVersion: v1\nkind: Node\nmetadata: {name: node-1, labels: {example.com/pool: p}}\n";
-    let objects = build_index_from_objects(yaml, &settings).unwrap();
+    let objects = build_index_from_objects(yaml, "example.com/pool", &policy).unwrap();
     let view = objects.index.placement();
+    assert_eq!(view.pool_label(), "example.com/pool");
     assert_eq!(view.nodes_in_pool("p").count(), 1);
-    let policy = PlacementPolicy::load(&view, &settings.policy).unwrap();
-    assert_eq!(policy.pool_for_namespace("a"), Some("p"));
+    let loaded = PlacementPolicy::load(&view, &policy).unwrap();
+    assert_eq!(loaded.pool_for_namespace("a"), Some("p"));
+}
+
+#[test]
+fn a_namespace_on_a_cluster_scoped_object_is_ignored() {
+    let yaml = "apiVersion: v1\nkind: Node\nmetadata: {name: n1, namespace: default}\n---\napiVersion: apps.openyurt.io/v1beta2\nkind: NodePool\nmetadata: {name: p, namespace: default}\n---\napiVersion: v1\nkind: Node\nmetadata: {name: n1}\n";
+    let error = read(yaml).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "objects file, document 3: duplicate Node \"n1\" (first in document 1)"
+    );
+    let objects = read(&yaml[..yaml.rfind("---").unwrap()]).unwrap();
+    let view = objects.index.placement();
+    assert!(view.node("n1").is_some());
+    assert!(view.node_pool("p").is_some());
 }

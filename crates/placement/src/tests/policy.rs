@@ -2,7 +2,9 @@
 
 use std::collections::BTreeMap;
 
-use crate::{PlacementError, PlacementPolicy, PolicySource};
+use poolkeeper_index::IndexResource;
+
+use crate::{PlacementError, PlacementPolicy};
 
 fn problems(yaml: &str) -> Vec<String> {
     match PlacementPolicy::parse(yaml) {
@@ -11,9 +13,14 @@ fn problems(yaml: &str) -> Vec<String> {
     }
 }
 
+/// The message of a syntax error, without the origin.
 fn syntax(yaml: &str) -> String {
     match PlacementPolicy::parse(yaml) {
-        Err(PlacementError::PolicySyntax { message, .. }) => message,
+        Err(error @ PlacementError::PolicySyntax { .. }) => error
+            .to_string()
+            .strip_prefix("placement policy: ")
+            .expect("the message starts with the origin")
+            .to_owned(),
         other => panic!("expected PolicySyntax for {yaml:?}, got {other:?}"),
     }
 }
@@ -226,7 +233,7 @@ fn every_problem_is_reported() {
 
 #[test]
 fn from_a_config_map() {
-    let source = PolicySource::default();
+    let source = super::policy_source();
     assert_eq!(
         source.to_string(),
         "ConfigMap poolkeeper-system/poolkeeper-placement key placement.yaml"
@@ -269,16 +276,13 @@ fn from_a_config_map() {
 #[test]
 fn loaded_from_the_index() {
     let index = poolkeeper_index::Index::new(super::POOL);
-    let source = PolicySource::default();
+    let source = super::policy_source();
     assert!(
         PlacementPolicy::load(&index.placement(), &source)
             .unwrap()
             .is_empty()
     );
-    index.upsert_config_map(
-        source.config_map_key(),
-        [("placement.yaml".to_owned(), super::POLICY.to_owned())].into(),
-    );
+    index.apply(super::policy_config_map(&source, super::POLICY));
     let policy = PlacementPolicy::load(&index.placement(), &source).unwrap();
     assert_eq!(policy, super::policy());
     assert_eq!(policy.edge_tolerations().len(), 2);

@@ -5,7 +5,9 @@ use k8s_openapi::api::core::v1::Toleration;
 use serde_json::json;
 
 use super::taint;
-use crate::{describe_toleration, tolerates, toleration_tolerates_taint, tolerations_cover};
+use crate::tolerations::{
+    describe_toleration, tolerates, toleration_tolerates_taint, tolerations_cover,
+};
 
 fn tol(key: &str, operator: &str, value: &str, effect: &str) -> Toleration {
     let opt = |s: &str| (!s.is_empty()).then(|| s.to_owned());

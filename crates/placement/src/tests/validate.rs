@@ -2,12 +2,12 @@
 //! hangzhou (Edge) = hz-1, hz-2, hz-3; beijing (Cloud) = bj-1, bj-2;
 //! empty (Edge) = no nodes; free-1, free-2 unpooled.
 
-use poolkeeper_index::PoolType;
+use poolkeeper_index::{IndexResource, PoolType};
 use serde_json::{Value, json};
 
 use super::{
-    POOL, cluster, expr, expr_no_values, index, labelled_pod, node, pod, policy, pool_node,
-    required,
+    POOL, cluster, expr, expr_no_values, index, k8s_node, labelled_pod, node, pod, policy,
+    pool_node, required,
 };
 use crate::{Decision, PlacementPolicy, Reason, validate};
 
@@ -28,7 +28,7 @@ fn pool_terms(pool: &str) -> Value {
 
 fn decide(namespace: &str, spec: Value) -> Decision {
     let index = cluster();
-    validate(&pod(spec), namespace, &index.placement(), &policy(), POOL)
+    validate(&pod(spec), namespace, &index.placement(), &policy())
 }
 
 struct Case {
@@ -478,7 +478,7 @@ fn unconstrained_pods() {
         &[("p", PoolType::Cloud)],
     );
     let policy = PlacementPolicy::parse("bindings: [{namespace: ns, nodePool: p}]").unwrap();
-    let decision = validate(&pod(json!({})), "ns", &index.placement(), &policy, POOL);
+    let decision = validate(&pod(json!({})), "ns", &index.placement(), &policy);
     assert_eq!(decision.reason, Reason::InPool);
     assert!(decision.allowed);
 
@@ -487,8 +487,8 @@ fn unconstrained_pods() {
         "nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 1, "preference": {"matchExpressions": [expr(POOL, "In", &["p"])]}}]},
         "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{"topologyKey": "kubernetes.io/hostname"}]}
     }});
-    index.upsert_node(node("stranger", &[]));
-    let decision = validate(&pod(spec), "ns", &index.placement(), &policy, POOL);
+    index.apply(k8s_node(&node("stranger", &[])));
+    let decision = validate(&pod(spec), "ns", &index.placement(), &policy);
     assert_eq!(decision.reason, Reason::OutsidePool);
     assert!(
         decision
@@ -519,7 +519,7 @@ fn pools_without_nodes() {
     // No nodes in the whole cluster: nothing can match.
     let index = index(vec![], &[("p", PoolType::Cloud)]);
     let policy = PlacementPolicy::parse("bindings: [{namespace: ns, nodePool: p}]").unwrap();
-    let decision = validate(&pod(json!({})), "ns", &index.placement(), &policy, POOL);
+    let decision = validate(&pod(json!({})), "ns", &index.placement(), &policy);
     assert_eq!(decision.reason, Reason::NoMatchingNode);
     assert!(
         decision
@@ -542,7 +542,6 @@ fn names_at_most_five_offenders_sorted_with_the_count() {
         "ns",
         &index.placement(),
         &policy,
-        POOL,
     );
     assert_eq!(
         decision.message.as_deref(),
@@ -562,19 +561,12 @@ fn pod_label_binding_overrides_namespace() {
         "shop-beijing",
         &index.placement(),
         &policy(),
-        POOL,
     );
     assert_eq!(decision.reason, Reason::InPool);
     assert_eq!(decision.pool.as_deref(), Some("hangzhou"));
 
     let unlabelled = labelled_pod(json!({}), spec);
-    let decision = validate(
-        &unlabelled,
-        "shop-beijing",
-        &index.placement(),
-        &policy(),
-        POOL,
-    );
+    let decision = validate(&unlabelled, "shop-beijing", &index.placement(), &policy());
     assert_eq!(decision.reason, Reason::OutsidePool);
 }
 
@@ -587,18 +579,17 @@ fn index_changes_are_seen() {
         "shop-beijing",
         &index.placement(),
         &policy(),
-        POOL,
     );
     assert_eq!(before.reason, Reason::OutsidePool);
     // The hangzhou ssd nodes lose their disk label.
-    index.upsert_node(node("hz-1", &[(POOL, "hangzhou"), ("zone", "a")]));
-    index.upsert_node(node("hz-3", &[(POOL, "hangzhou"), ("zone", "b")]));
-    let after = validate(
-        &pod(spec),
-        "shop-beijing",
-        &index.placement(),
-        &policy(),
-        POOL,
-    );
+    index.apply(k8s_node(&node(
+        "hz-1",
+        &[(POOL, "hangzhou"), ("zone", "a")],
+    )));
+    index.apply(k8s_node(&node(
+        "hz-3",
+        &[(POOL, "hangzhou"), ("zone", "b")],
+    )));
+    let after = validate(&pod(spec), "shop-beijing", &index.placement(), &policy());
     assert_eq!(after.reason, Reason::InPool, "{:?}", after.message);
 }

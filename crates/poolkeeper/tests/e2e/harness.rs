@@ -8,8 +8,7 @@ use std::time::Duration;
 use poolkeeper::controller::Controller;
 use poolkeeper_bus::Subscription;
 use poolkeeper_config::{Config, LogFormat};
-use poolkeeper_executor::{ClassWriter, ExecutorStats, KubeClassWriter};
-use poolkeeper_webhook::WebhookHandle;
+use poolkeeper_executor::{ClassWriter, KubeClassWriter};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -39,8 +38,7 @@ pub fn test_config(namespace: &str, cert_dir: &Path) -> Config {
 /// The controller running in a task of the test's runtime.
 pub struct Running {
     pub admin: SocketAddr,
-    pub webhook: Option<WebhookHandle>,
-    pub stats: Option<ExecutorStats>,
+    pub webhook: Option<SocketAddr>,
     /// Subscribed before the bus started: sees every event.
     pub events: Subscription,
     shutdown: Option<oneshot::Sender<()>>,
@@ -64,8 +62,7 @@ impl Running {
             .expect("the controller is wired");
         let events = controller.bus().subscribe("e2e-observer");
         let admin = controller.admin_addr();
-        let webhook = controller.webhook().cloned();
-        let stats = controller.executor_stats().cloned();
+        let webhook = controller.webhook_addr();
         let (shutdown, stop) = oneshot::channel::<()>();
         let task = tokio::spawn(controller.run(async move {
             let _ = stop.await;
@@ -73,7 +70,6 @@ impl Running {
         Self {
             admin,
             webhook,
-            stats,
             events,
             shutdown: Some(shutdown),
             task: Some(task),
@@ -96,6 +92,43 @@ impl Running {
     /// GET on the admin server.
     pub async fn get(&self, path: &str) -> (u16, String) {
         http_get(self.admin, path).await
+    }
+
+    /// The executor's totals as `/metrics` reports them, once they have
+    /// stopped changing (the metrics observer follows the bus
+    /// asynchronously).
+    pub async fn executor_totals(&self) -> ExecutorTotals {
+        let mut last = self.scrape_executor_totals().await;
+        loop {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let now = self.scrape_executor_totals().await;
+            if now == last {
+                return now;
+            }
+            last = now;
+        }
+    }
+
+    async fn scrape_executor_totals(&self) -> ExecutorTotals {
+        let (status, text) = self.get("/metrics").await;
+        assert_eq!(status, 200, "{text}");
+        ExecutorTotals {
+            passes: metric_sum(&text, "poolkeeper_executor_passes_total"),
+            reconciliations: metric_sum(&text, "poolkeeper_executor_reconciliations_total{"),
+            writes: metric_sum(
+                &text,
+                r#"poolkeeper_executor_api_writes_total{result="ok"}"#,
+            ),
+            conflicts: metric_sum(
+                &text,
+                r#"poolkeeper_executor_api_writes_total{result="conflict"}"#,
+            ),
+            errors: metric_sum(
+                &text,
+                r#"poolkeeper_executor_api_writes_total{result="error"}"#,
+            ),
+            machines_enqueued: metric_sum(&text, "poolkeeper_executor_machines_enqueued_total{"),
+        }
     }
 
     /// Waits until `/readyz` answers 200.
@@ -121,6 +154,32 @@ impl Drop for Running {
             task.abort();
         }
     }
+}
+
+/// Executor counters read from `/metrics`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ExecutorTotals {
+    /// Passes started.
+    pub passes: u64,
+    /// Keys reconciled.
+    pub reconciliations: u64,
+    /// Patches the API server accepted.
+    pub writes: u64,
+    /// Patches rejected as conflicts.
+    pub conflicts: u64,
+    /// Patches that failed otherwise.
+    pub errors: u64,
+    pub machines_enqueued: u64,
+}
+
+/// The sum of the samples whose line starts with `prefix` (a metric name,
+/// or a name and some of its labels).
+pub fn metric_sum(text: &str, prefix: &str) -> u64 {
+    text.lines()
+        .filter(|line| line.starts_with(prefix))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .map(|value| value as u64)
+        .sum()
 }
 
 /// A minimal HTTP/1.0 GET: status code and body.

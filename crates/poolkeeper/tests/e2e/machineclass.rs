@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use json_patch::Patch as JsonPatch;
+use k8s_openapi::api::events::v1::Event as KubeEvent;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use poolkeeper_api::{ClassSpec, Machine, MachineClass, MachineSpec};
@@ -16,12 +17,12 @@ use poolkeeper_bus::{
     Subscription,
 };
 use poolkeeper_config::Config;
-use poolkeeper_executor::{ClassWriter, KubeClassWriter, StatsSnapshot, WriteError};
+use poolkeeper_executor::{ClassWriter, KubeClassWriter, WriteError};
 use poolkeeper_testenv::{TestEnv, eventually};
 use serde_json::{Value, json};
 use tempfile::TempDir;
 
-use crate::harness::{Running, TIMEOUT, test_config};
+use crate::harness::{ExecutorTotals, Running, TIMEOUT, test_config};
 
 const NAMESPACE: &str = "machine-system";
 
@@ -197,12 +198,8 @@ fn is_reconciled(event: &Event, class: &ObjectKey, result: ClassOutcome) -> bool
     )
 }
 
-fn stats(running: &Running) -> StatsSnapshot {
-    running
-        .stats
-        .as_ref()
-        .expect("MachineClass protection is enabled")
-        .snapshot()
+async fn stats(running: &Running) -> ExecutorTotals {
+    running.executor_totals().await
 }
 
 /// For every class listed: whether it has `finalizer`.
@@ -360,7 +357,7 @@ async fn finalizer_follows_machines_and_holds_back_deletion() {
     })
     .await;
 
-    let totals = stats(&running);
+    let totals = stats(&running).await;
     println!("finalizer lifecycle: {totals:?} in {:?}", started.elapsed());
     assert_eq!(totals.errors, 0, "{totals:?}");
     running.stop().await;
@@ -409,7 +406,7 @@ async fn moving_a_machine_moves_the_finalizer() {
     )
     .await;
 
-    let totals = stats(&running);
+    let totals = stats(&running).await;
     println!("machine move: {totals:?} in {:?}", started.elapsed());
     // Add on old, add on new, remove from old.
     assert_eq!(totals.writes, 3, "{totals:?}");
@@ -468,7 +465,7 @@ async fn a_burst_converges_in_few_passes_and_requeues_write_nothing() {
             seen.insert(key.clone());
         }
     }
-    let before = stats(&running);
+    let before = stats(&running).await;
     assert_eq!(before.writes, 0, "nothing to write for unused classes");
 
     let burst_started = Instant::now();
@@ -502,7 +499,7 @@ async fn a_burst_converges_in_few_passes_and_requeues_write_nothing() {
     // A write is counted when its answer is back, right after the API
     // server has stored it.
     let converged = wait_until("the executor counted its writes", || async {
-        let now = stats(&running);
+        let now = stats(&running).await;
         (now.writes >= BURST_CLASSES as u64).then_some(now)
     })
     .await;
@@ -547,13 +544,10 @@ async fn a_burst_converges_in_few_passes_and_requeues_write_nothing() {
     )
     .await;
     next_event(&mut running.events, "the pass after the burst", |event| {
-        matches!(
-            event,
-            Event::ReconciliationCompleted { .. } | Event::ReconciliationFailed { .. }
-        )
+        matches!(event, Event::ReconciliationCompleted { .. })
     })
     .await;
-    let settled = stats(&running);
+    let settled = stats(&running).await;
     let settled_in = burst_started.elapsed();
     let passes = settled.passes - before.passes;
     let reconciliations = settled.reconciliations - before.reconciliations;
@@ -575,7 +569,7 @@ async fn a_burst_converges_in_few_passes_and_requeues_write_nothing() {
     // Steady state: every class is requeued every longRetry (5 s); the
     // re-checks find nothing to do.
     tokio::time::sleep(STEADY_STATE).await;
-    let steady = stats(&running);
+    let steady = stats(&running).await;
     let steady_passes = steady.passes - settled.passes;
     let steady_reconciliations = steady.reconciliations - settled.reconciliations;
     println!(
@@ -680,7 +674,7 @@ async fn a_restarted_controller_catches_up() {
     )
     .await;
     let totals = wait_until("the executor counted its writes", || async {
-        let now = stats(&running);
+        let now = stats(&running).await;
         (now.writes >= 4).then_some(now)
     })
     .await;
@@ -702,7 +696,25 @@ struct Attempt {
     key: ObjectKey,
     /// Another writer changed the class right before this patch.
     interfered: Result<bool, String>,
-    result: Result<(), WriteError>,
+    result: Written,
+}
+
+/// What came of one patch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Written {
+    Ok,
+    Conflict,
+    Failed(String),
+}
+
+impl From<&Result<(), WriteError>> for Written {
+    fn from(result: &Result<(), WriteError>) -> Self {
+        match result {
+            Ok(()) => Written::Ok,
+            Err(WriteError::Conflict(_)) => Written::Conflict,
+            Err(error) => Written::Failed(error.to_string()),
+        }
+    }
 }
 
 /// A [`ClassWriter`] that lets another writer change each class (an
@@ -757,7 +769,7 @@ impl ClassWriter for InterferingWriter {
         self.attempts.lock().unwrap().push(Attempt {
             key: key.clone(),
             interfered,
-            result: result.clone(),
+            result: Written::from(&result),
         });
         result
     }
@@ -786,7 +798,7 @@ async fn a_conflicting_write_is_retried_without_clobbering() {
     .await;
     wait_finalizer(&classes, "contested", &finalizer, true).await;
     let totals = wait_until("the executor counted its write", || async {
-        let now = stats(&running);
+        let now = stats(&running).await;
         (now.writes >= 1).then_some(now)
     })
     .await;
@@ -814,7 +826,7 @@ async fn a_conflicting_write_is_retried_without_clobbering() {
             Some(Attempt {
                 key,
                 interfered: Ok(true),
-                result: Err(WriteError::Conflict(_)),
+                result: Written::Conflict,
             }) if *key == contested
         ),
         "the first patch went out after the other writer and conflicted: {attempts:?}"
@@ -822,7 +834,7 @@ async fn a_conflicting_write_is_retried_without_clobbering() {
     assert!(
         matches!(
             attempts.last(),
-            Some(Attempt { key, interfered: Ok(false), result: Ok(()) }) if *key == contested
+            Some(Attempt { key, interfered: Ok(false), result: Written::Ok }) if *key == contested
         ),
         "a retry succeeded: {attempts:?}"
     );
@@ -920,25 +932,33 @@ async fn readiness_waits_for_the_index_and_admin_endpoints_report() {
     create_machine(&machines, "m1", "observed").await;
     wait_finalizer(&classes, "observed", &finalizer, true).await;
     wait_until("the executor counted its write", || async {
-        (stats(&running).writes >= 1).then_some(())
+        (stats(&running).await.writes >= 1).then_some(())
     })
     .await;
 
     let (status, text) = running.get("/metrics").await;
     assert_eq!(status, 200, "/metrics: {text}");
     for series in [
-        "poolkeeper_reconciliations_total",
         "poolkeeper_executor_passes_total",
-        "poolkeeper_api_writes_total{result=\"success\"}",
-        "poolkeeper_requeues_total{reason=\"long_retry\"}",
-        "poolkeeper_machineclass_outcomes_total{outcome=\"finalizer_added\"}",
-        "poolkeeper_machines_enqueued_total{reason=\"finalizer_added\"}",
+        "poolkeeper_executor_api_writes_total{result=\"ok\"}",
+        "poolkeeper_executor_requeues_total{requeue=\"long\"}",
+        "poolkeeper_executor_reconciliations_total{outcome=\"finalizer_added\"}",
+        "poolkeeper_executor_machines_enqueued_total{reason=\"finalizer_added\"}",
+        "poolkeeper_executor_reconciliation_duration_seconds_count",
+        "poolkeeper_index_objects{kind=\"MachineClass\"}",
+        "poolkeeper_index_synchronized",
+        "poolkeeper_watch_changes_total{kind=\"Machine\",change=\"created\"}",
+        "poolkeeper_reconciler_triggers_total{reason=\"leadership_gained\"}",
+        "poolkeeper_bus_events_published_total{event=\"MachineClassReconciled\"}",
     ] {
         let value = metric(&text, series).unwrap_or_else(|| panic!("no {series} in:\n{text}"));
         assert!(value > 0.0, "{series} is {value}");
     }
     assert_eq!(
-        metric(&text, "poolkeeper_api_writes_total{result=\"error\"}"),
+        metric(
+            &text,
+            "poolkeeper_executor_api_writes_total{result=\"error\"}"
+        ),
         Some(0.0),
         "{text}"
     );
@@ -964,5 +984,84 @@ async fn readiness_waits_for_the_index_and_admin_endpoints_report() {
         "IndexSynchronized in /debug/events: {body}"
     );
     println!("readiness and admin endpoints: {:?}", started.elapsed());
+    running.stop().await;
+}
+
+/// The Kubernetes Events poolkeeper reported about MachineClass `name`:
+/// (reason, type, series count) of each, oldest first.
+async fn class_events(client: &Client, name: &str) -> Vec<(String, String, i32)> {
+    let events: Api<KubeEvent> = Api::namespaced(client.clone(), NAMESPACE);
+    let mut listed: Vec<KubeEvent> = events
+        .list(&ListParams::default())
+        .await
+        .expect("events are listed")
+        .items
+        .into_iter()
+        .filter(|event| {
+            event.reporting_controller.as_deref() == Some("poolkeeper")
+                && event.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+                && event
+                    .regarding
+                    .as_ref()
+                    .and_then(|r| r.uid.as_deref())
+                    .is_some()
+        })
+        .collect();
+    listed.sort_by_key(|event| event.event_time.as_ref().map(|t| t.0));
+    listed
+        .into_iter()
+        .map(|event| {
+            let count = event.series.as_ref().map_or(1, |series| series.count);
+            (
+                event.reason.unwrap_or_default(),
+                event.type_.unwrap_or_default(),
+                count,
+            )
+        })
+        .collect()
+}
+
+/// Adding and removing the finalizer is reported on the MachineClass
+/// (`kubectl describe machineclass` shows it), once each; a steady state
+/// of periodic passes adds no Event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finalizer_changes_are_reported_as_kubernetes_events_once() {
+    let cluster = Cluster::start().await;
+    let (classes, machines, finalizer) =
+        (cluster.classes(), cluster.machines(), cluster.finalizer());
+    let mut config = cluster.config.clone();
+    // Periodic passes every second: a steady state is many passes.
+    config.executor.short_retry = Duration::from_millis(500);
+    config.executor.long_retry = Duration::from_secs(1);
+    let running = Running::start(&config, cluster.client()).await;
+    running.wait_ready().await;
+
+    create_class(&classes, "reported").await;
+    create_machine(&machines, "m1", "reported").await;
+    wait_finalizer(&classes, "reported", &finalizer, true).await;
+    delete_machine(&machines, "m1").await;
+    wait_finalizer(&classes, "reported", &finalizer, false).await;
+    let client = cluster.client();
+    let expected = vec![
+        ("FinalizerAdded".to_owned(), "Normal".to_owned(), 1),
+        ("FinalizerRemoved".to_owned(), "Normal".to_owned(), 1),
+    ];
+    wait_until("both Events are written", || async {
+        (class_events(&client, "reported").await == expected).then_some(())
+    })
+    .await;
+
+    let before = running.executor_totals().await;
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let after = running.executor_totals().await;
+    assert!(
+        after.reconciliations >= before.reconciliations + 30,
+        "periodic passes ran meanwhile: {before:?} -> {after:?}"
+    );
+    assert_eq!(
+        class_events(&client, "reported").await,
+        expected,
+        "60 s of steady state add no Event"
+    );
     running.stop().await;
 }

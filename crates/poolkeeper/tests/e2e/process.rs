@@ -159,7 +159,14 @@ async fn run_without_a_reachable_cluster_fails_fast_and_probes_answer_meanwhile(
     assert_eq!(live_status, 200, "{live_body}");
     let (ready_status, ready_body) = not_ready.unwrap();
     assert_eq!(ready_status, 503, "{ready_body}");
-    assert!(ready_body.contains("[-]index"), "{ready_body}");
+    assert!(
+        ready_body.contains("[-]apiserver failed: API server unreachable"),
+        "{ready_body}"
+    );
+    assert!(
+        ready_body.contains("[-]index failed: stage \"watchers\" has not started yet"),
+        "{ready_body}"
+    );
 
     let output = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
         .await

@@ -91,93 +91,25 @@ async fn main() -> ExitCode {
 }
 
 async fn up(args: UpArgs) -> Result<ExitCode, UpError> {
+    // Listening before the start: a Ctrl-C during the start is handled once it is done, so
+    // what was started is stopped and removed instead of left behind.
     let mut terminate =
         signal(SignalKind::terminate()).map_err(|e| io("listening for SIGTERM", e))?;
     let mut interrupt =
         signal(SignalKind::interrupt()).map_err(|e| io("listening for SIGINT", e))?;
 
-    println!(
-        "starting etcd, kube-apiserver{} ...",
-        if args.no_scheduler {
-            ""
-        } else {
-            ", kube-scheduler"
-        }
-    );
-    let env = TestEnv::builder()
-        .scheduler(!args.no_scheduler)
-        .start()
-        .await?;
-    println!(
-        "control plane ready in {:.1?} at {}",
-        env.startup_duration(),
-        env.server_url()
-    );
-
-    if !args.crds.is_empty() {
-        env.install_crd_files(&args.crds).await?;
-        println!("installed the CRDs of {}", display_paths(&args.crds));
-    }
-    if !args.objects.is_empty() {
-        let applied = env.apply_files(&args.objects).await?;
-        println!(
-            "applied {} objects from {}",
-            applied.len(),
-            display_paths(&args.objects)
-        );
-    }
-
-    let webhook = WebhookServer::resolve(&args)?;
-    let cert = WebhookCert::generate()?;
-    cert.write_to_dir(&webhook.cert_dir)?;
-    if !args.webhooks.is_empty() {
-        let registration = WebhookRegistration::new(webhook.port, cert.ca_pem.clone())
-            .with_files(&args.webhooks)?;
-        env.register_webhooks(registration).await?;
-        println!(
-            "registered the webhooks of {} at https://127.0.0.1:{}",
-            display_paths(&args.webhooks),
-            webhook.port
-        );
-    }
-
-    let kubeconfig = match &args.kubeconfig_out {
-        Some(path) => {
-            if let Some(parent) = path.parent() {
-                std::fs::create_dir_all(parent)
-                    .map_err(|e| io(format!("creating {}", parent.display()), e))?;
-            }
-            std::fs::copy(env.kubeconfig_path(), path)
-                .map_err(|e| io(format!("writing {}", path.display()), e))?;
-            path.clone()
-        }
-        None => env.kubeconfig_path().to_owned(),
-    };
+    let env = start_control_plane(!args.no_scheduler).await?;
+    install_manifests(&env, &args).await?;
+    let webhook = prepare_webhooks(&env, &args).await?;
+    let kubeconfig = publish_kubeconfig(&env, args.kubeconfig_out.as_deref())?;
     println!();
     println!("  export KUBECONFIG={}", kubeconfig.display());
     println!("  webhook certificates: {}", webhook.cert_dir.display());
     println!("  control-plane logs:   {}", env.dir().display());
     println!();
 
-    let mut command = match args.command.split_first() {
-        Some((program, rest)) => {
-            let rest: Vec<String> = rest
-                .iter()
-                .map(|arg| arg.replace(KUBECONFIG_PLACEHOLDER, &kubeconfig.to_string_lossy()))
-                .collect();
-            println!("running {program} {}", rest.join(" "));
-            let child = Command::new(program)
-                .args(&rest)
-                .env("KUBECONFIG", &kubeconfig)
-                .kill_on_drop(true)
-                .spawn()
-                .map_err(|e| io(format!("starting {program}"), e))?;
-            Some(child)
-        }
-        None => None,
-    };
+    let mut command = spawn_command(&args.command, &kubeconfig)?;
     println!("Ctrl-C stops everything.");
-
     loop {
         tokio::select! {
             _ = interrupt.recv() => break,
@@ -196,6 +128,88 @@ async fn up(args: UpArgs) -> Result<ExitCode, UpError> {
     drop(env);
     println!("control plane stopped");
     Ok(ExitCode::SUCCESS)
+}
+
+async fn start_control_plane(scheduler: bool) -> Result<TestEnv, UpError> {
+    let with_scheduler = if scheduler { ", kube-scheduler" } else { "" };
+    println!("starting etcd, kube-apiserver{with_scheduler} ...");
+    let env = TestEnv::builder().scheduler(scheduler).start().await?;
+    println!(
+        "control plane ready in {:.1?} at {}",
+        env.startup_duration(),
+        env.server_url()
+    );
+    Ok(env)
+}
+
+/// The CRDs first: the objects may be custom resources.
+async fn install_manifests(env: &TestEnv, args: &UpArgs) -> Result<(), UpError> {
+    if !args.crds.is_empty() {
+        env.install_crd_files(&args.crds).await?;
+        println!("installed the CRDs of {}", display_paths(&args.crds));
+    }
+    if !args.objects.is_empty() {
+        let applied = env.apply_files(&args.objects).await?;
+        println!(
+            "applied {} objects from {}",
+            applied.len(),
+            display_paths(&args.objects)
+        );
+    }
+    Ok(())
+}
+
+/// Writes a serving certificate where the controller will look for it and registers the
+/// webhook configurations with its CA, pointed at the local port.
+async fn prepare_webhooks(env: &TestEnv, args: &UpArgs) -> Result<WebhookServer, UpError> {
+    let webhook = WebhookServer::resolve(args)?;
+    let cert = WebhookCert::generate()?;
+    cert.write_to_dir(&webhook.cert_dir)?;
+    if !args.webhooks.is_empty() {
+        let registration = WebhookRegistration::new(webhook.port, cert.ca_pem.clone())
+            .with_files(&args.webhooks)?;
+        env.register_webhooks(registration).await?;
+        println!(
+            "registered the webhooks of {} at https://127.0.0.1:{}",
+            display_paths(&args.webhooks),
+            webhook.port
+        );
+    }
+    Ok(webhook)
+}
+
+/// The kubeconfig to hand out: a copy at `out` (which outlives the control plane's temporary
+/// directory, so a shell can keep exporting it), else the control plane's own.
+fn publish_kubeconfig(env: &TestEnv, out: Option<&Path>) -> Result<PathBuf, UpError> {
+    let Some(path) = out else {
+        return Ok(env.kubeconfig_path().to_owned());
+    };
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)
+            .map_err(|e| io(format!("creating {}", parent.display()), e))?;
+    }
+    std::fs::copy(env.kubeconfig_path(), path)
+        .map_err(|e| io(format!("writing {}", path.display()), e))?;
+    Ok(path.to_owned())
+}
+
+/// Starts the command after `--`, if any, with `{kubeconfig}` in its arguments replaced.
+fn spawn_command(command: &[String], kubeconfig: &Path) -> Result<Option<Child>, UpError> {
+    let Some((program, rest)) = command.split_first() else {
+        return Ok(None);
+    };
+    let rest: Vec<String> = rest
+        .iter()
+        .map(|arg| arg.replace(KUBECONFIG_PLACEHOLDER, &kubeconfig.to_string_lossy()))
+        .collect();
+    println!("running {program} {}", rest.join(" "));
+    let child = Command::new(program)
+        .args(&rest)
+        .env("KUBECONFIG", kubeconfig)
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| io(format!("starting {program}"), e))?;
+    Ok(Some(child))
 }
 
 /// Waits for the command to exit; never resolves when there is none.

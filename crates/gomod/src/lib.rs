@@ -1,15 +1,19 @@
-//! Reading the versions a go.mod pins.
+//! Reading the versions a go.mod requires.
 //!
-//! Shared as a source file with poolkeeper-testenv (`#[path]` there): both
-//! must read the pinned Kubernetes version the same way, since testenv finds
-//! the binaries in the directory named after the version xtask built them
-//! for. Sharing the file keeps xtask free of testenv's dependencies (kube,
-//! tokio) and testenv free of a dependency on this binary crate, so it must
-//! use nothing but std.
+//! xtask builds the control-plane binaries into a directory named after the
+//! Kubernetes version that `xtask/controlplane/kubernetes/go.mod` pins, and
+//! poolkeeper-testenv looks for them there: both must read that version the
+//! same way, so both call this crate. It uses nothing but std, so that xtask,
+//! which depends on it, stays a build of seconds.
 
-/// The version of `module` required by `go_mod`, inside or outside a
-/// `require ( ... )` block.
-pub(crate) fn required_version<'a>(go_mod: &'a str, module: &str) -> Option<&'a str> {
+/// The version of `module` required by `go_mod`, on a `require` line of its own or inside a
+/// `require ( ... )` block; `None` when `go_mod` does not require it.
+///
+/// ```
+/// let go_mod = "module example\n\nrequire (\n\tk8s.io/kubernetes v1.36.3\n)\n";
+/// assert_eq!(poolkeeper_gomod::required_version(go_mod, "k8s.io/kubernetes"), Some("v1.36.3"));
+/// ```
+pub fn required_version<'a>(go_mod: &'a str, module: &str) -> Option<&'a str> {
     go_mod.lines().find_map(|line| {
         let line = line.trim();
         let line = line.strip_prefix("require ").unwrap_or(line).trim_start();
@@ -36,6 +40,7 @@ mod tests {
             ("require k8s.io/kubernetes-extra v9\n", None),
             ("require k8s.io/kubernetes-x v1\n", None),
             ("module k8s.io/kubernetes\n", None),
+            ("// require k8s.io/kubernetes v1\n", None),
             ("", None),
         ];
         for (go_mod, expected) in cases {

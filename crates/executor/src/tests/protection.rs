@@ -1,0 +1,213 @@
+//! What a pass does to MachineClasses and their Machines.
+
+use super::*;
+
+#[tokio::test(start_paused = true)]
+async fn a_class_in_use_gets_the_finalizer_and_its_machines_are_enqueued() {
+    let h = Harness::start(
+        &[class("a", &[])],
+        &[machine("m1", "a"), machine("m2", "a")],
+    );
+    h.trigger(TriggerReason::IndexSynchronized);
+    h.at(ms(10)).await;
+    assert_eq!(
+        h.fake.finalizers(&key("a")),
+        Some(vec![FINALIZER.to_owned()])
+    );
+    assert_eq!(h.calls(), [(ms(0), "a".into(), Answer::Accepted)]);
+    let mut enqueued = h.enqueued();
+    enqueued.sort();
+    assert_eq!(
+        enqueued,
+        [
+            ("m1".into(), EnqueueReason::FinalizerAdded),
+            ("m2".into(), EnqueueReason::FinalizerAdded)
+        ]
+    );
+    assert_eq!(
+        h.reconciled(),
+        [(ms(0), "a".into(), ClassOutcome::FinalizerAdded, LONG)]
+    );
+    let passes: Vec<_> = h
+        .recorder
+        .events()
+        .into_iter()
+        .filter(|e| {
+            matches!(
+                e,
+                Event::ReconciliationStarted { .. } | Event::ReconciliationCompleted { .. }
+            )
+        })
+        .collect();
+    assert_eq!(
+        passes,
+        [
+            Event::ReconciliationStarted { pass: 1, keys: 1 },
+            Event::ReconciliationCompleted {
+                pass: 1,
+                duration: Duration::ZERO,
+                writes: 1,
+                failed: 0,
+            }
+        ]
+    );
+    h.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn in_steady_state_a_second_pass_writes_and_enqueues_nothing() {
+    let h = Harness::start(
+        &[
+            class("a", &[]),
+            class("b", &["example.com/other", FINALIZER]),
+        ],
+        &[machine("m1", "a"), machine("m2", "b")],
+    );
+    h.trigger(TriggerReason::IndexSynchronized);
+    h.at(ms(100)).await;
+    assert_eq!(h.writes(), 1);
+    assert_eq!(h.enqueued().len(), 1);
+    h.trigger(TriggerReason::LeadershipGained);
+    h.at(ms(200)).await;
+    assert_eq!(h.passes(), 2);
+    assert_eq!(h.writes(), 1, "no write in steady state");
+    assert_eq!(h.enqueued().len(), 1, "no enqueue in steady state");
+    assert_eq!(h.fake.calls().len(), 1, "no API call in steady state");
+    let second: Vec<_> = h
+        .reconciled()
+        .into_iter()
+        .filter(|r| r.0 == ms(100))
+        .map(|r| (r.1, r.2))
+        .collect();
+    assert_eq!(
+        second,
+        [
+            ("a".into(), ClassOutcome::Unchanged),
+            ("b".into(), ClassOutcome::Unchanged)
+        ]
+    );
+    h.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unused_class_loses_the_finalizer_and_keeps_the_others() {
+    let h = Harness::start(
+        &[
+            class("a", &["example.com/other", FINALIZER, "example.com/last"]),
+            deleting(class("gone-soon", &[FINALIZER])),
+            class("bare", &[]),
+        ],
+        &[],
+    );
+    h.trigger(TriggerReason::IndexSynchronized);
+    h.at(ms(10)).await;
+    assert_eq!(
+        h.fake.finalizers(&key("a")),
+        Some(vec!["example.com/other".into(), "example.com/last".into()])
+    );
+    assert_eq!(h.fake.finalizers(&key("gone-soon")), Some(vec![]));
+    let mut outcomes: Vec<_> = h.reconciled().into_iter().map(|r| (r.1, r.2)).collect();
+    outcomes.sort();
+    assert_eq!(
+        outcomes,
+        [
+            ("a".into(), ClassOutcome::FinalizerRemoved),
+            ("bare".into(), ClassOutcome::Unused),
+            ("gone-soon".into(), ClassOutcome::FinalizerRemoved),
+        ]
+    );
+    assert_eq!(h.writes(), 2, "no write for the bare class");
+    assert_eq!(h.fake.calls().len(), 2);
+    assert!(h.enqueued().is_empty());
+    h.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_spec_change_enqueues_the_machines_without_a_write() {
+    let h = Harness::start(
+        &[class("a", &[FINALIZER])],
+        &[machine("m1", "a"), machine("m2", "a")],
+    );
+    h.trigger(TriggerReason::IndexSynchronized);
+    h.at(ms(10)).await;
+    assert!(h.enqueued().is_empty(), "first sight is not a change");
+    let mut changed = class("a", &[FINALIZER]);
+    changed.provider_spec = json!({"machineType": "m5.xlarge"});
+    changed.metadata.resource_version = Some("5".into());
+    h.apply(ResourceKind::MachineClass, changed);
+    h.trigger(TriggerReason::Debounced);
+    h.at(ms(20)).await;
+    assert_eq!(
+        h.enqueued(),
+        [
+            ("m1".into(), EnqueueReason::ClassSpecChanged),
+            ("m2".into(), EnqueueReason::ClassSpecChanged)
+        ]
+    );
+    assert_eq!(h.writes(), 0);
+    assert!(h.fake.calls().is_empty());
+    // Seen now: the next pass enqueues nothing more.
+    h.trigger(TriggerReason::LeadershipGained);
+    h.at(ms(30)).await;
+    assert_eq!(h.enqueued().len(), 2);
+    h.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_class_being_deleted_while_in_use_keeps_nudging_its_machines() {
+    let h = Harness::start(&[deleting(class("a", &[FINALIZER]))], &[machine("m1", "a")]);
+    h.trigger(TriggerReason::IndexSynchronized);
+    h.at(SHORT * 2 + ms(10)).await;
+    let enqueued: Vec<_> = h
+        .events()
+        .into_iter()
+        .filter_map(|(at, e)| match e {
+            Event::MachineEnqueued { reason, .. } => Some((at, reason)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        enqueued,
+        [
+            (ms(0), EnqueueReason::ClassDeleting),
+            (SHORT, EnqueueReason::ClassDeleting),
+            (SHORT * 2, EnqueueReason::ClassDeleting)
+        ]
+    );
+    assert_eq!(h.writes(), 0);
+    assert_eq!(h.fake.finalizers(&key("a")), Some(vec![FINALIZER.into()]));
+    h.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_class_gone_from_the_index_is_forgotten() {
+    let h = Harness::start(&[class("a", &[])], &[]);
+    h.trigger(TriggerReason::IndexSynchronized);
+    h.at(ms(10)).await;
+    h.delete::<MachineClass>(ResourceKind::MachineClass, "a");
+    h.trigger(TriggerReason::Debounced);
+    h.at(LONG * 2).await;
+    let outcomes: Vec<_> = h.reconciled().into_iter().map(|r| (r.0, r.2)).collect();
+    assert_eq!(
+        outcomes,
+        [(ms(0), ClassOutcome::Unused), (ms(10), ClassOutcome::Gone)],
+        "no requeue once gone"
+    );
+    let gone = h
+        .recorder
+        .events()
+        .into_iter()
+        .rfind(|e| matches!(e, Event::MachineClassReconciled { .. }));
+    assert!(
+        matches!(
+            gone,
+            Some(Event::MachineClassReconciled {
+                requeue: Requeue::Never,
+                requeue_after: Duration::ZERO,
+                ..
+            })
+        ),
+        "{gone:?}"
+    );
+    h.stop().await;
+}

@@ -1,0 +1,139 @@
+//! The write surface: Kubernetes objects go in, [`Changed`] comes out.
+//!
+//! `Index` implements [`IndexResource`] for every kind it holds. Each write
+//! converts the object to its projection first (the `From` impls in
+//! `projection.rs`), then takes the lock of its half once, so readers never
+//! wait for a conversion; the secondary indexes stay exact.
+
+use std::collections::HashSet;
+
+use k8s_openapi::api::core::v1 as core;
+use kube::Resource;
+use poolkeeper_api as api;
+use poolkeeper_bus::{ObjectKey, ResourceKind};
+
+use crate::projection::{config_map_data, object_key};
+use crate::{Changed, Index, Machine, MachineClass, Node, NodePool};
+
+/// Writes objects of kind `K` into the index, in the shape of kubert's
+/// `index` module: `apply` for an add or update, `delete` for a removal,
+/// `reset` for a complete (re)list. Each reports what changed, so the caller
+/// publishes exactly that.
+pub trait IndexResource<K: Resource> {
+    const KIND: ResourceKind;
+
+    /// Stores the projection of `object`; `None` when it equals the stored
+    /// one.
+    fn apply(&self, object: K) -> Option<Changed>;
+
+    /// Removes the object `key`; `None` when it was not there.
+    fn delete(&self, key: &ObjectKey) -> Option<Changed>;
+
+    /// Removes every object of this kind whose key is not in `keep` and
+    /// reports those deletes, in key order. The last step of a relist that
+    /// applied its objects one by one.
+    fn retain(&self, keep: &HashSet<ObjectKey>) -> Vec<Changed>;
+
+    /// A complete list: applies every object, then removes what the list
+    /// lacks. Reports the applies in list order, then the deletes.
+    fn reset(&self, objects: Vec<K>) -> Vec<Changed> {
+        let mut listed = HashSet::with_capacity(objects.len());
+        let mut changes = Vec::new();
+        for object in objects {
+            listed.insert(object_key(&object));
+            changes.extend(self.apply(object));
+        }
+        changes.extend(self.retain(&listed));
+        changes
+    }
+}
+
+impl IndexResource<core::Node> for Index {
+    const KIND: ResourceKind = ResourceKind::Node;
+
+    fn apply(&self, node: core::Node) -> Option<Changed> {
+        let node = Node::from(&node);
+        self.placement.write().upsert_node(node)
+    }
+
+    fn delete(&self, key: &ObjectKey) -> Option<Changed> {
+        self.placement.write().remove_node(key)
+    }
+
+    fn retain(&self, keep: &HashSet<ObjectKey>) -> Vec<Changed> {
+        self.placement.write().retain_nodes(keep)
+    }
+}
+
+impl IndexResource<api::NodePool> for Index {
+    const KIND: ResourceKind = ResourceKind::NodePool;
+
+    fn apply(&self, pool: api::NodePool) -> Option<Changed> {
+        let pool = NodePool::from(&pool);
+        self.placement.write().upsert_node_pool(pool)
+    }
+
+    fn delete(&self, key: &ObjectKey) -> Option<Changed> {
+        self.placement.write().remove_node_pool(key)
+    }
+
+    fn retain(&self, keep: &HashSet<ObjectKey>) -> Vec<Changed> {
+        self.placement.write().retain_node_pools(keep)
+    }
+}
+
+/// Any ConfigMap is kept by its key; the watchers watch only the placement
+/// one.
+impl IndexResource<core::ConfigMap> for Index {
+    const KIND: ResourceKind = ResourceKind::ConfigMap;
+
+    fn apply(&self, config_map: core::ConfigMap) -> Option<Changed> {
+        let key = object_key(&config_map);
+        let data = config_map_data(config_map);
+        self.placement.write().upsert_config_map(key, data)
+    }
+
+    fn delete(&self, key: &ObjectKey) -> Option<Changed> {
+        self.placement.write().remove_config_map(key)
+    }
+
+    fn retain(&self, keep: &HashSet<ObjectKey>) -> Vec<Changed> {
+        self.placement.write().retain_config_maps(keep)
+    }
+}
+
+impl IndexResource<api::MachineClass> for Index {
+    const KIND: ResourceKind = ResourceKind::MachineClass;
+
+    fn apply(&self, class: api::MachineClass) -> Option<Changed> {
+        let class = MachineClass::from(&class);
+        self.machines.write().upsert_class(class)
+    }
+
+    fn delete(&self, key: &ObjectKey) -> Option<Changed> {
+        self.machines.write().remove_class(key)
+    }
+
+    fn retain(&self, keep: &HashSet<ObjectKey>) -> Vec<Changed> {
+        self.machines.write().retain_classes(keep)
+    }
+}
+
+/// [`Changed::related`] holds the classes the Machine referenced before and
+/// after the write.
+impl IndexResource<api::Machine> for Index {
+    const KIND: ResourceKind = ResourceKind::Machine;
+
+    fn apply(&self, machine: api::Machine) -> Option<Changed> {
+        let machine = Machine::from(&machine);
+        self.machines.write().upsert_machine(machine)
+    }
+
+    fn delete(&self, key: &ObjectKey) -> Option<Changed> {
+        self.machines.write().remove_machine(key)
+    }
+
+    fn retain(&self, keep: &HashSet<ObjectKey>) -> Vec<Changed> {
+        self.machines.write().retain_machines(keep)
+    }
+}

@@ -1,0 +1,303 @@
+//! The pure part: which bus events call for which Kubernetes Event.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::Resource;
+use kube::runtime::events::{Event as KubeEvent, EventType};
+use poolkeeper_api::MachineClass;
+use poolkeeper_bus::{ClassOutcome, Event, ObjectKey};
+
+use crate::settings::RecorderSettings;
+
+/// The API server's limit on an Event's `note`, in bytes.
+pub const MAX_NOTE_BYTES: usize = 1024;
+
+/// One Kubernetes Event to write, apart from the object it regards.
+///
+/// `reason` and `action` are short PascalCase identifiers (at most 128
+/// characters): `kubectl describe` shows `reason` as Reason and `note` as
+/// Message. Events of the same object with the same type, reason and action
+/// are one Event object whose series counts the repetitions; the note of the
+/// first one stays.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Notice {
+    pub type_: EventType,
+    pub reason: &'static str,
+    pub action: &'static str,
+    pub note: String,
+}
+
+impl Notice {
+    pub fn normal(reason: &'static str, action: &'static str, note: impl Into<String>) -> Self {
+        Self {
+            type_: EventType::Normal,
+            reason,
+            action,
+            note: note.into(),
+        }
+    }
+
+    pub fn warning(reason: &'static str, action: &'static str, note: impl Into<String>) -> Self {
+        Self {
+            type_: EventType::Warning,
+            reason,
+            action,
+            note: note.into(),
+        }
+    }
+
+    /// kube's form of it, with the note cut to what the API server accepts.
+    pub(crate) fn to_kube(&self) -> KubeEvent {
+        KubeEvent {
+            type_: self.type_,
+            reason: self.reason.to_owned(),
+            note: Some(truncate(&self.note, MAX_NOTE_BYTES).to_owned()),
+            action: self.action.to_owned(),
+            secondary: None,
+        }
+    }
+}
+
+/// The Event a MachineClass reconciliation calls for: finalizer changes and
+/// failures. Settled classes, conflicts (retried within moments) and classes
+/// that are gone call for none, so periodic passes write nothing.
+pub fn class_notice(
+    outcome: ClassOutcome,
+    requeue_after: Duration,
+    settings: &RecorderSettings,
+) -> Option<Notice> {
+    let finalizer = &settings.finalizer;
+    match outcome {
+        ClassOutcome::FinalizerAdded => Some(Notice::normal(
+            "FinalizerAdded",
+            "AddFinalizer",
+            format!("Added finalizer {finalizer}: Machines use this MachineClass"),
+        )),
+        ClassOutcome::FinalizerRemoved => Some(Notice::normal(
+            "FinalizerRemoved",
+            "RemoveFinalizer",
+            format!("Removed finalizer {finalizer}: no Machine uses this MachineClass"),
+        )),
+        ClassOutcome::Error => Some(Notice::warning(
+            "ReconcileFailed",
+            "UpdateFinalizers",
+            format!(
+                "Updating finalizer {finalizer} failed (the poolkeeper log has the API server's \
+                 answer); retrying every {}",
+                humantime::format_duration(requeue_after)
+            ),
+        )),
+        ClassOutcome::Unchanged
+        | ClassOutcome::Unused
+        | ClassOutcome::Gone
+        | ClassOutcome::Conflict => None,
+    }
+}
+
+/// The MachineClass and the Event a bus event calls for, if any.
+pub fn notice_for(event: &Event, settings: &RecorderSettings) -> Option<(ObjectKey, Notice)> {
+    match event {
+        Event::MachineClassReconciled {
+            key,
+            outcome,
+            requeue_after,
+            ..
+        } => class_notice(*outcome, *requeue_after, settings).map(|notice| (key.clone(), notice)),
+        _ => None,
+    }
+}
+
+/// The `regarding` reference of a MachineClass. `kubectl describe` finds
+/// an object's Events by its UID, so it is left out only for a class that
+/// is already gone. No resourceVersion: repetitions must regard the same
+/// reference to form a series.
+pub fn class_reference(key: &ObjectKey, uid: Option<String>) -> ObjectReference {
+    ObjectReference {
+        api_version: Some(MachineClass::api_version(&()).into_owned()),
+        kind: Some(MachineClass::kind(&()).into_owned()),
+        namespace: key.namespace.clone(),
+        name: Some(key.name.clone()),
+        uid,
+        field_path: None,
+        resource_version: None,
+    }
+}
+
+/// At most `max` bytes of `text`, cut at a character boundary.
+fn truncate(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use poolkeeper_bus::{Change, IntoEnumIterator, Requeue, ResourceKind};
+    use poolkeeper_config::Config;
+
+    use super::*;
+
+    fn settings() -> RecorderSettings {
+        let mut config = Config::default();
+        config.machine_classes.finalizer = "example.com/protect".to_owned();
+        RecorderSettings::from(&config)
+    }
+
+    fn reconciled(outcome: ClassOutcome, requeue: Requeue, after: Duration) -> Event {
+        Event::MachineClassReconciled {
+            key: ObjectKey::namespaced("machine-system", "worker"),
+            outcome,
+            requeue,
+            requeue_after: after,
+            duration: Duration::from_millis(3),
+        }
+    }
+
+    /// The type, reason and action of an expected Event.
+    type Expected = Option<(EventType, &'static str, &'static str)>;
+
+    const OUTCOMES: [(ClassOutcome, Expected); 7] = [
+        (
+            ClassOutcome::FinalizerAdded,
+            Some((EventType::Normal, "FinalizerAdded", "AddFinalizer")),
+        ),
+        (
+            ClassOutcome::FinalizerRemoved,
+            Some((EventType::Normal, "FinalizerRemoved", "RemoveFinalizer")),
+        ),
+        (
+            ClassOutcome::Error,
+            Some((EventType::Warning, "ReconcileFailed", "UpdateFinalizers")),
+        ),
+        (ClassOutcome::Unchanged, None),
+        (ClassOutcome::Unused, None),
+        (ClassOutcome::Gone, None),
+        (ClassOutcome::Conflict, None),
+    ];
+
+    #[test]
+    fn each_outcome_maps_to_its_event_or_none() {
+        assert_eq!(
+            OUTCOMES.len(),
+            ClassOutcome::iter().count(),
+            "every outcome in the table"
+        );
+        for (outcome, expected) in OUTCOMES {
+            let event = reconciled(outcome, Requeue::Short, Duration::from_secs(5));
+            let actual = notice_for(&event, &settings());
+            match (expected, actual) {
+                (None, None) => {}
+                (Some((type_, reason, action)), Some((key, notice))) => {
+                    assert_eq!(key, ObjectKey::namespaced("machine-system", "worker"));
+                    assert_eq!(
+                        (notice.type_, notice.reason, notice.action),
+                        (type_, reason, action),
+                        "{outcome}"
+                    );
+                }
+                (expected, actual) => panic!("{outcome}: expected {expected:?}, got {actual:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn notes_name_the_finalizer_and_the_retry() {
+        let settings = settings();
+        let added = class_notice(ClassOutcome::FinalizerAdded, Duration::ZERO, &settings).unwrap();
+        assert_eq!(
+            added.note,
+            "Added finalizer example.com/protect: Machines use this MachineClass"
+        );
+        let removed =
+            class_notice(ClassOutcome::FinalizerRemoved, Duration::ZERO, &settings).unwrap();
+        assert_eq!(
+            removed.note,
+            "Removed finalizer example.com/protect: no Machine uses this MachineClass"
+        );
+        let failed = class_notice(ClassOutcome::Error, Duration::from_secs(5), &settings).unwrap();
+        assert!(
+            failed
+                .note
+                .starts_with("Updating finalizer example.com/protect failed")
+        );
+        assert!(
+            failed.note.ends_with("retrying every 5s"),
+            "{}",
+            failed.note
+        );
+    }
+
+    #[test]
+    fn other_bus_events_call_for_nothing() {
+        let key = ObjectKey::namespaced("machine-system", "worker");
+        let events = [
+            Event::ResourceChanged {
+                kind: ResourceKind::MachineClass,
+                key: key.clone(),
+                change: Change::Updated,
+                initial: false,
+                related: Vec::new(),
+            },
+            Event::MachineEnqueued {
+                key,
+                reason: poolkeeper_bus::EnqueueReason::FinalizerAdded,
+            },
+            Event::ReconciliationCompleted {
+                pass: 1,
+                duration: Duration::ZERO,
+                writes: 1,
+                failed: 1,
+            },
+            Event::LeadershipChanged { leader: true },
+        ];
+        for event in events {
+            assert_eq!(notice_for(&event, &settings()), None, "{}", event.name());
+        }
+    }
+
+    #[test]
+    fn class_reference_has_the_identity_kubectl_matches() {
+        let key = ObjectKey::namespaced("machine-system", "worker");
+        let reference = class_reference(&key, Some("0f3c".to_owned()));
+        assert_eq!(
+            reference,
+            ObjectReference {
+                api_version: Some("machine.sapcloud.io/v1alpha1".to_owned()),
+                kind: Some("MachineClass".to_owned()),
+                namespace: Some("machine-system".to_owned()),
+                name: Some("worker".to_owned()),
+                uid: Some("0f3c".to_owned()),
+                field_path: None,
+                resource_version: None,
+            }
+        );
+        assert_eq!(class_reference(&key, None).uid, None);
+    }
+
+    #[test]
+    fn notes_are_cut_to_the_api_limit_at_a_character_boundary() {
+        let short = Notice::warning("R", "A", "fine");
+        assert_eq!(short.to_kube().note.as_deref(), Some("fine"));
+        // 'é' is two bytes: 1023 of them would end mid-character at 1024.
+        let long = Notice::warning("R", "A", "x".to_owned() + &"é".repeat(1023));
+        let note = long.to_kube().note.unwrap();
+        assert_eq!(note.len(), 1023);
+        assert!(note.starts_with('x') && note.ends_with('é'));
+        let kube = long.to_kube();
+        assert_eq!(
+            (
+                kube.type_,
+                kube.reason.as_str(),
+                kube.action.as_str(),
+                kube.secondary
+            ),
+            (EventType::Warning, "R", "A", None)
+        );
+    }
+}

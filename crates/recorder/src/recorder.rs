@@ -1,0 +1,376 @@
+//! The component: reads the bus, queues the Events it calls for, and writes
+//! them one at a time beside the bus reading.
+
+use futures::future::BoxFuture;
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::Client;
+use kube::runtime::events::Reporter;
+use poolkeeper_bus::{Bus, Change, Delivery, Event, ResourceKind, Subscription};
+use poolkeeper_supervisor::{BoxError, Component, Context};
+use tokio::sync::mpsc;
+
+use crate::notice::{Notice, notice_for};
+use crate::queue::{Pending, Queue, Regarding};
+use crate::settings::RecorderSettings;
+use crate::uids::Uids;
+use crate::writer::{Writer, Written};
+
+/// `reportingController` of every Event poolkeeper writes.
+pub const REPORTING_CONTROLLER: &str = "poolkeeper";
+
+/// The API server's limit on `reportingInstance`, in bytes.
+const MAX_INSTANCE_BYTES: usize = 128;
+
+/// Events waiting to be written. Beyond this the API server is too slow
+/// for them, and new ones are dropped (and logged) rather than delaying
+/// anything.
+const QUEUE_CAPACITY: usize = 256;
+
+/// The `event-recorder` component: Kubernetes Events (events.k8s.io/v1) for
+/// what happens on the bus. See the crate documentation.
+pub struct EventRecorder {
+    subscription: Subscription,
+    settings: RecorderSettings,
+    queue: Queue,
+    pending: mpsc::Receiver<Pending>,
+    writer: Writer,
+    uids: Uids,
+}
+
+impl std::fmt::Debug for EventRecorder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventRecorder")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EventRecorder {
+    pub const NAME: &'static str = "event-recorder";
+
+    /// Subscribes to `bus` right away, so construct it before `bus.start()`
+    /// (or, leader-gated, in the factory). `instance` is this replica's
+    /// identity, the Events' `reportingInstance` (cut to 128 bytes).
+    pub fn new(
+        client: Client,
+        bus: &Bus,
+        settings: RecorderSettings,
+        instance: impl Into<String>,
+    ) -> Self {
+        let reporter = Reporter {
+            controller: REPORTING_CONTROLLER.to_owned(),
+            instance: Some(reporting_instance(instance.into())),
+        };
+        let (queue, pending) = Queue::channel(QUEUE_CAPACITY);
+        Self {
+            subscription: bus.subscribe(Self::NAME),
+            writer: Writer::new(client, reporter, settings.write_timeout),
+            settings,
+            queue,
+            pending,
+            uids: Uids::default(),
+        }
+    }
+
+    /// Where other components ask for Events of their own, written by this
+    /// recorder while it runs.
+    pub fn sink(&self) -> EventSink {
+        EventSink {
+            queue: self.queue.clone(),
+        }
+    }
+
+    async fn run_loop(mut self, ctx: Context) -> Result<(), BoxError> {
+        ctx.mark_ready();
+        let mut writing: Option<BoxFuture<'static, Written>> = None;
+        let mut bus_open = true;
+        loop {
+            tokio::select! {
+                biased;
+                () = ctx.cancelled() => break,
+                delivery = self.subscription.recv(), if bus_open => match delivery {
+                    Some(delivery) => self.on_delivery(&delivery),
+                    // Every bus handle is gone: only queued Events are left.
+                    None => bus_open = false,
+                },
+                written = finish(&mut writing) => {
+                    writing = None;
+                    self.on_written(written);
+                }
+                Some(pending) = self.pending.recv(), if writing.is_none() => {
+                    writing = Some(Box::pin(self.start_write(pending)));
+                }
+            }
+        }
+        let unwritten = self.pending.len() + usize::from(writing.is_some());
+        if unwritten > 0 {
+            tracing::info!(
+                unwritten,
+                "event recorder stopping: queued Kubernetes Events dropped"
+            );
+        }
+        Ok(())
+    }
+
+    fn on_delivery(&mut self, delivery: &Delivery) {
+        let envelope = match delivery {
+            Delivery::Event(envelope) => envelope,
+            Delivery::Lagged(missed) => {
+                tracing::warn!(
+                    missed,
+                    "event recorder fell behind the bus: Kubernetes Events for the missed \
+                     events are skipped"
+                );
+                // A missed delete or create may have changed a class's UID.
+                self.uids.forget_all();
+                return;
+            }
+        };
+        match &envelope.event {
+            Event::ResourceChanged {
+                kind: ResourceKind::MachineClass,
+                key,
+                change: Change::Created | Change::Deleted,
+                ..
+            } => self.uids.forget(key),
+            event => {
+                if let Some((key, notice)) = notice_for(event, &self.settings) {
+                    self.queue.offer(Pending {
+                        regarding: Regarding::MachineClass(key),
+                        notice,
+                    });
+                }
+            }
+        }
+    }
+
+    fn start_write(&self, pending: Pending) -> impl Future<Output = Written> + use<> {
+        let known_uid = match &pending.regarding {
+            Regarding::MachineClass(key) => self.uids.get(key).map(str::to_owned),
+            Regarding::Object(_) => None,
+        };
+        self.writer
+            .clone()
+            .write(pending, known_uid, self.uids.generation())
+    }
+
+    fn on_written(&mut self, written: Written) {
+        if let Some((key, uid, generation)) = written.learned {
+            self.uids.learn(key, uid, generation);
+        }
+        match written.result {
+            Ok(()) => tracing::debug!(event = %written.pending, "Kubernetes Event written"),
+            Err(error) => tracing::warn!(
+                event = %written.pending,
+                error = %error_chain(&error),
+                "Kubernetes Event not written"
+            ),
+        }
+    }
+}
+
+impl Component for EventRecorder {
+    fn name(&self) -> &'static str {
+        Self::NAME
+    }
+
+    /// Ready the moment it runs: it waits for nothing.
+    fn readiness_check(&self) -> Option<&'static str> {
+        None
+    }
+
+    fn run(self: Box<Self>, ctx: Context) -> BoxFuture<'static, Result<(), BoxError>> {
+        Box::pin((*self).run_loop(ctx))
+    }
+}
+
+/// A handle for asking the [`EventRecorder`] for an Event on any object,
+/// e.g. a Warning on a Pod found outside its pool. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct EventSink {
+    queue: Queue,
+}
+
+impl EventSink {
+    /// Queues `notice` on the object `regarding` refers to, without
+    /// waiting. `regarding` is the object's reference with its UID, as
+    /// `kube::Resource::object_ref` gives it (its resourceVersion is
+    /// dropped, so that repetitions form a series). The Event is written in
+    /// the object's namespace (`default` for cluster-scoped objects).
+    ///
+    /// Returns whether it was queued: not when the queue is full or the
+    /// recorder has stopped (both logged). Events are best-effort.
+    pub fn record(&self, mut regarding: ObjectReference, notice: Notice) -> bool {
+        regarding.resource_version = None;
+        self.queue.offer(Pending {
+            regarding: Regarding::Object(regarding),
+            notice,
+        })
+    }
+}
+
+/// The result of the write under way, or never if none is.
+async fn finish(writing: &mut Option<BoxFuture<'static, Written>>) -> Written {
+    match writing {
+        Some(write) => write.await,
+        None => std::future::pending().await,
+    }
+}
+
+fn reporting_instance(mut instance: String) -> String {
+    if instance.len() > MAX_INSTANCE_BYTES {
+        let mut end = MAX_INSTANCE_BYTES;
+        while !instance.is_char_boundary(end) {
+            end -= 1;
+        }
+        instance.truncate(end);
+    }
+    instance
+}
+
+/// `error: cause: cause`, so that "connection refused" is not hidden behind
+/// a generic "client error".
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::{Duration, SystemTime};
+
+    use poolkeeper_bus::{ClassOutcome, Envelope, ObjectKey, Requeue};
+    use poolkeeper_config::Config;
+
+    use super::*;
+
+    /// A recorder whose client points nowhere: these tests never write.
+    fn recorder(bus: &Bus) -> EventRecorder {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let client = Client::try_from(config).unwrap();
+        EventRecorder::new(
+            client,
+            bus,
+            RecorderSettings::from(&Config::default()),
+            "me",
+        )
+    }
+
+    fn delivered(event: Event) -> Delivery {
+        Delivery::Event(Arc::new(Envelope {
+            seq: 0,
+            published_at: SystemTime::now(),
+            event,
+        }))
+    }
+
+    fn reconciled(name: &str, outcome: ClassOutcome) -> Delivery {
+        delivered(Event::MachineClassReconciled {
+            key: ObjectKey::namespaced("machine-system", name),
+            outcome,
+            requeue: Requeue::Long,
+            requeue_after: Duration::from_secs(600),
+            duration: Duration::ZERO,
+        })
+    }
+
+    fn class_changed(name: &str, change: Change) -> Delivery {
+        delivered(Event::ResourceChanged {
+            kind: ResourceKind::MachineClass,
+            key: ObjectKey::namespaced("machine-system", name),
+            change,
+            initial: false,
+            related: Vec::new(),
+        })
+    }
+
+    #[tokio::test]
+    async fn only_events_that_call_for_one_are_queued() {
+        let mut recorder = recorder(&Bus::default());
+        recorder.on_delivery(&reconciled("a", ClassOutcome::Unchanged));
+        recorder.on_delivery(&reconciled("a", ClassOutcome::Conflict));
+        recorder.on_delivery(&class_changed("a", Change::Updated));
+        recorder.on_delivery(&reconciled("a", ClassOutcome::FinalizerAdded));
+        let queued = recorder.pending.try_recv().expect("one Event queued");
+        assert_eq!(
+            queued.regarding,
+            Regarding::MachineClass(ObjectKey::namespaced("machine-system", "a"))
+        );
+        assert_eq!(queued.notice.reason, "FinalizerAdded");
+        assert!(recorder.pending.try_recv().is_err(), "nothing else");
+    }
+
+    #[tokio::test]
+    async fn creates_deletes_and_lags_forget_uids() {
+        let key = |name| ObjectKey::namespaced("machine-system", name);
+        let mut recorder = recorder(&Bus::default());
+        for name in ["a", "b", "c"] {
+            recorder
+                .uids
+                .learn(key(name), format!("uid-{name}"), recorder.uids.generation());
+        }
+        recorder.on_delivery(&class_changed("a", Change::Updated));
+        assert_eq!(recorder.uids.get(&key("a")), Some("uid-a"));
+        recorder.on_delivery(&class_changed("a", Change::Deleted));
+        recorder.on_delivery(&class_changed("b", Change::Created));
+        assert_eq!(recorder.uids.get(&key("a")), None);
+        assert_eq!(recorder.uids.get(&key("b")), None);
+        assert_eq!(recorder.uids.get(&key("c")), Some("uid-c"));
+        recorder.on_delivery(&Delivery::Lagged(3));
+        assert_eq!(recorder.uids.get(&key("c")), None);
+    }
+
+    #[tokio::test]
+    async fn the_sink_queues_complete_references_without_resource_version() {
+        let recorder = recorder(&Bus::default());
+        let sink = recorder.sink();
+        let mut pending = recorder.pending;
+        let reference = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            namespace: Some("shop".into()),
+            name: Some("web".into()),
+            uid: Some("uid-web".into()),
+            resource_version: Some("42".into()),
+            field_path: None,
+        };
+        let notice = Notice::warning("OutsidePool", "Audit", "outside");
+        assert!(sink.clone().record(reference.clone(), notice.clone()));
+        let queued = pending.try_recv().unwrap();
+        let expected = ObjectReference {
+            resource_version: None,
+            ..reference
+        };
+        assert_eq!(queued.regarding, Regarding::Object(expected));
+        assert_eq!(queued.notice, notice);
+    }
+
+    #[test]
+    fn long_instances_are_cut_to_the_api_limit() {
+        assert_eq!(
+            reporting_instance("poolkeeper-7d9f_1a2b".into()),
+            "poolkeeper-7d9f_1a2b"
+        );
+        let long = "p".repeat(127) + "ü";
+        assert_eq!(reporting_instance(long), "p".repeat(127));
+    }
+
+    #[test]
+    fn error_chains_name_every_distinct_cause() {
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "connection refused");
+        let error = crate::error::Error::Write(kube::Error::Service(Box::new(io)));
+        let text = error_chain(&error);
+        assert!(text.starts_with("writing the Event: "), "{text}");
+        assert!(text.ends_with("connection refused"), "{text}");
+    }
+}

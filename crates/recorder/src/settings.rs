@@ -1,0 +1,44 @@
+use std::time::Duration;
+
+use poolkeeper_config::Config;
+
+/// Settings of the event recorder, from the configuration file (which also
+/// holds their defaults and rules).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecorderSettings {
+    /// The finalizer the MachineClass Events talk about
+    /// (`machineClasses.finalizer`).
+    pub finalizer: String,
+    /// Longest one Event write, with the lookup of its MachineClass, may
+    /// take before it is given up (`executor.writeTimeout`, the bound on
+    /// every API write of the leader).
+    pub write_timeout: Duration,
+}
+
+impl From<&Config> for RecorderSettings {
+    fn from(config: &Config) -> Self {
+        Self {
+            finalizer: config.machine_classes.finalizer.clone(),
+            write_timeout: config.executor.write_timeout,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_setting_comes_from_the_config() {
+        let mut config = Config::default();
+        config.machine_classes.finalizer = "example.com/protect".to_owned();
+        config.executor.write_timeout = Duration::from_secs(4);
+        assert_eq!(
+            RecorderSettings::from(&config),
+            RecorderSettings {
+                finalizer: "example.com/protect".to_owned(),
+                write_timeout: Duration::from_secs(4),
+            }
+        );
+    }
+}

@@ -1,0 +1,116 @@
+//! The webhook server as a supervisor component.
+
+use std::net::{SocketAddr, TcpListener};
+use std::sync::Arc;
+
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use poolkeeper_bus::Bus;
+use poolkeeper_index::Index;
+use poolkeeper_supervisor::{BoxError, Component, Context};
+
+use crate::error::WebhookError;
+use crate::handler::AppState;
+use crate::router::router;
+use crate::serving::{serve, wait_for_certificate};
+use crate::settings::WebhookSettings;
+
+/// The component's name, also the name of its readiness check.
+pub const COMPONENT_NAME: &str = "webhook";
+
+/// The HTTPS admission webhook server.
+///
+/// Started after the index is synchronized (its stage follows the index
+/// stage), so every request is decided over a complete index. It listens
+/// from [`WebhookServer::bind`] on, serves once a certificate is loaded,
+/// and reports ready then.
+pub struct WebhookServer {
+    settings: WebhookSettings,
+    state: Arc<AppState>,
+    listener: Option<(TcpListener, SocketAddr)>,
+}
+
+impl std::fmt::Debug for WebhookServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebhookServer")
+            .field("settings", &self.settings)
+            .field("local_addr", &self.local_addr())
+            .finish()
+    }
+}
+
+impl WebhookServer {
+    /// Decides over `index`, publishes `AdmissionDecided` on `bus`.
+    pub fn new(settings: WebhookSettings, index: Arc<Index>, bus: &Bus) -> Self {
+        let state = Arc::new(AppState::new(index, settings.policy.clone(), bus.clone()));
+        Self {
+            settings,
+            state,
+            listener: None,
+        }
+    }
+
+    /// Binds the listening socket now rather than when the component runs,
+    /// so a taken port is reported before anything else starts (and port 0
+    /// resolves to the actual port). Connections wait in the backlog until
+    /// a certificate is loaded. Returns the bound address; `run` binds
+    /// itself when this was not called.
+    pub fn bind(&mut self) -> Result<SocketAddr, WebhookError> {
+        if let Some((_, addr)) = &self.listener {
+            return Ok(*addr);
+        }
+        let (listener, addr) = bind(self.settings.listen)?;
+        self.listener = Some((listener, addr));
+        Ok(addr)
+    }
+
+    /// The bound address, once [`WebhookServer::bind`] succeeded.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.listener.as_ref().map(|(_, addr)| *addr)
+    }
+
+    async fn serve(self, ctx: Context) -> Result<(), BoxError> {
+        let WebhookServer {
+            settings,
+            state,
+            listener,
+        } = self;
+        let (listener, addr) = match listener {
+            Some(bound) => bound,
+            None => bind(settings.listen)?,
+        };
+        let interval = settings.cert_reload_interval;
+        let Some(mut certificate) = wait_for_certificate(&settings.cert_dir, interval, &ctx).await
+        else {
+            return Ok(());
+        };
+        let mut serving = serve(listener, addr, &certificate, router(&settings, state))?;
+        ctx.mark_ready();
+        tracing::info!(%addr, mutate = %settings.mutate_path, validate = %settings.validate_path, "webhook server listening");
+        serving
+            .until_cancelled(&mut certificate, interval, &ctx)
+            .await?;
+        serving.drain(settings.shutdown_timeout).await;
+        Ok(())
+    }
+}
+
+impl Component for WebhookServer {
+    fn name(&self) -> &'static str {
+        COMPONENT_NAME
+    }
+
+    fn run(self: Box<Self>, ctx: Context) -> BoxFuture<'static, Result<(), BoxError>> {
+        (*self).serve(ctx).boxed()
+    }
+}
+
+fn bind(listen: SocketAddr) -> Result<(TcpListener, SocketAddr), WebhookError> {
+    let failed = |source| WebhookError::Listen {
+        addr: listen,
+        source,
+    };
+    let listener = TcpListener::bind(listen).map_err(failed)?;
+    let addr = listener.local_addr().map_err(failed)?;
+    Ok((listener, addr))
+}

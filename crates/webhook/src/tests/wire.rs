@@ -1,0 +1,82 @@
+//! The bytes on the wire: Kubernetes' AdmissionReview encoding, with the
+//! patch as a base64 string (`[]byte` in the Kubernetes API).
+
+use axum::http::StatusCode;
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use json_patch::Patch;
+use serde_json::json;
+
+use super::{POOL_LABEL, UID, fixture, pod_review, post};
+
+/// The RFC 6902 patch that binds a plain Pod to the Cloud pool `beijing`.
+fn beijing_patch() -> String {
+    format!(
+        r#"[{{"op":"add","path":"/spec/affinity","value":{{"nodeAffinity":{{"requiredDuringSchedulingIgnoredDuringExecution":{{"nodeSelectorTerms":[{{"matchExpressions":[{{"key":"{POOL_LABEL}","operator":"In","values":["beijing"]}}]}}]}}}}}}}}]"#
+    )
+}
+
+#[tokio::test]
+async fn a_mutate_response_carries_the_patch_as_base64() {
+    let f = fixture();
+    let body = serde_json::to_vec(&pod_review("shop-beijing", json!({}))).unwrap();
+    let (status, wire) = post(&f.router, "/mutate-pods", body).await;
+    assert_eq!(status, StatusCode::OK);
+
+    let encoded = STANDARD.encode(beijing_patch());
+    let expected = format!(
+        r#"{{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{{"uid":"{UID}","allowed":true,"patch":"{encoded}","patchType":"JSONPatch"}}}}"#
+    );
+    assert_eq!(String::from_utf8_lossy(&wire), expected);
+
+    // What the API server does with it: decode, then apply as RFC 6902.
+    let decoded = STANDARD.decode(&encoded).unwrap();
+    let patch: Patch = serde_json::from_slice(&decoded).unwrap();
+    assert_eq!(
+        serde_json::to_value(&patch).unwrap(),
+        json!([{"op": "add", "path": "/spec/affinity", "value": {"nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": POOL_LABEL, "operator": "In", "values": ["beijing"]}]}
+            ]}
+        }}}])
+    );
+}
+
+#[tokio::test]
+async fn allowed_and_denied_responses_on_the_wire() {
+    let f = fixture();
+    let unbound = serde_json::to_vec(&pod_review("default", json!({}))).unwrap();
+    let (_, wire) = post(&f.router, "/validate-pods", unbound).await;
+    assert_eq!(
+        String::from_utf8_lossy(&wire),
+        format!(
+            r#"{{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{{"uid":"{UID}","allowed":true}}}}"#
+        )
+    );
+
+    let outside =
+        serde_json::to_vec(&pod_review("shop-beijing", json!({"nodeName": "hz-1"}))).unwrap();
+    let (_, wire) = post(&f.router, "/validate-pods", outside).await;
+    let answer: serde_json::Value = serde_json::from_slice(&wire).unwrap();
+    let message = answer["response"]["status"]["message"].as_str().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&wire),
+        format!(
+            r#"{{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{{"uid":"{UID}","allowed":false,"status":{{"status":"Failure","message":{},"reason":"Forbidden","code":403}}}}}}"#,
+            serde_json::to_string(message).unwrap()
+        )
+    );
+}
+
+#[tokio::test]
+async fn warnings_on_the_wire() {
+    let f = fixture();
+    let gone = serde_json::to_vec(&pod_review("shop-gone", json!({}))).unwrap();
+    let (_, wire) = post(&f.router, "/mutate-pods", gone).await;
+    assert_eq!(
+        String::from_utf8_lossy(&wire),
+        format!(
+            r#"{{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{{"uid":"{UID}","allowed":true,"warnings":["node pool \"gone\" (bound through namespace \"shop-gone\") does not exist; the pod is not restricted to a node pool"]}}}}"#
+        )
+    );
+}
