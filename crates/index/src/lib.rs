@@ -75,30 +75,20 @@ impl Index {
     /// Takes each half's read lock briefly, one after the other, and counts
     /// map lengths: cheap enough for a metrics scrape.
     pub fn object_counts(&self) -> Vec<(ResourceKind, usize)> {
-        let (nodes, pools, config_maps) = {
-            let state = self.placement.read();
-            (
-                state.nodes.len(),
-                state.pools.len(),
-                state.config_maps.len(),
-            )
-        };
-        let (classes, machines) = {
-            let state = self.machines.read();
-            (state.classes.len(), state.machines.len())
-        };
         ResourceKind::iter()
-            .map(|kind| {
-                let count = match kind {
-                    ResourceKind::MachineClass => classes,
-                    ResourceKind::Machine => machines,
-                    ResourceKind::NodePool => pools,
-                    ResourceKind::Node => nodes,
-                    ResourceKind::ConfigMap => config_maps,
-                };
-                (kind, count)
-            })
+            .map(|kind| (kind, self.object_count(kind)))
             .collect()
+    }
+
+    /// How many objects of `kind` the index holds.
+    pub fn object_count(&self, kind: ResourceKind) -> usize {
+        match kind {
+            ResourceKind::MachineClass => self.machines.read().classes.len(),
+            ResourceKind::Machine => self.machines.read().machines.len(),
+            ResourceKind::NodePool => self.placement.read().pools.len(),
+            ResourceKind::Node => self.placement.read().nodes.len(),
+            ResourceKind::ConfigMap => self.placement.read().config_maps.len(),
+        }
     }
 
     /// A consistent read view of Nodes, NodePools and ConfigMaps. Holds a

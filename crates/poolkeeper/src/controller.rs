@@ -27,7 +27,7 @@ use poolkeeper_reconciler::{Reconciler, ReconcilerSettings};
 use poolkeeper_recorder::{EventRecorder, RecorderSettings};
 use poolkeeper_supervisor::{
     BoxError, Component, Context, Health, LeaderElector, LeaderGated, LeaseElector, LeaseSettings,
-    Supervisor, SupervisorError, SupervisorSettings,
+    Supervisor, SupervisorError, SupervisorSettings, error_chain,
 };
 use poolkeeper_watchers::{WatcherSettings, Watchers};
 use poolkeeper_webhook::{WebhookServer, WebhookSettings};
@@ -304,22 +304,6 @@ fn unique_suffix() -> String {
     let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
     hasher.write_u32(std::process::id());
     format!("{:08x}", hasher.finish() as u32)
-}
-
-/// `error: cause: cause`, so that "connection refused" is not hidden behind
-/// a generic "client error".
-pub fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
 }
 
 /// Why the API server check gave up.

@@ -6,7 +6,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
 use kube::runtime::events::Reporter;
 use poolkeeper_bus::{Bus, Change, Delivery, Event, ResourceKind, Subscription};
-use poolkeeper_supervisor::{BoxError, Component, Context};
+use poolkeeper_supervisor::{BoxError, Component, Context, error_chain};
 use tokio::sync::mpsc;
 
 use crate::notice::{Notice, notice_for};
@@ -226,22 +226,6 @@ fn reporting_instance(mut instance: String) -> String {
         instance.truncate(end);
     }
     instance
-}
-
-/// `error: cause: cause`, so that "connection refused" is not hidden behind
-/// a generic "client error".
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
 }
 
 #[cfg(test)]

@@ -66,3 +66,20 @@ fn quoted(names: &[String]) -> String {
         .collect::<Vec<_>>()
         .join(", ")
 }
+
+/// `error: cause: cause`, so that "connection refused" is not hidden behind
+/// a generic "client error". A cause whose text the chain already holds is
+/// not repeated.
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}

@@ -14,7 +14,7 @@ pub mod testing;
 mod watchdog;
 
 pub use component::{Activity, BoxError, BusyGuard, Component, Context, Readiness};
-pub use error::SupervisorError;
+pub use error::{SupervisorError, error_chain};
 pub use health::{CheckResult, Health};
 pub use leader::{DEFAULT_STOP_TIMEOUT, LeaderElector, LeaderGated, LeadershipReporter};
 pub use lease::{LeaseAction, LeaseDecider, LeaseElector, LeaseRecord, LeaseSettings};

@@ -191,13 +191,6 @@ mod tests {
         }
     }
 
-    fn count(index: &Index, kind: ResourceKind) -> usize {
-        index
-            .object_counts()
-            .into_iter()
-            .find_map(|(counted, count)| (counted == kind).then_some(count))
-            .unwrap_or_default()
-    }
 
     fn synced(kind: ResourceKind) -> Event {
         Event::ResourceSynced { kind }
@@ -252,7 +245,7 @@ mod tests {
             ],
         );
         assert!(book.is_synced());
-        assert_eq!(count(&index, ResourceKind::Node), 2);
+        assert_eq!(index.object_count(ResourceKind::Node), 2);
     }
 
     #[test]

@@ -171,19 +171,12 @@ fn apply<K: Watched>(
         shared.bus.publish(event);
     }
     if just_synced {
-        let objects = object_count(&shared.index, kind);
+        let objects = shared.index.object_count(kind);
         tracing::info!(%kind, objects, "initial list applied");
         ctx.mark_ready();
     }
 }
 
-fn object_count(index: &Index, kind: ResourceKind) -> usize {
-    index
-        .object_counts()
-        .into_iter()
-        .find_map(|(counted, count)| (counted == kind).then_some(count))
-        .unwrap_or_default()
-}
 
 #[cfg(test)]
 mod tests {
@@ -269,7 +262,7 @@ mod tests {
         recorder
             .wait_for(Duration::from_secs(1), |e| *e == last)
             .await;
-        assert_eq!(object_count(&shared.index, kind), 2);
+        assert_eq!(shared.index.object_count(kind), 2);
         assert_eq!(
             recorder.events(),
             vec![

@@ -104,13 +104,6 @@ fn related(event: &Event) -> Vec<ObjectKey> {
     }
 }
 
-fn object_count(index: &Index, kind: ResourceKind) -> usize {
-    index
-        .object_counts()
-        .into_iter()
-        .find_map(|(counted, count)| (counted == kind).then_some(count))
-        .unwrap_or_default()
-}
 
 fn machine_class(name: &str) -> MachineClass {
     MachineClass::new(name, json!({"image": "ubuntu"}))
@@ -447,7 +440,7 @@ async fn delete_while_stopped_is_reported_after_restart() {
 
     let mut started = Started::new(&client, &index, &settings);
     started.synchronized().await;
-    assert_eq!(object_count(&index, ResourceKind::Machine), 2);
+    assert_eq!(index.object_count(ResourceKind::Machine), 2);
     started.stop().await;
 
     machines

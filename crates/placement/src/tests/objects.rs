@@ -1,6 +1,6 @@
 //! Reading an objects file for offline evaluation.
 
-use poolkeeper_index::{Index, PoolType, ResourceKind};
+use poolkeeper_index::{PoolType, ResourceKind};
 
 use super::{POOL, policy_source, taint};
 use crate::{
@@ -12,13 +12,6 @@ fn read(yaml: &str) -> Result<OfflineObjects, PlacementError> {
     build_index_from_objects(yaml, POOL, &policy_source())
 }
 
-fn count(index: &Index, kind: ResourceKind) -> usize {
-    index
-        .object_counts()
-        .into_iter()
-        .find_map(|(counted, count)| (counted == kind).then_some(count))
-        .unwrap_or_default()
-}
 
 const OBJECTS: &str = r#"
 apiVersion: v1
@@ -84,9 +77,9 @@ items:
 fn reads_nodes_pools_and_the_policy() {
     let objects = read(OBJECTS).unwrap();
     let index = &objects.index;
-    assert_eq!(count(index, ResourceKind::Node), 3);
-    assert_eq!(count(index, ResourceKind::NodePool), 3);
-    assert_eq!(count(index, ResourceKind::ConfigMap), 1);
+    assert_eq!(index.object_count(ResourceKind::Node), 3);
+    assert_eq!(index.object_count(ResourceKind::NodePool), 3);
+    assert_eq!(index.object_count(ResourceKind::ConfigMap), 1);
     assert_eq!(
         objects.notes,
         [
@@ -148,7 +141,7 @@ fn unknown_pool_types_are_edge() {
 #[test]
 fn empty_input_is_an_empty_index() {
     let objects = read("").unwrap();
-    assert_eq!(count(&objects.index, ResourceKind::Node), 0);
+    assert_eq!(objects.index.object_count(ResourceKind::Node), 0);
     let objects = read("---\n---\n").unwrap();
     assert!(objects.notes.is_empty());
 }

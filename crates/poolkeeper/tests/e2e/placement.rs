@@ -23,11 +23,11 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client};
 use poolkeeper_api::{NodePool, NodePoolSpec, NodePoolType};
 use poolkeeper_bus::{AdmissionResult, Delivery, Event, WebhookKind};
+use poolkeeper_supervisor::error_chain;
 use poolkeeper_testenv::{Process, TestEnv, WebhookCert, WebhookRegistration, eventually};
 use serde_json::{Value, json};
 
 use crate::harness::{Running, TIMEOUT, test_config};
-use poolkeeper::controller::error_chain;
 
 const POOL_LABEL: &str = "apps.openyurt.io/nodepool";
 const EDGE_TAINT: &str = "node-role.kubernetes.io/edge";
