@@ -8,7 +8,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// The derives every label-like enum of the catalog shares: its label value
 /// (`as_str`, snake_case unless the enum says otherwise) and the list of its
@@ -16,7 +16,7 @@ use serde::Serialize;
 macro_rules! label_enum {
     ($(#[$meta:meta])* $vis:vis enum $name:ident { $($(#[$vmeta:meta])* $variant:ident),+ $(,)? }) => {
         #[derive(
-            Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize,
+            Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
             strum::IntoStaticStr, strum::EnumIter,
         )]
         $(#[$meta])*
@@ -189,6 +189,45 @@ label_enum! {
     }
 }
 
+label_enum! {
+    /// How a binding's decisions take effect (`placement.defaultMode`, or a
+    /// binding's own `mode`).
+    #[strum(serialize_all = "snake_case")]
+    #[serde(rename_all = "lowercase")]
+    pub enum Mode {
+        /// Patch and deny (DESIGN §7).
+        Enforce,
+        /// Patch; admit what would be denied, with the denial as a warning.
+        Warn,
+        /// Neither patch nor deny: only count and log the decision.
+        Dryrun,
+    }
+}
+
+/// A Pod the audit found outside its pool.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct AuditViolation {
+    pub namespace: String,
+    pub pod: String,
+    pub pool: String,
+    /// The validating webhook's reason for the same Pod.
+    pub reason: &'static str,
+    /// The node it runs on, when it is scheduled.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    /// The denial message, as the validating webhook would give it.
+    pub message: String,
+}
+
+/// How many Pods of one namespace and pool violate placement for one reason.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct AuditCount {
+    pub namespace: String,
+    pub pool: String,
+    pub reason: &'static str,
+    pub pods: usize,
+}
+
 /// Every event on the bus. The table in this crate's README says who
 /// publishes and who consumes each one.
 #[derive(Clone, Debug, PartialEq, Serialize, strum::EnumDiscriminants)]
@@ -254,12 +293,29 @@ pub enum Event {
     AdmissionDecided {
         webhook: WebhookKind,
         result: AdmissionResult,
+        /// The binding's mode; `Enforce` for Pods without a binding.
+        mode: Mode,
         /// The decision's reason, or why the request was invalid.
         reason: &'static str,
         /// Time spent on the request, from its body being read to its
         /// response being built.
         #[serde(with = "humantime_serde")]
         duration: Duration,
+    },
+    /// An audit round ended: every Pod of the bound namespaces and every
+    /// Pod with the pool label was checked against the current index.
+    AuditCompleted {
+        /// Pods checked.
+        pods: usize,
+        #[serde(with = "humantime_serde")]
+        duration: Duration,
+        /// Every violation, counted by namespace, pool and reason.
+        counts: Vec<AuditCount>,
+        /// The first violations found (`audit.maxReported`), for
+        /// `/debug/audit` and Events.
+        violations: Vec<AuditViolation>,
+        /// More violations were found than `violations` holds.
+        truncated: bool,
     },
     LeadershipChanged {
         leader: bool,
@@ -301,6 +357,7 @@ mod tests {
             Event::AdmissionDecided {
                 webhook: WebhookKind::Mutate,
                 result: AdmissionResult::Patched,
+                mode: Mode::Enforce,
                 reason: "placed",
                 duration: Duration::from_micros(10),
             },
@@ -314,7 +371,7 @@ mod tests {
     #[test]
     fn every_event_has_a_distinct_name() {
         let names: Vec<&str> = EventName::iter().map(EventName::as_str).collect();
-        assert_eq!(names.len(), 13);
+        assert_eq!(names.len(), 14);
         let unique: std::collections::BTreeSet<&str> = names.iter().copied().collect();
         assert_eq!(unique.len(), names.len());
         assert_eq!(names[0], "ResourceChanged");

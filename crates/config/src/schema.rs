@@ -8,6 +8,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use poolkeeper_bus::Mode;
 use serde::{Deserialize, Serialize};
 
 use crate::formats::{duration, listen_addr, or_default};
@@ -33,6 +34,8 @@ pub struct Config {
     #[serde(deserialize_with = "or_default")]
     pub placement: PlacementConfig,
     #[serde(deserialize_with = "or_default")]
+    pub audit: AuditConfig,
+    #[serde(deserialize_with = "or_default")]
     pub webhook: WebhookConfig,
     #[serde(deserialize_with = "or_default")]
     pub health: HealthConfig,
@@ -55,6 +58,7 @@ impl Default for Config {
             executor: ExecutorConfig::default(),
             machine_classes: MachineClassesConfig::default(),
             placement: PlacementConfig::default(),
+            audit: AuditConfig::default(),
             webhook: WebhookConfig::default(),
             health: HealthConfig::default(),
             bus: BusConfig::default(),
@@ -213,6 +217,8 @@ pub struct PlacementConfig {
     pub enabled: bool,
     /// Label naming the pool of a Node, and of a Pod that picks its pool itself.
     pub pool_label: String,
+    /// The mode of a binding that names none.
+    pub default_mode: Mode,
     #[serde(deserialize_with = "or_default")]
     pub policy_config_map: PolicyConfigMapRef,
 }
@@ -222,6 +228,7 @@ impl Default for PlacementConfig {
         Self {
             enabled: true,
             pool_label: "apps.openyurt.io/nodepool".to_owned(),
+            default_mode: Mode::Enforce,
             policy_config_map: PolicyConfigMapRef::default(),
         }
     }
@@ -243,6 +250,30 @@ impl Default for PolicyConfigMapRef {
             namespace: "poolkeeper-system".to_owned(),
             name: "poolkeeper-placement".to_owned(),
             key: "placement.yaml".to_owned(),
+        }
+    }
+}
+
+/// `audit`: the leader's periodic check of the Pods already running.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct AuditConfig {
+    /// Time between two audit rounds; `0s` turns the audit off.
+    #[serde(with = "duration")]
+    pub interval: Duration,
+    /// Pods per page of the audit's LIST.
+    pub page_size: u32,
+    /// Violations kept in detail per round (`/debug/audit`, Events); the
+    /// gauges count every one.
+    pub max_reported: usize,
+}
+
+impl Default for AuditConfig {
+    fn default() -> Self {
+        Self {
+            interval: Duration::from_secs(60),
+            page_size: 500,
+            max_reported: 100,
         }
     }
 }
@@ -281,7 +312,7 @@ impl Default for WebhookConfig {
             cert_dir: PathBuf::from("/tmp/k8s-webhook-server/serving-certs"),
             cert_reload_interval: Duration::from_secs(5),
             certificate_timeout: Duration::from_secs(5 * 60),
-            shutdown_timeout: Duration::from_secs(20),
+            shutdown_timeout: Duration::from_secs(15),
             mutate_path: "/mutate-pods".to_owned(),
             validate_path: "/validate-pods".to_owned(),
             max_body_bytes: 3 * 1024 * 1024,
@@ -333,12 +364,17 @@ pub struct ShutdownConfig {
     /// Time for in-flight work to finish after SIGTERM before the process exits.
     #[serde(with = "duration")]
     pub grace_period: Duration,
+    /// After SIGTERM, how long the webhook keeps answering while `/readyz`
+    /// fails, so the endpoint leaves the Service before the server stops.
+    #[serde(with = "duration")]
+    pub drain_delay: Duration,
 }
 
 impl Default for ShutdownConfig {
     fn default() -> Self {
         Self {
             grace_period: Duration::from_secs(25),
+            drain_delay: Duration::from_secs(5),
         }
     }
 }

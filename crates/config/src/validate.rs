@@ -42,6 +42,7 @@ pub(crate) fn validate(config: &Config) -> Vec<Violation> {
         qualified_name(&config.machine_classes.finalizer, PrefixRequired::Yes),
     );
     placement(&mut v, config);
+    audit(&mut v, config);
     webhook(&mut v, config);
     health(&mut v, config);
     v.range(
@@ -51,6 +52,7 @@ pub(crate) fn validate(config: &Config) -> Vec<Violation> {
         MAX_BUS_CAPACITY,
     );
     v.positive("shutdown.gracePeriod", config.shutdown.grace_period);
+    shutdown(&mut v, config);
     v.check("logging.level", log_filter(&config.logging.level));
     v.violations
 }
@@ -172,6 +174,33 @@ fn webhook(v: &mut Rules, config: &Config) {
             format!(
                 "must be at least {MIN_BODY_BYTES}, got {}",
                 webhook.max_body_bytes
+            ),
+        );
+    }
+}
+
+fn audit(v: &mut Rules, config: &Config) {
+    let audit = &config.audit;
+    if audit.page_size == 0 {
+        v.fail("audit.pageSize", "must be at least 1".to_owned());
+    }
+    v.range("audit.maxReported", audit.max_reported, 1, MAX_DEBUG_EVENTS);
+}
+
+/// The drain and the webhook's own drain both fit in the grace period.
+fn shutdown(v: &mut Rules, config: &Config) {
+    let (shutdown, webhook) = (&config.shutdown, &config.webhook);
+    let needed = shutdown.drain_delay + webhook.shutdown_timeout;
+    // A shutdownTimeout that alone exceeds the grace period is reported as such.
+    if needed > shutdown.grace_period && webhook.shutdown_timeout < shutdown.grace_period {
+        v.fail_related(
+            "shutdown.drainDelay",
+            &["shutdown.gracePeriod", "webhook.shutdownTimeout"],
+            format!(
+                "{} plus webhook.shutdownTimeout ({}) exceeds shutdown.gracePeriod ({})",
+                show(shutdown.drain_delay),
+                show(webhook.shutdown_timeout),
+                show(shutdown.grace_period)
             ),
         );
     }

@@ -182,7 +182,7 @@ fn each_mistake_is_reported_at_its_path() {
         (
             "colour: blue",
             "colour",
-            "unknown key \"colour\"; allowed keys: apiServer, bus, executor, health",
+            "unknown key \"colour\"; allowed keys: apiServer, audit, bus, executor, health",
         ),
         (
             "webhook: {mutatePaths: /x}",
@@ -358,6 +358,16 @@ fn each_mistake_is_reported_at_its_path() {
             "webhook: {shutdownTimeout: 30s}",
             "webhook.shutdownTimeout",
             "must be shorter than shutdown.gracePeriod (25s), got 30s",
+        ),
+        (
+            "placement: {defaultMode: enfroce}",
+            "placement.defaultMode",
+            "enforce",
+        ),
+        (
+            "shutdown: {drainDelay: 20s}",
+            "shutdown.drainDelay",
+            "20s plus webhook.shutdownTimeout (15s) exceeds shutdown.gracePeriod (25s)",
         ),
         (
             "executor: {writeTimeout: 0s}",

@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use poolkeeper_bus::{Delivery, Envelope, Subscription};
+use poolkeeper_bus::{Delivery, Envelope, Event, Subscription};
 use serde::Serialize;
 use serde::ser::SerializeMap;
 use tokio::sync::{mpsc, oneshot};
@@ -35,10 +35,17 @@ impl Serialize for Entry {
 struct Ring {
     capacity: usize,
     entries: VecDeque<Entry>,
+    /// The last `AuditCompleted`, kept beyond the ring for `/debug/audit`.
+    last_audit: Option<Arc<Envelope>>,
 }
 
 impl Ring {
     fn push(&mut self, delivery: Delivery) {
+        if let Delivery::Event(envelope) = &delivery
+            && matches!(envelope.event, Event::AuditCompleted { .. })
+        {
+            self.last_audit = Some(envelope.clone());
+        }
         if self.entries.len() == self.capacity {
             self.entries.pop_front();
         }
@@ -68,6 +75,7 @@ impl EventLog {
         let ring = Arc::new(Mutex::new(Ring {
             capacity: capacity.max(1),
             entries: VecDeque::new(),
+            last_audit: None,
         }));
         let (catch_up, requests) = mpsc::channel(64);
         let feeder = feed(subscription, ring.clone(), requests, stop);
@@ -77,11 +85,7 @@ impl EventLog {
     /// The last `limit` entries (all when `None`), oldest first, including
     /// every event published before this call.
     pub(crate) async fn last(&self, limit: Option<usize>) -> Vec<Entry> {
-        let (done, caught_up) = oneshot::channel();
-        // If the feeder has stopped there is nothing more to wait for.
-        if self.catch_up.send(done).await.is_ok() {
-            let _ = caught_up.await;
-        }
+        self.catch_up().await;
         let ring = self.ring.lock();
         let limit = limit.unwrap_or(ring.entries.len()).min(ring.entries.len());
         ring.entries
@@ -89,6 +93,20 @@ impl EventLog {
             .skip(ring.entries.len() - limit)
             .cloned()
             .collect()
+    }
+
+    /// The last audit round, including one published before this call.
+    pub(crate) async fn last_audit(&self) -> Option<Arc<Envelope>> {
+        self.catch_up().await;
+        self.ring.lock().last_audit.clone()
+    }
+
+    async fn catch_up(&self) {
+        let (done, caught_up) = oneshot::channel();
+        // If the feeder has stopped there is nothing more to wait for.
+        if self.catch_up.send(done).await.is_ok() {
+            let _ = caught_up.await;
+        }
     }
 }
 

@@ -8,6 +8,7 @@
 //! | `/{healthz,livez,readyz}/<check>` | one check; 404 for an unknown name |
 //! | `/metrics` | the shared registry as OpenMetrics text |
 //! | `/debug/events?limit=N` | the last N bus events as a JSON array |
+//! | `/debug/audit` | the last audit round (`AuditCompleted`) as JSON; 404 before the first |
 //!
 //! `?verbose` lists every check even when all pass.
 
@@ -218,6 +219,7 @@ fn router(state: AppState) -> Router {
         .route("/readyz/{name}", get(readyz_one))
         .route("/metrics", get(metrics))
         .route("/debug/events", get(debug_events))
+        .route("/debug/audit", get(debug_audit))
         .with_state(state)
 }
 
@@ -318,4 +320,14 @@ async fn debug_events(
     Query(params): Query<EventsParams>,
 ) -> Response {
     axum::Json(state.events.last(params.limit).await).into_response()
+}
+
+async fn debug_audit(State(state): State<AppState>) -> Response {
+    match state.events.last_audit().await {
+        Some(round) => axum::Json(round.as_ref().clone()).into_response(),
+        None => text(
+            StatusCode::NOT_FOUND,
+            "no audit round has completed on this replica yet (the leader audits every audit.interval)\n".to_owned(),
+        ),
+    }
 }

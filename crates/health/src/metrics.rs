@@ -20,8 +20,12 @@
 //! | `executor_requeues_total` | `requeue` | `MachineClassReconciled` |
 //! | `executor_api_writes_total` | `result` | `MachineClassReconciled` (outcomes that wrote or failed to) |
 //! | `executor_machines_enqueued_total` | `reason` | `MachineEnqueued` |
-//! | `webhook_admissions_total` | `webhook`, `result` | `AdmissionDecided` |
+//! | `webhook_admissions_total` | `webhook`, `result`, `mode` | `AdmissionDecided` |
 //! | `webhook_admission_duration_seconds` | `webhook` | `AdmissionDecided` |
+//! | `audit_violations` | `namespace`, `pool`, `reason` | `AuditCompleted` (the last round's; a violation that is gone disappears) |
+//! | `audit_pods` | | `AuditCompleted` (Pods checked in the last round) |
+//! | `audit_rounds_total` | | `AuditCompleted` |
+//! | `audit_duration_seconds` | | `AuditCompleted` |
 //! | `leader_election_leading` | | `LeadershipChanged` |
 
 use std::sync::Arc;
@@ -29,8 +33,8 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use poolkeeper_bus::{
-    AdmissionResult, Bus, Change, ClassOutcome, Delivery, EnqueueReason, Event, IntoEnumIterator,
-    Requeue, ResourceKind, Subscription, TriggerReason, WebhookKind,
+    AdmissionResult, AuditCount, Bus, Change, ClassOutcome, Delivery, EnqueueReason, Event,
+    IntoEnumIterator, Mode, Requeue, ResourceKind, Subscription, TriggerReason, WebhookKind,
 };
 use poolkeeper_supervisor::{BoxError, Component, Context};
 use prometheus_client::collector::Collector;
@@ -91,6 +95,14 @@ struct WriteResult {
 struct Admission {
     webhook: &'static str,
     result: &'static str,
+    mode: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Violation {
+    namespace: String,
+    pool: String,
+    reason: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -125,6 +137,10 @@ struct Metrics {
     enqueued: Family<Reason, Counter>,
     admissions: Family<Admission, Counter>,
     admission_duration: Histograms<Webhook>,
+    audit_violations: Family<Violation, Gauge>,
+    audit_pods: Gauge,
+    audit_rounds: Counter,
+    audit_duration: Histogram,
     leading: Gauge,
 }
 
@@ -145,6 +161,10 @@ impl Metrics {
             enqueued: Family::default(),
             admissions: Family::default(),
             admission_duration: Family::new_with_constructor(admission_histogram),
+            audit_violations: Family::default(),
+            audit_pods: Gauge::default(),
+            audit_rounds: Counter::default(),
+            audit_duration: reconcile_histogram(),
             leading: Gauge::default(),
         }
         .with_every_label()
@@ -186,6 +206,7 @@ impl Metrics {
                 let _ = self.admissions.get_or_create(&Admission {
                     webhook: webhook.as_str(),
                     result: result.as_str(),
+                    mode: Mode::Enforce.as_str(),
                 });
             }
         }
@@ -229,6 +250,7 @@ impl Metrics {
             Unit::Seconds,
             self.admission_duration.clone(),
         );
+        self.register_audit(registry.sub_registry_with_prefix("audit"));
         registry
             .sub_registry_with_prefix("leader_election")
             .register(
@@ -236,6 +258,30 @@ impl Metrics {
                 "Whether this replica is the leader (1) or not (0)",
                 self.leading.clone(),
             );
+    }
+
+    fn register_audit(&self, audit: &mut Registry) {
+        audit.register(
+            "violations",
+            "Pods outside their pool found by the last audit round, by namespace, pool and reason",
+            self.audit_violations.clone(),
+        );
+        audit.register(
+            "pods",
+            "Pods checked by the last audit round",
+            self.audit_pods.clone(),
+        );
+        audit.register(
+            "rounds",
+            "Audit rounds completed",
+            self.audit_rounds.clone(),
+        );
+        audit.register_with_unit(
+            "duration",
+            "Time an audit round took, its LIST included",
+            Unit::Seconds,
+            self.audit_duration.clone(),
+        );
     }
 
     fn register_executor(&self, executor: &mut Registry) {
@@ -330,9 +376,16 @@ impl Metrics {
             Event::AdmissionDecided {
                 webhook,
                 result,
+                mode,
                 duration,
                 ..
-            } => self.admitted(*webhook, *result, *duration),
+            } => self.admitted(*webhook, *result, *mode, *duration),
+            Event::AuditCompleted {
+                pods,
+                duration,
+                counts,
+                ..
+            } => self.audited(*pods, *duration, counts),
             Event::LeadershipChanged { leader } => {
                 self.leading.set(i64::from(*leader));
             }
@@ -368,17 +421,45 @@ impl Metrics {
         }
     }
 
-    fn admitted(&self, webhook: WebhookKind, result: AdmissionResult, duration: Duration) {
+    fn admitted(
+        &self,
+        webhook: WebhookKind,
+        result: AdmissionResult,
+        mode: Mode,
+        duration: Duration,
+    ) {
         let webhook = webhook.as_str();
         self.admissions
             .get_or_create(&Admission {
                 webhook,
                 result: result.as_str(),
+                mode: mode.as_str(),
             })
             .inc();
         self.admission_duration
             .get_or_create(&Webhook { webhook })
             .observe(duration.as_secs_f64());
+    }
+}
+
+impl Metrics {
+    /// Replaces the violation gauges with the last round's: a violation
+    /// that is gone disappears.
+    fn audited(&self, pods: usize, duration: Duration, counts: &[AuditCount]) {
+        self.audit_rounds.inc();
+        self.audit_duration.observe(duration.as_secs_f64());
+        self.audit_pods.set(i64::try_from(pods).unwrap_or(i64::MAX));
+        self.audit_violations.clear();
+        for count in counts {
+            let labels = Violation {
+                namespace: count.namespace.clone(),
+                pool: count.pool.clone(),
+                reason: count.reason,
+            };
+            self.audit_violations
+                .get_or_create(&labels)
+                .set(i64::try_from(count.pods).unwrap_or(i64::MAX));
+        }
     }
 }
 
@@ -553,6 +634,7 @@ mod tests {
             Event::AdmissionDecided {
                 webhook: WebhookKind::Mutate,
                 result: AdmissionResult::Patched,
+                mode: Mode::Warn,
                 reason: "placed",
                 duration: Duration::from_micros(80),
             },
@@ -581,13 +663,45 @@ mod tests {
             r#"poolkeeper_executor_api_writes_total{result="conflict"} 1"#,
             r#"poolkeeper_executor_api_writes_total{result="error"} 0"#,
             r#"poolkeeper_executor_machines_enqueued_total{reason="finalizer_added"} 1"#,
-            r#"poolkeeper_webhook_admissions_total{webhook="mutate",result="patched"} 1"#,
-            r#"poolkeeper_webhook_admissions_total{webhook="validate",result="invalid"} 0"#,
+            r#"poolkeeper_webhook_admissions_total{webhook="mutate",result="patched",mode="warn"} 1"#,
+            r#"poolkeeper_webhook_admissions_total{webhook="validate",result="invalid",mode="enforce"} 0"#,
             r#"poolkeeper_webhook_admission_duration_seconds_count{webhook="mutate"} 1"#,
             "poolkeeper_leader_election_leading 1",
         ] {
             has(&text, line);
         }
+    }
+
+    #[test]
+    fn audit_gauges_hold_the_last_round_only() {
+        let metrics = Arc::new(Metrics::new());
+        let count = |namespace: &str, pods| AuditCount {
+            namespace: namespace.into(),
+            pool: "hangzhou".into(),
+            reason: "node_selector_outside_pool",
+            pods,
+        };
+        let round = |counts: Vec<AuditCount>| Event::AuditCompleted {
+            pods: 10,
+            duration: Duration::from_millis(5),
+            counts,
+            violations: Vec::new(),
+            truncated: false,
+        };
+        metrics.observe(&round(vec![count("a", 2), count("b", 1)]));
+        metrics.observe(&round(vec![count("a", 1)]));
+        let objects: ObjectCounts = Arc::new(Vec::new);
+        let text = rendered(&metrics, objects);
+        has(
+            &text,
+            r#"poolkeeper_audit_violations{namespace="a",pool="hangzhou",reason="node_selector_outside_pool"} 1"#,
+        );
+        assert!(
+            !text.contains(r#"namespace="b""#),
+            "gone violations disappear:\n{text}"
+        );
+        has(&text, "poolkeeper_audit_pods 10");
+        has(&text, "poolkeeper_audit_rounds_total 2");
     }
 
     #[test]

@@ -8,7 +8,7 @@ use hyper::body::Bytes;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use poolkeeper_bus::{Bus, Event, ResourceKind};
+use poolkeeper_bus::{AuditViolation, Bus, Event, ResourceKind};
 use poolkeeper_config::Config;
 use poolkeeper_health::{AdminServer, AdminSettings, HealthError, OPENMETRICS_CONTENT_TYPE};
 use poolkeeper_supervisor::testing::{Running, liveness_gate, readiness_gate, spawn};
@@ -303,6 +303,42 @@ async fn debug_events_keeps_only_the_newest() {
         .map(|e| e["event"]["pass"].as_u64().unwrap())
         .collect();
     assert_eq!(passes, [2, 3, 4]);
+    admin.stop().await;
+}
+
+#[tokio::test]
+async fn debug_audit_shows_the_last_round_even_after_the_ring_moved_on() {
+    let admin = Admin::start(2, Bus::default()).await;
+    let answer = admin.get("/debug/audit").await;
+    assert_eq!(answer.status, StatusCode::NOT_FOUND, "{}", answer.body);
+
+    for pods in [10, 12] {
+        admin.bus.publish(Event::AuditCompleted {
+            pods,
+            duration: std::time::Duration::from_millis(3),
+            counts: Vec::new(),
+            violations: vec![AuditViolation {
+                namespace: "shop".into(),
+                pod: "web-1".into(),
+                pool: "hangzhou".into(),
+                reason: "node_outside_pool",
+                node: Some("beijing-1".into()),
+                message: "runs on beijing-1, outside pool hangzhou".into(),
+            }],
+            truncated: false,
+        });
+    }
+    for pass in 0..5 {
+        admin
+            .bus
+            .publish(Event::ReconciliationStarted { pass, keys: 1 });
+    }
+    let answer = admin.get("/debug/audit").await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    let round: Value = serde_json::from_str(&answer.body).unwrap();
+    assert_eq!(round["event"]["type"], "AuditCompleted");
+    assert_eq!(round["event"]["pods"], 12);
+    assert_eq!(round["event"]["violations"][0]["node"], "beijing-1");
     admin.stop().await;
 }
 

@@ -48,6 +48,9 @@ const INVALID: &[(&str, &str)] = &[
         "apiServer.startupTimeout",
     ),
     ("shutdown: {gracePeriod: 10s}", "webhook.shutdownTimeout"),
+    ("shutdown: {drainDelay: 11s}", "shutdown.drainDelay"),
+    ("placement: {defaultMode: audit}", "placement.defaultMode"),
+    ("audit: {pageSize: 0}", "audit.pageSize"),
 ];
 
 /// Values at the edge of what the rules accept.
@@ -56,7 +59,8 @@ const VALID: &[&str] = &[
     "reconciler: {debounceInterval: 1ms, maxDelay: 1ms}",
     "executor: {concurrency: 1024, shortRetry: 1s, longRetry: 1s}",
     "leaderElection: {leaseDuration: 3s, renewDeadline: 2s, retryPeriod: 1s}",
-    "webhook: {maxBodyBytes: 1024, shutdownTimeout: 24s}",
+    "webhook: {maxBodyBytes: 1024, shutdownTimeout: 20s}",
+    "placement: {defaultMode: dryrun}\naudit: {interval: 0s}",
     "watchers: {pageSize: 1}",
     "machineClasses: {enabled: false}\nplacement: {enabled: false}\nwebhook: {enabled: false}",
 ];

@@ -191,7 +191,6 @@ mod tests {
         }
     }
 
-
     fn synced(kind: ResourceKind) -> Event {
         Event::ResourceSynced { kind }
     }

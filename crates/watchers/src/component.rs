@@ -177,7 +177,6 @@ fn apply<K: Watched>(
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use std::time::Duration;

@@ -104,7 +104,6 @@ fn related(event: &Event) -> Vec<ObjectKey> {
     }
 }
 
-
 fn machine_class(name: &str) -> MachineClass {
     MachineClass::new(name, json!({"image": "ubuntu"}))
 }

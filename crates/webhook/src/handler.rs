@@ -7,7 +7,7 @@ use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
-use poolkeeper_bus::{AdmissionResult, Bus, Event, WebhookKind};
+use poolkeeper_bus::{AdmissionResult, Bus, Event, Mode, WebhookKind};
 use poolkeeper_index::Index;
 use poolkeeper_placement::PolicySource;
 use tokio::time::Instant;
@@ -95,6 +95,7 @@ impl AppState {
         self.bus.publish(Event::AdmissionDecided {
             webhook,
             result,
+            mode: Mode::Enforce,
             reason,
             duration: started.elapsed(),
         });

@@ -12,7 +12,6 @@ fn read(yaml: &str) -> Result<OfflineObjects, PlacementError> {
     build_index_from_objects(yaml, POOL, &policy_source())
 }
 
-
 const OBJECTS: &str = r#"
 apiVersion: v1
 kind: Node
