@@ -7,8 +7,13 @@
 //! | `admin` | admin server, metrics observer | listening | none (ready at once) |
 //! | `apiserver` | API server check | the API server answered | `apiServer.startupTimeout` (the check's own) |
 //! | `watchers` | one watcher per kind, sync tracker (`/readyz` check `index`) | every kind listed | `watchers.syncTimeout` |
-//! | `webhook` | HTTPS admission server (if enabled) | certificate loaded, serving | `webhook.certificateTimeout` |
-//! | `leader` | leader election gating reconciler, executor and Kubernetes Event recorder (if MachineClasses are enabled) | campaigning | none (ready at once) |
+//! | `serve` | HTTPS admission server (if enabled), and leader election gating reconciler, executor and Kubernetes Event recorder (if MachineClasses are enabled) | certificate loaded and serving; campaigning | `webhook.certificateTimeout` |
+//!
+//! The two jobs share the last stage so that neither waits for the other: a
+//! replica still waiting for its serving certificate campaigns and protects
+//! MachineClasses meanwhile (`/readyz` says what the webhook waits for). On
+//! shutdown the webhook keeps answering for `shutdown.drainDelay` while
+//! `/readyz` fails, and leadership is released at once.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -26,7 +31,7 @@ use poolkeeper_index::Index;
 use poolkeeper_reconciler::{Reconciler, ReconcilerSettings};
 use poolkeeper_recorder::{EventRecorder, RecorderSettings};
 use poolkeeper_supervisor::{
-    BoxError, Component, Context, Health, LeaderElector, LeaderGated, LeaseElector, LeaseSettings,
+    BoxError, Component, Context, Drained, Health, LeaderElector, LeaderGated, LeaseElector, LeaseSettings,
     Supervisor, SupervisorError, SupervisorSettings, error_chain,
 };
 use poolkeeper_watchers::{WatcherSettings, Watchers};
@@ -175,13 +180,13 @@ impl Controller {
         supervisor
             .stage("watchers", Some(config.watchers.sync_timeout))
             .extend(watchers);
+        let timeout = webhook.is_some().then_some(config.webhook.certificate_timeout);
+        let mut serve = supervisor.stage("serve", timeout);
         if let Some((server, _)) = webhook {
-            supervisor
-                .stage("webhook", Some(config.webhook.certificate_timeout))
-                .add(Box::new(server));
+            serve.add(Box::new(Drained::new(Box::new(server), config.shutdown.drain_delay)));
         }
         if let Some(leader) = leader {
-            supervisor.stage("leader", None).add(Box::new(leader));
+            serve.add(Box::new(leader));
         }
         Ok(Self {
             supervisor,

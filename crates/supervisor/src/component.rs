@@ -92,6 +92,14 @@ impl Context {
         }
     }
 
+    /// The same context, stopped by `cancel` instead.
+    pub(crate) fn with_cancellation(&self, cancel: CancellationToken) -> Self {
+        Self {
+            cancel,
+            ..self.clone()
+        }
+    }
+
     pub(crate) fn watchdog(&self) -> Option<&Watchdog> {
         self.watchdog.as_ref()
     }

@@ -2,6 +2,7 @@
 //! detection, graceful shutdown in reverse order, leader gating.
 
 mod component;
+mod drain;
 mod error;
 mod health;
 mod leader;
@@ -14,6 +15,7 @@ pub mod testing;
 mod watchdog;
 
 pub use component::{Activity, BoxError, BusyGuard, Component, Context, Readiness};
+pub use drain::Drained;
 pub use error::{SupervisorError, error_chain};
 pub use health::{CheckResult, Health};
 pub use leader::{DEFAULT_STOP_TIMEOUT, LeaderElector, LeaderGated, LeadershipReporter};

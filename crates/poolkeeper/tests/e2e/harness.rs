@@ -31,6 +31,9 @@ pub fn test_config(namespace: &str, cert_dir: &Path) -> Config {
     config.webhook.listen = SocketAddr::from(([127, 0, 0, 1], 0));
     config.webhook.cert_dir = cert_dir.to_owned();
     config.shutdown.grace_period = Duration::from_secs(5);
+    // One replica and no Service in front of it: nothing to drain.
+    config.shutdown.drain_delay = Duration::ZERO;
+    config.webhook.shutdown_timeout = Duration::from_secs(3);
     config.logging.format = LogFormat::Text;
     config
 }
