@@ -299,4 +299,75 @@ mod tests {
         debouncer.on_event(Instant::now(), Input::Shutdown);
         assert!(debouncer.is_shut_down());
     }
+
+    /// Drives the debouncer as the component does: every change at its
+    /// time, and `on_deadline` exactly when a deadline comes first.
+    /// Returns the trigger times.
+    fn drive(changes: &[u64], interval: Duration, max_delay: Duration) -> Vec<u64> {
+        let start = Instant::now();
+        let at = |ms: u64| start + Duration::from_millis(ms);
+        let ms_of = |instant: Instant| instant.duration_since(start).as_millis() as u64;
+        let mut debouncer = Debouncer::new(interval, max_delay);
+        let mut fired = Vec::new();
+        for &change in changes {
+            while let Some(deadline) = debouncer.deadline().filter(|d| *d < at(change)) {
+                fired.extend(debouncer.on_deadline(deadline).map(|_| ms_of(deadline)));
+            }
+            fired.extend(debouncer.on_event(at(change), LIVE).map(|_| change));
+        }
+        if let Some(deadline) = debouncer.deadline() {
+            fired.extend(debouncer.on_deadline(deadline).map(|_| ms_of(deadline)));
+        }
+        fired
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2_000))]
+
+        /// On any sequence of live changes: every change is followed by a
+        /// trigger within maxDelay; a trigger comes only once the quiet
+        /// period after the latest change before it expired, or maxDelay
+        /// after the first change of its window; and no trigger fires
+        /// without a change since the previous one.
+        #[test]
+        fn triggers_obey_the_quiet_period_and_max_delay(
+            gaps in proptest::collection::vec(0u64..1_500, 1..60),
+            interval_ms in 1u64..1_000,
+            extra_ms in 0u64..4_000,
+        ) {
+            let (interval, max_delay) = (
+                Duration::from_millis(interval_ms),
+                Duration::from_millis(interval_ms + extra_ms),
+            );
+            let changes: Vec<u64> = gaps
+                .iter()
+                .scan(0, |t, gap| { *t += gap; Some(*t) })
+                .collect();
+            let triggers = drive(&changes, interval, max_delay);
+            let max_delay_ms = interval_ms + extra_ms;
+            for &change in &changes {
+                proptest::prop_assert!(
+                    triggers.iter().any(|&t| t >= change && t <= change + max_delay_ms),
+                    "change at {change} ms not triggered within {max_delay_ms} ms: {triggers:?}"
+                );
+            }
+            // A window holds the changes since the previous trigger (a change
+            // at the very instant of a trigger opens the next window).
+            let mut previous = 0;
+            for &trigger in &triggers {
+                let window: Vec<u64> = changes
+                    .iter()
+                    .copied()
+                    .filter(|&c| c >= previous && c < trigger)
+                    .collect();
+                proptest::prop_assert!(!window.is_empty(), "trigger at {trigger} without a change");
+                let (first, latest) = (window[0], window[window.len() - 1]);
+                // Exactly when the quiet period after the window's latest
+                // change ends, or at the cap of its first change if sooner.
+                let due = (latest + interval_ms).min(first + max_delay_ms);
+                proptest::prop_assert_eq!(trigger, due, "window {:?}", window);
+                previous = trigger;
+            }
+        }
+    }
 }
