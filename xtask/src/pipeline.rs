@@ -10,6 +10,8 @@ use crate::{Error, Result, controlplane, workspace_root};
 
 /// Directory of the control-plane binaries, read by poolkeeper-testenv.
 const POOLKEEPER_CONTROL_PLANE: &str = "POOLKEEPER_CONTROL_PLANE";
+/// The kustomize executable, read by the deploy/ manifest check.
+const POOLKEEPER_KUSTOMIZE: &str = "POOLKEEPER_KUSTOMIZE";
 
 /// Totals of libtest's `test result:` lines.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -221,13 +223,17 @@ fn run_all(root: &Path, scope: &Scope, pipeline: &mut Pipeline) -> Result<()> {
         "control plane (etcd, kube-apiserver, kube-scheduler)",
         |_| controlplane::ensure(root, false),
     )?;
+    let kustomize = pipeline.step("kustomize (renders deploy/ for the manifest check)", |_| {
+        controlplane::kustomize(root)
+    })?;
     pipeline.step("integration and end-to-end tests", |p| {
         let counts = cargo_test(
             cargo(root)
                 .arg("test")
                 .args(scope.selection("--workspace"))
                 .args(["--test", "*", "--no-fail-fast", "-j2"])
-                .env(POOLKEEPER_CONTROL_PLANE, &binaries),
+                .env(POOLKEEPER_CONTROL_PLANE, &binaries)
+                .env(POOLKEEPER_KUSTOMIZE, &kustomize),
         );
         let counts = p.add_tests(counts)?;
         if counts.passed == 0 {

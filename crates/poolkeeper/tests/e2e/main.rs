@@ -4,5 +4,6 @@
 
 mod harness;
 mod machineclass;
+mod manifests;
 mod placement;
 mod process;
