@@ -31,8 +31,8 @@ use poolkeeper_index::Index;
 use poolkeeper_reconciler::{Reconciler, ReconcilerSettings};
 use poolkeeper_recorder::{EventRecorder, RecorderSettings};
 use poolkeeper_supervisor::{
-    BoxError, Component, Context, Drained, Health, LeaderElector, LeaderGated, LeaseElector, LeaseSettings,
-    Supervisor, SupervisorError, SupervisorSettings, error_chain,
+    BoxError, Component, Context, Drained, Health, LeaderElector, LeaderGated, LeaseElector,
+    LeaseSettings, Supervisor, SupervisorError, SupervisorSettings, error_chain,
 };
 use poolkeeper_watchers::{WatcherSettings, Watchers};
 use poolkeeper_webhook::{WebhookServer, WebhookSettings};
@@ -180,10 +180,15 @@ impl Controller {
         supervisor
             .stage("watchers", Some(config.watchers.sync_timeout))
             .extend(watchers);
-        let timeout = webhook.is_some().then_some(config.webhook.certificate_timeout);
+        let timeout = webhook
+            .is_some()
+            .then_some(config.webhook.certificate_timeout);
         let mut serve = supervisor.stage("serve", timeout);
         if let Some((server, _)) = webhook {
-            serve.add(Box::new(Drained::new(Box::new(server), config.shutdown.drain_delay)));
+            serve.add(Box::new(Drained::new(
+                Box::new(server),
+                config.shutdown.drain_delay,
+            )));
         }
         if let Some(leader) = leader {
             serve.add(Box::new(leader));
@@ -278,7 +283,17 @@ impl Wiring<'_> {
                 ]
             }
         };
-        Some(LeaderGated::new("leader-election", elector, bus, factory))
+        // Stopped before another replica can take the lease over.
+        let stop_timeout = election
+            .lease_duration
+            .saturating_sub(election.renew_deadline);
+        Some(LeaderGated::new(
+            "leader-election",
+            elector,
+            bus,
+            stop_timeout,
+            factory,
+        ))
     }
 }
 

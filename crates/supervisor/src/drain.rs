@@ -31,7 +31,10 @@ impl Drained {
             result = &mut running => return result,
             () = ctx.cancelled() => {}
         }
-        tracing::info!(?delay, "draining: still serving while the endpoint is removed");
+        tracing::info!(
+            ?delay,
+            "draining: still serving while the endpoint is removed"
+        );
         tokio::select! {
             result = &mut running => return result,
             () = tokio::time::sleep(delay) => {}

@@ -65,9 +65,6 @@ pub trait LeaderElector: Send + 'static {
 
 type Factory = Box<dyn Fn() -> Vec<Box<dyn Component>> + Send + Sync>;
 
-/// Default for [`LeaderGated::with_stop_timeout`].
-pub const DEFAULT_STOP_TIMEOUT: Duration = Duration::from_secs(10);
-
 /// Runs fresh instances of leader-only components while this replica leads.
 ///
 /// On winning it builds the components with its factory, publishes
@@ -99,10 +96,14 @@ impl std::fmt::Debug for LeaderGated {
 
 impl LeaderGated {
     /// `elector: None` disables leader election: this replica always leads.
+    /// After a lost election the gated components get `stop_timeout` to
+    /// stop (the binary gives them `leaseDuration - renewDeadline`: the time
+    /// before another replica can take the lease over) and are aborted after.
     pub fn new(
         name: &'static str,
         elector: Option<Box<dyn LeaderElector>>,
         bus: Bus,
+        stop_timeout: Duration,
         factory: impl Fn() -> Vec<Box<dyn Component>> + Send + Sync + 'static,
     ) -> Self {
         Self {
@@ -110,14 +111,8 @@ impl LeaderGated {
             elector,
             factory: Box::new(factory),
             bus,
-            stop_timeout: DEFAULT_STOP_TIMEOUT,
+            stop_timeout,
         }
-    }
-
-    /// How long gated components get to stop after leadership is lost.
-    pub fn with_stop_timeout(mut self, stop_timeout: Duration) -> Self {
-        self.stop_timeout = stop_timeout;
-        self
     }
 
     async fn run_gated(self: Box<Self>, ctx: Context) -> Result<(), BoxError> {

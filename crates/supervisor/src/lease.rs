@@ -343,30 +343,30 @@ impl LeaseElector {
                     last_renewal = Some(Instant::now());
                     last_holder = None;
                     if !reporter.is_leader() {
-                        tracing::info!(lease = %lease, identity = %self.settings.identity, "acquired lease {lease}: now the leader");
+                        tracing::info!(lease = %lease, identity = %self.settings.identity, "acquired the lease: now the leader");
                     }
                     reporter.set(true);
                 }
                 Ok(Ok(Attempt::HeldBy(holder))) => {
                     if reporter.is_leader() {
-                        tracing::warn!(lease = %lease, holder = %holder, "lease {lease} was taken over by {holder}");
+                        tracing::warn!(lease = %lease, holder = %holder, "the lease was taken over");
                     } else if last_holder.as_deref() != Some(holder.as_str()) {
-                        tracing::info!(lease = %lease, holder = %holder, "lease {lease} is held by {holder}; following");
+                        tracing::info!(lease = %lease, holder = %holder, "the lease is held by another replica; following");
                     }
                     last_holder = Some(holder);
                     reporter.set(false);
                 }
                 Ok(Ok(Attempt::Raced)) => {
                     if reporter.is_leader() {
-                        tracing::warn!(lease = %lease, "lease {lease} was written by another replica");
+                        tracing::warn!(lease = %lease, "the lease was written by another replica");
                     }
                     reporter.set(false);
                 }
                 Ok(Err(error)) => {
-                    tracing::warn!(lease = %lease, "could not acquire or renew: {error}");
+                    tracing::warn!(lease = %lease, %error, "could not acquire or renew the lease");
                 }
                 Err(_elapsed) => {
-                    tracing::warn!(lease = %lease, "acquiring or renewing lease {lease} timed out");
+                    tracing::warn!(lease = %lease, "acquiring or renewing the lease timed out");
                 }
             }
             if reporter.is_leader()
@@ -374,8 +374,8 @@ impl LeaseElector {
             {
                 tracing::error!(
                     lease = %lease,
-                    "could not renew lease {lease} within {}: giving up leadership",
-                    format_duration(self.settings.renew_deadline)
+                    renew_deadline = %format_duration(self.settings.renew_deadline),
+                    "could not renew the lease within the renew deadline: giving up leadership"
                 );
                 reporter.set(false);
             }
@@ -388,10 +388,12 @@ impl LeaseElector {
             reporter.set(false);
             let released = tokio::time::timeout(self.settings.renew_deadline, self.release()).await;
             match released {
-                Ok(Ok(())) => tracing::info!(lease = %lease, "released lease {lease}"),
-                Ok(Err(error)) => tracing::warn!(lease = %lease, "could not release: {error}"),
+                Ok(Ok(())) => tracing::info!(lease = %lease, "released the lease"),
+                Ok(Err(error)) => {
+                    tracing::warn!(lease = %lease, %error, "could not release the lease")
+                }
                 Err(_elapsed) => {
-                    tracing::warn!(lease = %lease, "releasing lease {lease} timed out")
+                    tracing::warn!(lease = %lease, "releasing the lease timed out")
                 }
             }
         }

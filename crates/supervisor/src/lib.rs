@@ -18,7 +18,7 @@ pub use component::{Activity, BoxError, BusyGuard, Component, Context, Readiness
 pub use drain::Drained;
 pub use error::{SupervisorError, error_chain};
 pub use health::{CheckResult, Health};
-pub use leader::{DEFAULT_STOP_TIMEOUT, LeaderElector, LeaderGated, LeadershipReporter};
+pub use leader::{LeaderElector, LeaderGated, LeadershipReporter};
 pub use lease::{LeaseAction, LeaseDecider, LeaseElector, LeaseRecord, LeaseSettings};
 pub use signal::shutdown_signal;
 pub use supervisor::{SHUTDOWN_CHECK, StageBuilder, Supervisor, SupervisorSettings};

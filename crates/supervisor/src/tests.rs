@@ -586,7 +586,8 @@ fn leader_gate(
     let built = Arc::new(AtomicUsize::new(0));
     let factory_built = built.clone();
     let factory_log = log.clone();
-    let gated = LeaderGated::new("leader-election", elector, bus, move || {
+    let stop_timeout = Duration::from_secs(3);
+    let gated = LeaderGated::new("leader-election", elector, bus, stop_timeout, move || {
         factory_built.fetch_add(1, Ordering::SeqCst);
         workers
             .iter()
@@ -753,7 +754,6 @@ async fn leader_only_components_that_ignore_the_loss_are_aborted() {
     let (leadership, elector) = fake_elector(&log);
     let bus = Bus::default();
     let (gated, _) = leader_gate(Some(elector), bus.clone(), &log, &["executor"], || Stubborn);
-    let gated = gated.with_stop_timeout(Duration::from_secs(3));
     let mut supervisor = Supervisor::new(settings(), Health::default(), bus);
     supervisor
         .stage("leader", STARTUP_TIMEOUT)
@@ -881,10 +881,12 @@ async fn a_drained_component_keeps_running_for_its_delay_after_shutdown() {
     supervisor
         .stage("base", STARTUP_TIMEOUT)
         .add(fake("watchers", &log, Normal));
-    supervisor.stage("serve", STARTUP_TIMEOUT).add(Box::new(Drained::new(
-        fake("webhook", &log, Normal),
-        Duration::from_secs(3),
-    )));
+    supervisor
+        .stage("serve", STARTUP_TIMEOUT)
+        .add(Box::new(Drained::new(
+            fake("webhook", &log, Normal),
+            Duration::from_secs(3),
+        )));
     let running = start(supervisor);
     settle().await;
 
@@ -892,8 +894,14 @@ async fn a_drained_component_keeps_running_for_its_delay_after_shutdown() {
     let stopped = tokio::spawn(running.stop());
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_shutting_down(&health);
-    assert!(!log.contains("stop:webhook"), "still serving while draining");
-    assert!(!log.contains("stop:watchers"), "what it needs keeps running too");
+    assert!(
+        !log.contains("stop:webhook"),
+        "still serving while draining"
+    );
+    assert!(
+        !log.contains("stop:watchers"),
+        "what it needs keeps running too"
+    );
     stopped.await.unwrap().unwrap();
     assert_eq!(started.elapsed(), Duration::from_secs(3));
     assert!(log.position("stop:webhook") < log.position("stop:watchers"));

@@ -2,7 +2,6 @@
 //! the component has been busy with one unit of work for too long.
 
 use std::collections::HashMap;
-use std::fmt::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -200,22 +199,16 @@ impl Drop for WatchGuard {
     }
 }
 
-/// Formats like Go's `time.Duration` (`2m3s`, `1h0m5s`, `250ms`), the way
-/// Kubernetes components print durations, truncated to whole seconds.
+/// Durations in messages, as the configuration writes them (humantime:
+/// `2m 3s`, `250ms`), to the millisecond below a second and to the second
+/// above, so a stall reads "for 2m 3s" rather than to the nanosecond.
 pub(crate) fn format_duration(d: Duration) -> String {
-    if d < Duration::from_secs(1) {
-        return format!("{}ms", d.as_millis());
-    }
-    let total = d.as_secs();
-    let (hours, minutes, seconds) = (total / 3600, total % 3600 / 60, total % 60);
-    let mut out = String::new();
-    if hours > 0 {
-        let _ = write!(out, "{hours}h{minutes}m");
-    } else if minutes > 0 {
-        let _ = write!(out, "{minutes}m");
-    }
-    let _ = write!(out, "{seconds}s");
-    out
+    let shown = if d < Duration::from_secs(1) {
+        Duration::from_millis(d.as_millis() as u64)
+    } else {
+        Duration::from_secs(d.as_secs())
+    };
+    humantime::format_duration(shown).to_string()
 }
 
 #[cfg(test)]
@@ -223,15 +216,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn durations_print_like_go() {
+    fn durations_print_as_the_configuration_writes_them() {
         let cases = [
-            (Duration::ZERO, "0ms"),
-            (Duration::from_millis(250), "250ms"),
+            (Duration::ZERO, "0s"),
+            (Duration::from_micros(250_700), "250ms"),
             (Duration::from_millis(1500), "1s"),
             (Duration::from_secs(45), "45s"),
-            (Duration::from_secs(123), "2m3s"),
-            (Duration::from_secs(120), "2m0s"),
-            (Duration::from_secs(3605), "1h0m5s"),
+            (Duration::from_secs(123), "2m 3s"),
+            (Duration::from_secs(120), "2m"),
+            (Duration::from_secs(3605), "1h 5s"),
         ];
         for (d, want) in cases {
             assert_eq!(format_duration(d), want, "{d:?}");
