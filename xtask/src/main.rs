@@ -5,9 +5,11 @@ mod controlplane;
 mod crds;
 mod dev;
 mod dist;
+mod fuzz;
 mod image;
 mod pipeline;
 mod run;
+mod soak;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -35,6 +37,14 @@ commands:
                             buildah or podman (FROM scratch: no base image is pulled)
   bench [CARGO BENCH ARGS]  run the benchmarks (all, or those selected by the arguments); the
                             webhook load benchmark needs wrk (`apt-get install wrk`)
+  fuzz [TARGET]... [--time 10m]
+                            run the libFuzzer targets of fuzz/ (all, or those named) one after
+                            the other with cargo-fuzz (nightly; installed when missing), then
+                            minimise fuzz/corpus/; fails on a crash
+  soak [--duration 10m] [--pods-per-second 5] [--machines-per-second 2] [--release]
+                            poolkeeper against a local control plane under steady admissions and
+                            Machine churn; samples RSS, fds and /metrics every minute and fails
+                            when they grow past 1.5x or a request fails
 ";
 
 #[derive(Debug, thiserror::Error)]
@@ -96,6 +106,8 @@ fn main() -> ExitCode {
         "image" => image::command(rest),
         "crds" => crds::command(rest),
         "bench" => bench(rest),
+        "fuzz" => fuzz::command(rest),
+        "soak" => soak::command(rest),
         "help" | "-h" | "--help" => {
             print!("{USAGE}");
             Ok(())

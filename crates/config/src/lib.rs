@@ -157,6 +157,11 @@ mod tests {
         webhook.cert_reload_interval = Duration::ZERO;
         webhook.certificate_timeout = Duration::ZERO;
         webhook.shutdown_timeout = Duration::ZERO;
+        webhook.tls_handshake_timeout = Duration::ZERO;
+        webhook.header_read_timeout = Duration::ZERO;
+        webhook.body_read_timeout = Duration::ZERO;
+        webhook.idle_timeout = Duration::ZERO;
+        webhook.max_connections = 0;
         config.audit.page_size = 0;
         config.audit.max_reported = 0;
         config.shutdown.drain_delay = Duration::from_secs(100);

@@ -302,6 +302,22 @@ pub struct WebhookConfig {
     pub validate_path: String,
     /// Larger request bodies are refused.
     pub max_body_bytes: usize,
+    /// A TLS handshake not done within this time closes the connection.
+    #[serde(with = "duration")]
+    pub tls_handshake_timeout: Duration,
+    /// A request whose headers have not all arrived within this time closes
+    /// the connection (slowloris).
+    #[serde(with = "duration")]
+    pub header_read_timeout: Duration,
+    /// A request body not read within this time is answered 408.
+    #[serde(with = "duration")]
+    pub body_read_timeout: Duration,
+    /// A keep-alive connection idle for this long is closed; longer than
+    /// the API server's own idle timeout (90s).
+    #[serde(with = "duration")]
+    pub idle_timeout: Duration,
+    /// Connections served at once; more wait in the listen backlog.
+    pub max_connections: usize,
 }
 
 impl Default for WebhookConfig {
@@ -316,6 +332,11 @@ impl Default for WebhookConfig {
             mutate_path: "/mutate-pods".to_owned(),
             validate_path: "/validate-pods".to_owned(),
             max_body_bytes: 3 * 1024 * 1024,
+            tls_handshake_timeout: Duration::from_secs(5),
+            header_read_timeout: Duration::from_secs(5),
+            body_read_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(120),
+            max_connections: 1024,
         }
     }
 }

@@ -152,6 +152,16 @@ fn webhook(v: &mut Rules, config: &Config) {
     v.positive("webhook.certReloadInterval", webhook.cert_reload_interval);
     v.positive("webhook.certificateTimeout", webhook.certificate_timeout);
     v.positive("webhook.shutdownTimeout", webhook.shutdown_timeout);
+    v.positive("webhook.tlsHandshakeTimeout", webhook.tls_handshake_timeout);
+    v.positive("webhook.headerReadTimeout", webhook.header_read_timeout);
+    v.positive("webhook.bodyReadTimeout", webhook.body_read_timeout);
+    v.positive("webhook.idleTimeout", webhook.idle_timeout);
+    v.range(
+        "webhook.maxConnections",
+        webhook.max_connections,
+        1,
+        1 << 20,
+    );
     v.shorter(
         ("webhook.shutdownTimeout", webhook.shutdown_timeout),
         ("shutdown.gracePeriod", config.shutdown.grace_period),

@@ -23,10 +23,10 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use poolkeeper_api::NodePool;
 use poolkeeper_index::{Index, IndexResource};
-use poolkeeper_placement::{Decision, PlacementPolicy, Reason, mutate, validate};
+use poolkeeper_placement::{Decision, PlacementPolicy, PodPlacement, Reason, mutate, validate};
 use serde_json::{Value, json};
 
 const POOL_LABEL: &str = "apps.openyurt.io/nodepool";
@@ -152,7 +152,8 @@ fn tolerating(mut pod: Value) -> Value {
     pod
 }
 
-fn parse(pod: &Value) -> Pod {
+/// The projection the decisions read, straight from the Pod's JSON.
+fn parse(pod: &Value) -> PodPlacement {
     serde_json::from_value(pod.clone()).expect("pod parses")
 }
 

@@ -16,10 +16,11 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Pod};
+use k8s_openapi::api::core::v1::{NodeSelector, NodeSelectorRequirement, NodeSelectorTerm};
 use poolkeeper_index::Node;
 
 use crate::names::{label_value_errors, qualified_name_errors};
+use crate::pod::PodPlacement;
 
 /// The only node field a `matchFields` requirement may select on.
 pub(crate) const NODE_NAME_FIELD: &str = "metadata.name";
@@ -140,7 +141,7 @@ impl RequiredNodeAffinity {
 }
 
 /// `Ok(None)` for a term without requirements; `Err` lists every problem.
-fn parse_term(term: &NodeSelectorTerm, path: &str) -> Result<Option<Term>, Vec<String>> {
+pub(crate) fn parse_term(term: &NodeSelectorTerm, path: &str) -> Result<Option<Term>, Vec<String>> {
     let expressions = term.match_expressions.as_deref().unwrap_or_default();
     let fields = term.match_fields.as_deref().unwrap_or_default();
     if expressions.is_empty() && fields.is_empty() {
@@ -328,14 +329,15 @@ pub(crate) struct NodeConstraints<'p> {
 }
 
 impl<'p> NodeConstraints<'p> {
-    pub(crate) fn from_pod(pod: &'p Pod) -> Self {
+    pub(crate) fn from_pod(pod: &'p PodPlacement) -> Self {
         let Some(spec) = pod.spec.as_ref() else {
             return Self::none();
         };
         Self {
-            node_name: spec.node_name.as_deref().filter(|n| !n.is_empty()),
+            node_name: pod.node_name(),
             node_selector: spec.node_selector.as_ref().filter(|s| !s.is_empty()),
-            required_affinity: required_node_selector(pod)
+            required_affinity: pod
+                .required_node_affinity()
                 .map(|selector| RequiredNodeAffinity::parse(selector, REQUIRED_AFFINITY_PATH)),
         }
     }
@@ -384,16 +386,4 @@ impl<'p> NodeConstraints<'p> {
             parts.join(", ")
         }
     }
-}
-
-/// The Pod's required node affinity, when set.
-pub(crate) fn required_node_selector(pod: &Pod) -> Option<&NodeSelector> {
-    pod.spec
-        .as_ref()?
-        .affinity
-        .as_ref()?
-        .node_affinity
-        .as_ref()?
-        .required_during_scheduling_ignored_during_execution
-        .as_ref()
 }

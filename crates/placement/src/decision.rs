@@ -1,18 +1,21 @@
-//! The mutating and validating admission decisions for a Pod.
+//! The mutating and validating admission decisions for a Pod, the audit's
+//! decision for a Pod that already exists, and how a binding's mode changes
+//! what a decision does.
 
 use std::fmt;
 
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, Patch, PatchOperation};
 use k8s_openapi::api::core::v1::{
-    Affinity, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Pod,
-    Toleration,
+    NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Toleration,
 };
+use poolkeeper_config::Mode;
 use poolkeeper_index::{Node, NodePool, PlacementView, PoolType};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::affinity::NodeConstraints;
 use crate::candidates::matching_nodes;
+use crate::pod::PodPlacement;
 use crate::policy::PlacementPolicy;
 use crate::tolerations::{describe_toleration, tolerations_cover};
 
@@ -20,7 +23,9 @@ use crate::tolerations::{describe_toleration, tolerations_cover};
 const MAX_NAMED_NODES: usize = 5;
 
 /// Why a decision came out the way it did; a short, stable string for
-/// metrics and logs.
+/// metrics and logs. In `warn` and `dryrun` mode it stays the reason the
+/// rules gave (`outside_pool`, `patched`, ...), whatever the mode let
+/// through.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Reason {
     /// The request is not about a Pod (or is about a Pod subresource).
@@ -39,14 +44,19 @@ pub enum Reason {
     Unchanged,
     /// Mutate: affinity and/or tolerations added.
     Patched,
-    /// Validate: every node the Pod may land on is in its pool.
+    /// Validate: every node the Pod may land on is in its pool (audit: the
+    /// node it runs on is).
     InPool,
     /// Validate: an Edge pool's tolerations are missing.
     MissingEdgeTolerations,
     /// Validate: the Pod's constraints select no node.
     NoMatchingNode,
-    /// Validate: the Pod's constraints select nodes outside its pool.
+    /// Validate: the Pod's constraints select nodes outside its pool (audit:
+    /// it runs on a node outside its pool).
     OutsidePool,
+    /// Audit: the Pod is scheduled onto a node the index does not know (yet,
+    /// or any more), so where it runs cannot be judged.
+    NodeUnknown,
 }
 
 impl Reason {
@@ -64,6 +74,7 @@ impl Reason {
             Reason::MissingEdgeTolerations => "missing_edge_tolerations",
             Reason::NoMatchingNode => "no_matching_node",
             Reason::OutsidePool => "outside_pool",
+            Reason::NodeUnknown => "node_unknown",
         }
     }
 }
@@ -74,7 +85,9 @@ impl fmt::Display for Reason {
     }
 }
 
-/// The outcome of one admission decision.
+/// The outcome of one decision, with the binding's mode applied: `allowed`,
+/// `message` and `patch` are what the webhook answers; `withheld_denial`
+/// and `withheld_patch` are what `enforce` would have done instead.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Decision {
     pub allowed: bool,
@@ -87,6 +100,14 @@ pub struct Decision {
     pub reason: Reason,
     /// The pool the Pod is bound to, when it is.
     pub pool: Option<String>,
+    /// The mode of the Pod's binding (`Enforce` for an unbound Pod).
+    pub mode: Mode,
+    /// The denial `enforce` would have returned, when the mode (`warn`,
+    /// `dryrun`) admitted the Pod instead.
+    pub withheld_denial: Option<String>,
+    /// The patch `enforce` would have applied, when the mode (`dryrun`)
+    /// left the Pod unchanged instead.
+    pub withheld_patch: Option<Patch>,
 }
 
 impl Decision {
@@ -98,6 +119,9 @@ impl Decision {
             warnings: Vec::new(),
             reason,
             pool: None,
+            mode: Mode::Enforce,
+            withheld_denial: None,
+            withheld_patch: None,
         }
     }
 
@@ -105,10 +129,7 @@ impl Decision {
         Self {
             allowed: false,
             message: Some(message.into()),
-            patch: None,
-            warnings: Vec::new(),
-            reason,
-            pool: None,
+            ..Self::allow(reason)
         }
     }
 
@@ -124,55 +145,116 @@ impl Decision {
         self
     }
 
+    /// Whether the answer carries a patch.
     pub fn is_patched(&self) -> bool {
         self.patch.as_ref().is_some_and(|p| !p.0.is_empty())
     }
+
+    /// Whether `enforce` would have admitted the Pod.
+    pub fn enforce_allows(&self) -> bool {
+        self.allowed && self.withheld_denial.is_none()
+    }
+
+    /// The patch `enforce` would apply: the one answered, or the one
+    /// `dryrun` withheld.
+    pub fn enforce_patch(&self) -> Option<&Patch> {
+        self.patch.as_ref().or(self.withheld_patch.as_ref())
+    }
+
+    /// Whether the mode changed the answer (something was withheld).
+    pub fn is_withheld(&self) -> bool {
+        self.withheld_denial.is_some() || self.withheld_patch.is_some()
+    }
+
+    /// This decision as `mode` carries it out:
+    /// - `enforce`: unchanged;
+    /// - `warn`: a denial becomes an admission with the denial as a
+    ///   warning; a patch is applied;
+    /// - `dryrun`: a denial becomes a silent admission and a patch is
+    ///   withheld.
+    ///
+    /// The reason stays the rules' reason, so what each mode would do is
+    /// counted the same way.
+    #[must_use]
+    pub fn with_mode(mut self, mode: Mode) -> Self {
+        self.mode = mode;
+        if mode == Mode::Enforce {
+            return self;
+        }
+        if !self.allowed {
+            self.allowed = true;
+            let denial = self.message.take().unwrap_or_default();
+            if mode == Mode::Warn {
+                self.warnings.push(warn_text(&denial));
+            }
+            self.withheld_denial = Some(denial);
+        }
+        if mode == Mode::Dryrun {
+            self.withheld_patch = self.patch.take();
+        }
+        self
+    }
+}
+
+/// The admission warning `warn` mode returns for a denial.
+pub fn warn_text(denial: &str) -> String {
+    format!("poolkeeper would deny this pod (binding mode warn): {denial}")
 }
 
 /// How a Pod got its pool.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum BindingSource {
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum BindingSource {
     /// The Pod carries the pool label.
     PodLabel,
     /// The policy binds the Pod's namespace.
     Namespace,
 }
 
+impl BindingSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BindingSource::PodLabel => "podLabel",
+            BindingSource::Namespace => "namespace",
+        }
+    }
+}
+
+/// The pool a Pod is bound to, by what, and the mode decisions about it
+/// take effect in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct PoolBinding<'a> {
-    pub(crate) pool: &'a str,
-    pub(crate) source: BindingSource,
+pub struct PoolBinding<'a> {
+    pub pool: &'a str,
+    pub source: BindingSource,
+    pub mode: Mode,
 }
 
 /// The pool a Pod belongs to: its own `pool_label` label (when not empty),
-/// else its namespace's binding in the policy.
+/// else its namespace's binding in the policy. The mode is the namespace's
+/// binding's, else the policy's default mode.
 ///
 /// `namespace` comes from the AdmissionRequest: on CREATE the Pod's
 /// `metadata.namespace` may still be empty.
-pub(crate) fn pool_binding<'a>(
-    pod: &'a Pod,
+pub fn pool_binding<'a>(
+    pod: &'a PodPlacement,
     namespace: &str,
     policy: &'a PlacementPolicy,
     pool_label: &str,
 ) -> Option<PoolBinding<'a>> {
-    let labelled = pod
-        .metadata
-        .labels
-        .as_ref()
-        .and_then(|labels| labels.get(pool_label))
-        .filter(|pool| !pool.is_empty());
+    let mode = policy.mode_for_namespace(namespace);
+    let labelled = pod.labels.get(pool_label).filter(|pool| !pool.is_empty());
     if let Some(pool) = labelled {
         return Some(PoolBinding {
             pool,
             source: BindingSource::PodLabel,
+            mode,
         });
     }
-    policy
-        .pool_for_namespace(namespace)
-        .map(|pool| PoolBinding {
-            pool,
-            source: BindingSource::Namespace,
-        })
+    policy.binding(namespace).map(|binding| PoolBinding {
+        pool: &binding.pool,
+        source: BindingSource::Namespace,
+        mode: binding.mode,
+    })
 }
 
 fn describe_binding(binding: &PoolBinding<'_>, namespace: &str, pool_label: &str) -> String {
@@ -182,43 +264,45 @@ fn describe_binding(binding: &PoolBinding<'_>, namespace: &str, pool_label: &str
     }
 }
 
-/// The bound, existing pool, or the decision to return instead.
+/// The bound, existing pool with the binding's mode, or the decision to
+/// return instead.
 fn bound_pool<'v>(
-    pod: &Pod,
+    pod: &PodPlacement,
     namespace: &str,
     view: &'v PlacementView<'_>,
     policy: &PlacementPolicy,
-) -> Result<&'v NodePool, Decision> {
+) -> Result<(&'v NodePool, Mode), Box<Decision>> {
     let pool_label = view.pool_label();
     let Some(binding) = pool_binding(pod, namespace, policy, pool_label) else {
-        return Err(Decision::allow(Reason::Unbound));
+        return Err(Box::new(Decision::allow(Reason::Unbound)));
     };
-    view.node_pool(binding.pool).ok_or_else(|| {
-        Decision::allow(Reason::PoolMissing)
+    match view.node_pool(binding.pool) {
+        Some(pool) => Ok((pool, binding.mode)),
+        None => Err(Box::new(
+            Decision::allow(Reason::PoolMissing)
             .with_warning(format!(
                 "node pool {:?} (bound {}) does not exist; the pod is not restricted to a node pool",
                 binding.pool,
                 describe_binding(&binding, namespace, pool_label)
             ))
-            .for_pool(binding.pool)
-    })
+                .for_pool(binding.pool)
+                .with_mode(binding.mode),
+        )),
+    }
 }
 
 /// The edge tolerations the Pod lacks, in policy order, each checked against
-/// the Pod's tolerations plus the ones already found missing.
-fn missing_edge_tolerations<'p>(
-    pod: &Pod,
+/// the Pod's tolerations plus the ones already found missing. None for a
+/// Cloud pool.
+pub(crate) fn missing_edge_tolerations<'p>(
+    pod: &PodPlacement,
     pool: &NodePool,
     policy: &'p PlacementPolicy,
 ) -> Vec<&'p Toleration> {
     if pool.pool_type != PoolType::Edge {
         return Vec::new();
     }
-    let mut have: Vec<Toleration> = pod
-        .spec
-        .as_ref()
-        .and_then(|spec| spec.tolerations.clone())
-        .unwrap_or_default();
+    let mut have: Vec<Toleration> = pod.tolerations().to_vec();
     let mut missing = Vec::new();
     for required in policy.edge_tolerations() {
         if !tolerations_cover(&have, required) {
@@ -242,20 +326,24 @@ fn missing_edge_tolerations<'p>(
 ///   podAntiAffinity are never touched.
 /// - Edge pool -> adds each edge toleration the Pod does not already
 ///   tolerate, appending to `spec.tolerations`.
+/// - The binding's mode applies ([`Decision::with_mode`]): `enforce` and
+///   `warn` patch, `dryrun` withholds the patch.
 ///
 /// Applying the returned patch and deciding again adds nothing.
 pub fn mutate(
-    pod: &Pod,
+    pod: &PodPlacement,
     namespace: &str,
     view: &PlacementView<'_>,
     policy: &PlacementPolicy,
 ) -> Decision {
-    let pool = match bound_pool(pod, namespace, view, policy) {
-        Ok(pool) => pool,
-        Err(decision) => return decision,
+    let (pool, mode) = match bound_pool(pod, namespace, view, policy) {
+        Ok(bound) => bound,
+        Err(decision) => return *decision,
     };
     let Some(spec) = pod.spec.as_ref() else {
-        return Decision::allow(Reason::Unchanged).for_pool(&pool.name);
+        return Decision::allow(Reason::Unchanged)
+            .for_pool(&pool.name)
+            .with_mode(mode);
     };
 
     let mut ops = Vec::new();
@@ -275,13 +363,14 @@ pub fn mutate(
         }
     }
 
-    if ops.is_empty() {
-        Decision::allow(Reason::Unchanged).for_pool(&pool.name)
+    let decision = if ops.is_empty() {
+        Decision::allow(Reason::Unchanged)
     } else {
-        let mut decision = Decision::allow(Reason::Patched).for_pool(&pool.name);
+        let mut decision = Decision::allow(Reason::Patched);
         decision.patch = Some(Patch(ops));
         decision
-    }
+    };
+    decision.for_pool(&pool.name).with_mode(mode)
 }
 
 fn add(path: &[&str], value: Value) -> PatchOperation {
@@ -293,7 +382,7 @@ fn add(path: &[&str], value: Value) -> PatchOperation {
 
 /// The `add` operation that creates the required node affinity at the
 /// deepest level missing, leaving sibling fields alone.
-fn add_pool_affinity(pod: &Pod, pool_label: &str, pool: &str) -> PatchOperation {
+fn add_pool_affinity(pod: &PodPlacement, pool_label: &str, pool: &str) -> PatchOperation {
     let selector = NodeSelector {
         node_selector_terms: vec![NodeSelectorTerm {
             match_expressions: Some(vec![NodeSelectorRequirement {
@@ -304,37 +393,34 @@ fn add_pool_affinity(pod: &Pod, pool_label: &str, pool: &str) -> PatchOperation 
             match_fields: None,
         }],
     };
+    let node_affinity = NodeAffinity {
+        required_during_scheduling_ignored_during_execution: Some(selector),
+        preferred_during_scheduling_ignored_during_execution: None,
+    };
     let affinity = pod.spec.as_ref().and_then(|spec| spec.affinity.as_ref());
-    let node_affinity = affinity.and_then(|a| a.node_affinity.as_ref());
-    let (path, value): (&[&str], Value) = match (affinity, node_affinity) {
-        (None, _) => (
+    match affinity.map(|affinity| affinity.node_affinity.is_some()) {
+        None => add(
             &["spec", "affinity"],
-            to_value(&Affinity {
-                node_affinity: Some(NodeAffinity {
-                    required_during_scheduling_ignored_during_execution: Some(selector),
-                    preferred_during_scheduling_ignored_during_execution: None,
-                }),
-                ..Affinity::default()
-            }),
+            json!({"nodeAffinity": to_value(&node_affinity)}),
         ),
-        (Some(_), None) => (
+        Some(false) => add(
             &["spec", "affinity", "nodeAffinity"],
-            to_value(&NodeAffinity {
-                required_during_scheduling_ignored_during_execution: Some(selector),
-                preferred_during_scheduling_ignored_during_execution: None,
-            }),
+            to_value(&node_affinity),
         ),
-        (Some(_), Some(_)) => (
+        Some(true) => add(
             &[
                 "spec",
                 "affinity",
                 "nodeAffinity",
                 "requiredDuringSchedulingIgnoredDuringExecution",
             ],
-            to_value(&selector),
+            to_value(
+                &node_affinity
+                    .required_during_scheduling_ignored_during_execution
+                    .unwrap_or_default(),
+            ),
         ),
-    };
-    add(path, value)
+    }
 }
 
 fn to_value<T: serde::Serialize>(value: &T) -> Value {
@@ -350,30 +436,38 @@ fn to_value<T: serde::Serialize>(value: &T) -> Value {
 ///   affinity (each absent = every node), intersected over the index:
 ///   none -> denied; any outside the pool -> denied, naming up to
 ///   five of them; otherwise allowed.
+/// - The binding's mode applies ([`Decision::with_mode`]): `warn` admits
+///   what would be denied with the denial as a warning, `dryrun` admits it
+///   silently; [`Decision::withheld_denial`] keeps the denial.
 ///
 /// Taints are deliberately not used to shrink the node set: they change
 /// after admission, and a removed taint must not open a way out of the pool.
 pub fn validate(
-    pod: &Pod,
+    pod: &PodPlacement,
     namespace: &str,
     view: &PlacementView<'_>,
     policy: &PlacementPolicy,
 ) -> Decision {
-    let pool = match bound_pool(pod, namespace, view, policy) {
-        Ok(pool) => pool,
-        Err(decision) => return decision,
-    };
-    let pool_name = pool.name.as_str();
+    match bound_pool(pod, namespace, view, policy) {
+        Ok((pool, mode)) => validate_in_pool(pod, pool, view, policy).with_mode(mode),
+        Err(decision) => *decision,
+    }
+}
 
+/// The rules of [`validate`] for a Pod bound to the existing `pool`, as
+/// `enforce` decides them.
+fn validate_in_pool(
+    pod: &PodPlacement,
+    pool: &NodePool,
+    view: &PlacementView<'_>,
+    policy: &PlacementPolicy,
+) -> Decision {
+    let pool_name = pool.name.as_str();
     let missing = missing_edge_tolerations(pod, pool, policy);
     if !missing.is_empty() {
-        let list: Vec<String> = missing.iter().map(|t| describe_toleration(t)).collect();
         return Decision::deny(
             Reason::MissingEdgeTolerations,
-            format!(
-                "pod must tolerate {} to run on edge node pool {pool_name:?}",
-                list.join(", ")
-            ),
+            missing_tolerations_message(&missing, pool_name),
         )
         .for_pool(pool_name);
     }
@@ -392,28 +486,90 @@ pub fn validate(
     let outside: Vec<&Node> = matched
         .iter()
         .copied()
-        .filter(|node| node.labels.get(pool_label).map(String::as_str) != Some(pool_name))
+        .filter(|node| !in_pool(node, pool_label, pool_name))
         .collect();
     if outside.is_empty() {
         return Decision::allow(Reason::InPool).for_pool(pool_name);
     }
+    let message = outside_message(&outside, &constraints, pool_name);
+    Decision::deny(Reason::OutsidePool, message).for_pool(pool_name)
+}
 
+pub(crate) fn in_pool(node: &Node, pool_label: &str, pool: &str) -> bool {
+    node.labels.get(pool_label).map(String::as_str) == Some(pool)
+}
+
+fn missing_tolerations_message(missing: &[&Toleration], pool: &str) -> String {
+    let list: Vec<String> = missing.iter().map(|t| describe_toleration(t)).collect();
+    format!(
+        "pod must tolerate {} to run on edge node pool {pool:?}",
+        list.join(", ")
+    )
+}
+
+fn outside_message(outside: &[&Node], constraints: &NodeConstraints<'_>, pool: &str) -> String {
     let count = outside.len();
-    let names = name_nodes(&outside);
-    let message = if constraints.is_unconstrained() {
+    let names = name_nodes(outside);
+    if constraints.is_unconstrained() {
         format!(
-            "pod is bound to node pool {pool_name:?} but has no node constraints, so it may be scheduled onto {} outside the pool: {names}",
+            "pod is bound to node pool {pool:?} but has no node constraints, so it may be scheduled onto {} outside the pool: {names}",
             count_nodes(count)
         )
     } else {
         format!(
-            "pod is bound to node pool {pool_name:?} but {} outside the pool {} its {}: {names}",
+            "pod is bound to node pool {pool:?} but {} outside the pool {} its {}: {names}",
             count_nodes(count),
             if count == 1 { "matches" } else { "match" },
             constraints.describe()
         )
+    }
+}
+
+/// The audit's decision for a Pod that exists, as `enforce` judges it
+/// (the binding's mode is reported in [`Decision::mode`] but not applied:
+/// the audit shows what runs outside its pool in every mode).
+///
+/// - Unbound Pod, missing pool: allowed, as [`validate`] says.
+/// - Scheduled Pod (`spec.nodeName` set): denied with `outside_pool` when
+///   its node is not in the pool; allowed (`in_pool`) when it is; allowed
+///   with `node_unknown` when the index does not know the node. Its
+///   tolerations no longer matter: it runs where it runs.
+/// - Pending Pod: [`validate`]'s rules, reasons and messages.
+///
+/// A denial is a violation.
+pub fn audit(pod: &PodPlacement, view: &PlacementView<'_>, policy: &PlacementPolicy) -> Decision {
+    let namespace = pod.namespace.as_str();
+    let (pool, mode) = match bound_pool(pod, namespace, view, policy) {
+        Ok(bound) => bound,
+        Err(decision) => return *decision,
     };
-    Decision::deny(Reason::OutsidePool, message).for_pool(pool_name)
+    let pool_name = pool.name.as_str();
+    let decision = match pod.node_name() {
+        None => validate_in_pool(pod, pool, view, policy),
+        Some(node_name) => match view.node(node_name) {
+            None => Decision::allow(Reason::NodeUnknown).for_pool(pool_name),
+            Some(node) if in_pool(node, view.pool_label(), pool_name) => {
+                Decision::allow(Reason::InPool).for_pool(pool_name)
+            }
+            Some(node) => Decision::deny(
+                Reason::OutsidePool,
+                runs_outside_message(node, view.pool_label(), pool_name),
+            )
+            .for_pool(pool_name),
+        },
+    };
+    Decision { mode, ..decision }
+}
+
+fn runs_outside_message(node: &Node, pool_label: &str, pool: &str) -> String {
+    let node_pool = match node.labels.get(pool_label) {
+        Some(other) => format!("in node pool {other:?}"),
+        None => "in no node pool".to_owned(),
+    };
+    format!(
+        "pod is bound to node pool {pool:?} but runs on node {:?}, which is {node_pool}",
+        node.name
+    )
 }
 
 fn no_match_message(

@@ -49,6 +49,18 @@ pub enum PlacementError {
     #[error("objects file, document {document}: {kind} without metadata.name")]
     Unnamed { document: usize, kind: &'static str },
 
+    /// A Pod manifest is not YAML.
+    #[error("pod manifest: {}", yaml_error_message(.error))]
+    PodSyntax { error: Box<serde_saphyr::Error> },
+
+    /// A Pod manifest holds no Pod (or more than one document).
+    #[error("pod manifest: expected one Pod (kind: Pod, apiVersion: v1), found {found}")]
+    NotAPod { found: String },
+
+    /// A Pod manifest whose placement fields do not parse.
+    #[error("pod manifest: invalid Pod: {error}")]
+    InvalidPod { error: serde_json::Error },
+
     /// The same object twice.
     #[error(
         "objects file, document {document}: duplicate {kind} {name:?} (first in document {first})"

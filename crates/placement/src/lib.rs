@@ -8,6 +8,15 @@
 //!   Matching follows Kubernetes exactly: `nodeName`, `nodeSelector` and
 //!   required node affinity for the nodes, `Toleration.ToleratesTaint` for
 //!   the edge tolerations.
+//!   A binding's [`Mode`] (`enforce`, `warn`, `dryrun`) decides what a
+//!   decision does; the rules are the same in every mode.
+//! - [`audit`]: whether a Pod that already exists runs (or may land)
+//!   outside its pool.
+//! - [`explain`]: the facts behind both decisions for one Pod (binding,
+//!   node set of each constraint, intersection, nodes outside the pool,
+//!   missing tolerations) and the decisions themselves.
+//! - [`PodPlacement`]: the Pod fields all of these read, deserialized
+//!   straight from a Pod's JSON or built from a `k8s_openapi` Pod.
 //! - [`build_index_from_objects`]: an index from an objects file, for the
 //!   offline `poolkeeper admit`.
 
@@ -15,15 +24,22 @@ mod affinity;
 mod candidates;
 mod decision;
 mod error;
+mod explain;
 mod names;
 mod objects;
+mod pod;
 mod policy;
 mod tolerations;
 
-pub use decision::{Decision, Reason, mutate, validate};
+pub use decision::{
+    BindingSource, Decision, PoolBinding, Reason, audit, mutate, pool_binding, validate, warn_text,
+};
 pub use error::PlacementError;
+pub use explain::{BindingReport, EXPLAIN_NAMES, Explanation, NodeSet, Verdict, explain};
 pub use objects::{OfflineObjects, build_index_from_objects};
-pub use policy::{PlacementPolicy, PolicySource};
+pub use pod::{PlacementAffinity, PlacementNodeAffinity, PlacementSpec, PodPlacement};
+pub use policy::{Binding, PlacementPolicy, PolicySource};
+pub use poolkeeper_config::Mode;
 
 #[cfg(test)]
 mod tests;

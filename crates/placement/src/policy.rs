@@ -6,6 +6,7 @@
 //! bindings:
 //!   - namespace: shop-hangzhou
 //!     nodePool: hangzhou
+//!     mode: warn          # enforce | warn | dryrun; placement.defaultMode when absent
 //! edgeTolerations:
 //!   - {key: node-role.kubernetes.io/edge, operator: Exists, effect: NoSchedule}
 //! ```
@@ -15,7 +16,7 @@ use std::collections::btree_map::Entry;
 use std::fmt;
 
 use k8s_openapi::api::core::v1::Toleration;
-use poolkeeper_config::PlacementConfig;
+use poolkeeper_config::{Mode, PlacementConfig};
 use poolkeeper_index::{ObjectKey, PlacementView};
 use serde::Deserialize;
 
@@ -24,12 +25,14 @@ use crate::names::{is_dns1123_label, label_value_errors, qualified_name_errors};
 use crate::tolerations::TAINT_EFFECTS;
 
 /// Where the placement policy lives: one data key of one ConfigMap
-/// (`placement.policyConfigMap`).
+/// (`placement.policyConfigMap`), and the mode of a binding that names
+/// none (`placement.defaultMode`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PolicySource {
     pub namespace: String,
     pub name: String,
     pub key: String,
+    pub default_mode: Mode,
 }
 
 impl From<&PlacementConfig> for PolicySource {
@@ -39,6 +42,7 @@ impl From<&PlacementConfig> for PolicySource {
             namespace: config_map.namespace.clone(),
             name: config_map.name.clone(),
             key: config_map.key.clone(),
+            default_mode: placement.default_mode,
         }
     }
 }
@@ -59,12 +63,29 @@ impl fmt::Display for PolicySource {
     }
 }
 
+/// A namespace's binding: its pool and how decisions about its Pods take
+/// effect.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Binding {
+    pub pool: String,
+    /// The binding's own `mode`, else the policy's default mode.
+    pub mode: Mode,
+}
+
 /// A parsed, validated placement policy. The default is the empty policy:
-/// no namespace is bound and Edge pools need no tolerations.
-#[derive(Clone, Debug, Default, PartialEq)]
+/// no namespace is bound, Edge pools need no tolerations, the default mode
+/// is `enforce`.
+#[derive(Clone, Debug, PartialEq)]
 pub struct PlacementPolicy {
-    bindings: BTreeMap<String, String>,
+    bindings: BTreeMap<String, Binding>,
     edge_tolerations: Vec<Toleration>,
+    default_mode: Mode,
+}
+
+impl Default for PlacementPolicy {
+    fn default() -> Self {
+        Self::empty(Mode::Enforce)
+    }
 }
 
 #[derive(Deserialize)]
@@ -81,6 +102,8 @@ struct PolicyDocument {
 struct BindingEntry {
     namespace: String,
     node_pool: String,
+    #[serde(default)]
+    mode: Option<Mode>,
 }
 
 #[derive(Deserialize)]
@@ -99,21 +122,36 @@ struct TolerationEntry {
 }
 
 impl PlacementPolicy {
-    /// Parses a policy document. Empty input (or only comments) is the
-    /// empty policy.
+    /// Parses a policy document whose bindings default to `enforce`. Empty
+    /// input (or only comments) is the empty policy.
     pub fn parse(yaml: &str) -> Result<Self, PlacementError> {
-        Self::parse_from(yaml, "placement policy")
+        Self::parse_from(yaml, "placement policy", Mode::Enforce)
+    }
+
+    /// Parses a policy document whose bindings without a `mode` get
+    /// `default_mode`.
+    pub fn parse_with_default_mode(yaml: &str, default_mode: Mode) -> Result<Self, PlacementError> {
+        Self::parse_from(yaml, "placement policy", default_mode)
+    }
+
+    /// No binding, no edge toleration.
+    pub fn empty(default_mode: Mode) -> Self {
+        Self {
+            bindings: BTreeMap::new(),
+            edge_tolerations: Vec::new(),
+            default_mode,
+        }
     }
 
     /// The policy in `data[key]` of a ConfigMap; a missing ConfigMap or key
-    /// is the empty policy.
+    /// is the empty policy. Bindings default to `source.default_mode`.
     pub fn from_config_map_data(
         data: Option<&BTreeMap<String, String>>,
         source: &PolicySource,
     ) -> Result<Self, PlacementError> {
         match data.and_then(|data| data.get(&source.key)) {
-            Some(yaml) => Self::parse_from(yaml, &source.to_string()),
-            None => Ok(Self::default()),
+            Some(yaml) => Self::parse_from(yaml, &source.to_string(), source.default_mode),
+            None => Ok(Self::empty(source.default_mode)),
         }
     }
 
@@ -122,19 +160,20 @@ impl PlacementPolicy {
         Self::from_config_map_data(view.config_map(&source.config_map_key()), source)
     }
 
-    fn parse_from(yaml: &str, origin: &str) -> Result<Self, PlacementError> {
+    fn parse_from(yaml: &str, origin: &str, default_mode: Mode) -> Result<Self, PlacementError> {
         let document: Option<PolicyDocument> =
             serde_saphyr::from_str(yaml).map_err(|error| PlacementError::PolicySyntax {
                 origin: origin.to_owned(),
                 error: Box::new(error),
             })?;
         let Some(document) = document else {
-            return Ok(Self::default());
+            return Ok(Self::empty(default_mode));
         };
 
         let mut problems = Vec::new();
         let bindings = read_bindings(
             document.bindings.as_deref().unwrap_or_default(),
+            default_mode,
             &mut problems,
         );
         let edge_tolerations =
@@ -143,6 +182,7 @@ impl PlacementPolicy {
             Ok(Self {
                 bindings,
                 edge_tolerations,
+                default_mode,
             })
         } else {
             Err(PlacementError::PolicyInvalid {
@@ -154,14 +194,35 @@ impl PlacementPolicy {
 
     /// The pool `namespace` is bound to.
     pub fn pool_for_namespace(&self, namespace: &str) -> Option<&str> {
-        self.bindings.get(namespace).map(String::as_str)
+        self.bindings
+            .get(namespace)
+            .map(|binding| binding.pool.as_str())
     }
 
-    /// `(namespace, pool)` pairs, by namespace.
-    pub fn bindings(&self) -> impl Iterator<Item = (&str, &str)> {
+    /// The binding of `namespace`.
+    pub fn binding(&self, namespace: &str) -> Option<&Binding> {
+        self.bindings.get(namespace)
+    }
+
+    /// The mode of decisions about Pods of `namespace`: its binding's mode,
+    /// else the default mode (for Pods that pick their pool by label in a
+    /// namespace without a binding).
+    pub fn mode_for_namespace(&self, namespace: &str) -> Mode {
+        self.bindings
+            .get(namespace)
+            .map_or(self.default_mode, |binding| binding.mode)
+    }
+
+    /// The mode of a binding that names none (`placement.defaultMode`).
+    pub fn default_mode(&self) -> Mode {
+        self.default_mode
+    }
+
+    /// `(namespace, binding)` pairs, by namespace.
+    pub fn bindings(&self) -> impl Iterator<Item = (&str, &Binding)> {
         self.bindings
             .iter()
-            .map(|(ns, pool)| (ns.as_str(), pool.as_str()))
+            .map(|(ns, binding)| (ns.as_str(), binding))
     }
 
     /// The tolerations a Pod needs to run on an Edge pool, in policy order.
@@ -176,7 +237,11 @@ impl PlacementPolicy {
 
 /// The namespace -> pool map of `entries`; every broken rule goes to
 /// `problems` as `bindings[i].field: reason`.
-fn read_bindings(entries: &[BindingEntry], problems: &mut Vec<String>) -> BTreeMap<String, String> {
+fn read_bindings(
+    entries: &[BindingEntry],
+    default_mode: Mode,
+    problems: &mut Vec<String>,
+) -> BTreeMap<String, Binding> {
     let mut bindings = BTreeMap::new();
     let mut first_seen: BTreeMap<&str, usize> = BTreeMap::new();
     for (i, entry) in entries.iter().enumerate() {
@@ -190,7 +255,13 @@ fn read_bindings(entries: &[BindingEntry], problems: &mut Vec<String>) -> BTreeM
             )),
             Entry::Vacant(slot) => {
                 slot.insert(i);
-                bindings.insert(entry.namespace.clone(), entry.node_pool.clone());
+                bindings.insert(
+                    entry.namespace.clone(),
+                    Binding {
+                        pool: entry.node_pool.clone(),
+                        mode: entry.mode.unwrap_or(default_mode),
+                    },
+                );
             }
         }
     }

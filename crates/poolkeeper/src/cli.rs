@@ -51,6 +51,47 @@ pub enum Command {
         #[arg(long, value_name = "FILE")]
         config: Option<PathBuf>,
     },
+    /// Audit the Pods already running: every Pod of a bound namespace and
+    /// every Pod with the pool label, against the cluster's Nodes and
+    /// placement policy. Exit 0 when clean, 1 with violations, 2 on error.
+    Audit {
+        /// Kubeconfig to use instead of the in-cluster or $KUBECONFIG one.
+        #[arg(long, value_name = "FILE")]
+        kubeconfig: Option<PathBuf>,
+        /// Configuration (pool label, placement ConfigMap, audit.pageSize); defaults otherwise.
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+        #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
+        output: crate::audit::AuditOutput,
+    },
+    /// Explain where a Pod may land and why: its pool and binding, the node
+    /// set of each constraint, their intersection, the nodes outside the
+    /// pool, the missing edge tolerations and both webhooks' verdicts.
+    #[command(group(clap::ArgGroup::new("pod-input").required(true).args(["pod", "name"])))]
+    #[command(group(clap::ArgGroup::new("state").required(true).args(["objects", "kubeconfig"])))]
+    Explain {
+        /// A Pod manifest (YAML or JSON).
+        #[arg(long, value_name = "FILE")]
+        pod: Option<PathBuf>,
+        /// The Pod's namespace: with --name, the Pod of the cluster; with
+        /// --pod, overrides the manifest's (default: "default").
+        #[arg(long, short = 'n', value_name = "NS")]
+        namespace: Option<String>,
+        /// A Pod of the cluster (needs --namespace and --kubeconfig).
+        #[arg(long, value_name = "NAME", requires_all = ["namespace", "kubeconfig"])]
+        name: Option<String>,
+        /// Multi-document YAML with the Nodes, NodePools and placement ConfigMap (as `admit`).
+        #[arg(long, value_name = "FILE.yaml")]
+        objects: Option<PathBuf>,
+        /// Read the Nodes, NodePools and placement ConfigMap (and --name) from this cluster.
+        #[arg(long, value_name = "FILE")]
+        kubeconfig: Option<PathBuf>,
+        /// Configuration (pool label, placement ConfigMap, default mode); defaults otherwise.
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+        #[arg(short = 'o', long = "output", value_enum, default_value = "text")]
+        output: crate::explain::ExplainOutput,
+    },
     /// Print the version.
     Version,
 }
@@ -112,6 +153,23 @@ pub fn execute(cli: Cli) -> ExitCode {
             webhook,
             config,
         } => crate::admit::execute(&objects, &review, webhook.into(), config.as_deref()),
+        Command::Audit {
+            kubeconfig,
+            config,
+            output,
+        } => crate::audit::execute(kubeconfig.as_deref(), config.as_deref(), output),
+        Command::Explain {
+            pod,
+            namespace,
+            name,
+            objects,
+            kubeconfig,
+            config,
+            output,
+        } => {
+            let (pod, state) = crate::explain::inputs(pod, namespace, name, objects, kubeconfig);
+            crate::explain::execute(pod, state, config.as_deref(), output)
+        }
         Command::Version => {
             println!("poolkeeper {}", env!("CARGO_PKG_VERSION"));
             ExitCode::SUCCESS

@@ -7,7 +7,7 @@
 //! | `admin` | admin server, metrics observer | listening | none (ready at once) |
 //! | `apiserver` | API server check | the API server answered | `apiServer.startupTimeout` (the check's own) |
 //! | `watchers` | one watcher per kind, sync tracker (`/readyz` check `index`) | every kind listed | `watchers.syncTimeout` |
-//! | `serve` | HTTPS admission server (if enabled), and leader election gating reconciler, executor and Kubernetes Event recorder (if MachineClasses are enabled) | certificate loaded and serving; campaigning | `webhook.certificateTimeout` |
+//! | `serve` | HTTPS admission server (if enabled), and leader election gating reconciler and executor (if MachineClasses are enabled), audit, webhook selectors and Kubernetes Event recorder | certificate loaded and serving; campaigning | `webhook.certificateTimeout` |
 //!
 //! The two jobs share the last stage so that neither waits for the other: a
 //! replica still waiting for its serving certificate campaigns and protects
@@ -23,6 +23,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use kube::Client;
 use kube::config::{KubeConfigOptions, Kubeconfig};
+use poolkeeper_audit::{Audit, AuditSettings};
 use poolkeeper_bus::Bus;
 use poolkeeper_config::Config;
 use poolkeeper_executor::{ClassWriter, Executor, ExecutorSettings, KubeClassWriter};
@@ -30,6 +31,7 @@ use poolkeeper_health::{AdminServer, AdminSettings, EventMetrics, ObjectCounts};
 use poolkeeper_index::Index;
 use poolkeeper_reconciler::{Reconciler, ReconcilerSettings};
 use poolkeeper_recorder::{EventRecorder, RecorderSettings};
+use poolkeeper_selectors::{SelectorSettings, WebhookSelectors};
 use poolkeeper_supervisor::{
     BoxError, Component, Context, Drained, Health, LeaderElector, LeaderGated, LeaseElector,
     LeaseSettings, Supervisor, SupervisorError, SupervisorSettings, error_chain,
@@ -250,37 +252,60 @@ impl Wiring<'_> {
     /// Leader election gating fresh reconciler and executor instances per
     /// term, when MachineClass protection is enabled.
     fn leader<W: ClassWriter + Clone>(&self, writer: W) -> Option<LeaderGated> {
-        if !self.config.machine_classes.enabled {
+        let config = self.config;
+        let classes = config.machine_classes.enabled;
+        let placement = config.placement.enabled;
+        let audit = placement && !config.audit.interval.is_zero();
+        let selectors = placement && config.webhook.enabled;
+        if !(classes || audit || selectors) {
             return None;
         }
-        let election = &self.config.leader_election;
+        let election = &config.leader_election;
         let identity = identity();
         let elector: Option<Box<dyn LeaderElector>> = election.enabled.then(|| {
             let settings = LeaseSettings::new(election, identity.clone());
             Box::new(LeaseElector::new(self.client.clone(), settings)) as Box<dyn LeaderElector>
         });
-        let reconciler = ReconcilerSettings::from(self.config);
-        let executor = ExecutorSettings::from(self.config);
-        let recorder = RecorderSettings::from(self.config);
+        let reconciler = ReconcilerSettings::from(config);
+        let executor = ExecutorSettings::from(config);
+        let recorder = RecorderSettings::from(config);
+        let audit_settings = AuditSettings::from(config);
+        let selector_settings = SelectorSettings::from(config);
         let (bus, index, client) = (self.bus.clone(), self.index.clone(), self.client.clone());
         let factory = {
             let bus = bus.clone();
             move || -> Vec<Box<dyn Component>> {
-                vec![
-                    Box::new(Reconciler::new(&bus, reconciler.clone())),
-                    Box::new(Executor::new(
+                let events =
+                    EventRecorder::new(client.clone(), &bus, recorder.clone(), identity.clone());
+                let mut components: Vec<Box<dyn Component>> = Vec::new();
+                if classes {
+                    components.push(Box::new(Reconciler::new(&bus, reconciler.clone())));
+                    components.push(Box::new(Executor::new(
                         &bus,
                         index.clone(),
                         writer.clone(),
                         executor.clone(),
-                    )),
-                    Box::new(EventRecorder::new(
+                    )));
+                }
+                if audit {
+                    components.push(Box::new(Audit::new(
+                        client.clone(),
+                        index.clone(),
+                        &bus,
+                        events.sink(),
+                        audit_settings.clone(),
+                    )));
+                }
+                if selectors {
+                    components.push(Box::new(WebhookSelectors::new(
                         client.clone(),
                         &bus,
-                        recorder.clone(),
-                        identity.clone(),
-                    )),
-                ]
+                        index.clone(),
+                        selector_settings.clone(),
+                    )));
+                }
+                components.push(Box::new(events));
+                components
             }
         };
         // Stopped before another replica can take the lease over.

@@ -2,6 +2,8 @@
 //! component into the supervisor's stages.
 
 pub mod admit;
+pub mod audit;
 pub mod cli;
 pub mod controller;
+pub mod explain;
 pub mod logging;

@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::future::Future;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -23,14 +24,16 @@ use crate::binaries::Binaries;
 use crate::certs::ClusterPki;
 use crate::manifests::{WebhookRegistration, kind_of, read_yaml_files, yaml_files};
 use crate::process::{ManagedProcess, create_temp_dir, free_port, remove_stale_temp_dirs};
-use crate::{FIELD_MANAGER, TestEnvError, kubeconfig};
+use crate::proxy::ApiProxy;
+use crate::{FIELD_MANAGER, TestEnvError, etcd, kubeconfig};
 
 const POLL_INTERVAL: Duration = Duration::from_millis(100);
 const ESTABLISH_TIMEOUT: Duration = Duration::from_secs(30);
 const START_ATTEMPTS: usize = 3;
 const LOG_TAIL_LINES: usize = 40;
 
-/// The processes of a control plane, for [`TestEnv::log_tail`].
+/// The processes of a control plane, for [`TestEnv::log_tail`], [`TestEnv::kill`] and
+/// [`TestEnv::start`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Process {
     Etcd,
@@ -46,6 +49,7 @@ pub struct TestEnvBuilder {
     crd_files: Vec<PathBuf>,
     startup_timeout: Duration,
     binaries: Option<Binaries>,
+    watch_cache: bool,
 }
 
 impl Default for TestEnvBuilder {
@@ -56,6 +60,7 @@ impl Default for TestEnvBuilder {
             crd_files: Vec::new(),
             startup_timeout: Duration::from_secs(60),
             binaries: None,
+            watch_cache: true,
         }
     }
 }
@@ -89,6 +94,15 @@ impl TestEnvBuilder {
         self
     }
 
+    /// Whether the apiserver serves watches from its watch cache (on by default, as in a real
+    /// cluster). Off (`--watch-cache=false`), watches go to etcd, so that
+    /// [`TestEnv::compact_etcd`] makes a watch from an older resourceVersion fail with
+    /// `410 Gone`; with the cache, the apiserver's own event window decides that.
+    pub fn watch_cache(mut self, enabled: bool) -> Self {
+        self.watch_cache = enabled;
+        self
+    }
+
     /// Use these executables instead of discovering them (see [`Binaries::discover`]).
     pub fn binaries(mut self, binaries: Binaries) -> Self {
         self.binaries = Some(binaries);
@@ -113,9 +127,19 @@ impl TestEnvBuilder {
         let pki = ClusterPki::generate()?;
         let files = PkiFiles::write(dir.path(), &pki)?;
 
-        let (etcd, apiserver, kubeconfig_text) =
-            start_with_port_retries(&binaries, dir.path(), &files, &pki, self.startup_timeout)
-                .await?;
+        let options = ApiServerOptions {
+            watch_cache: self.watch_cache,
+        };
+        let processes = start_with_port_retries(
+            &binaries,
+            dir.path(),
+            &files,
+            &pki,
+            &options,
+            self.startup_timeout,
+        )
+        .await?;
+        let kubeconfig_text = processes.kubeconfig;
 
         let kubeconfig_path = dir.path().join("kubeconfig");
         std::fs::write(&kubeconfig_path, &kubeconfig_text)
@@ -134,9 +158,12 @@ impl TestEnvBuilder {
             kubeconfig,
             kubeconfig_path,
             startup: Duration::ZERO,
+            startup_timeout: self.startup_timeout,
+            etcd_addr: processes.ports.etcd_addr(),
+            apiserver_addr: processes.ports.apiserver_addr(),
             scheduler,
-            apiserver,
-            etcd,
+            apiserver: processes.apiserver,
+            etcd: processes.etcd,
             dir,
         };
         if !crds.is_empty() {
@@ -153,6 +180,9 @@ pub struct TestEnv {
     kubeconfig: Kubeconfig,
     kubeconfig_path: PathBuf,
     startup: Duration,
+    startup_timeout: Duration,
+    etcd_addr: SocketAddr,
+    apiserver_addr: SocketAddr,
     // Declaration order is drop order: clients of a process stop before the process they use.
     scheduler: Option<ManagedProcess>,
     apiserver: ManagedProcess,
@@ -230,6 +260,96 @@ impl TestEnv {
             Process::ApiServer => Some(self.apiserver.log_path()),
             Process::Scheduler => self.scheduler.as_ref().map(ManagedProcess::log_path),
         }
+    }
+
+    /// The pid of a running process; `None` after [`TestEnv::kill`] (or without a scheduler).
+    pub fn pid(&self, process: Process) -> Option<u32> {
+        match process {
+            Process::Etcd => self.etcd.pid(),
+            Process::ApiServer => self.apiserver.pid(),
+            Process::Scheduler => self.scheduler.as_ref().and_then(ManagedProcess::pid),
+        }
+    }
+
+    fn managed(&mut self, process: Process) -> Result<&mut ManagedProcess, TestEnvError> {
+        match process {
+            Process::Etcd => Ok(&mut self.etcd),
+            Process::ApiServer => Ok(&mut self.apiserver),
+            Process::Scheduler => self.scheduler.as_mut().ok_or(TestEnvError::ProcessState {
+                process: "kube-scheduler",
+                state: "not part of this control plane",
+            }),
+        }
+    }
+
+    /// Fault injection: kills `process` with SIGKILL (no graceful shutdown, as in a crash) and
+    /// reaps it. Its clients see their connections closed and new ones refused until
+    /// [`TestEnv::start`]. Only that process is signalled, by its pid.
+    pub fn kill(&mut self, process: Process) -> Result<(), TestEnvError> {
+        let managed = self.managed(process)?;
+        if !managed.is_running() {
+            return Err(TestEnvError::ProcessState {
+                process: managed.name(),
+                state: "not running",
+            });
+        }
+        managed.kill();
+        Ok(())
+    }
+
+    /// Starts a killed `process` again with the same flags and ports; etcd keeps its data
+    /// directory, so the apiserver finds the same objects and resourceVersions. Returns, with
+    /// the time it took, once the process serves: the apiserver's `/readyz` for the apiserver,
+    /// etcd's `/health` and then the apiserver's `/readyz` for etcd, at once for the scheduler.
+    pub async fn start(&mut self, process: Process) -> Result<Duration, TestEnvError> {
+        let started = Instant::now();
+        self.managed(process)?.respawn()?;
+        let timeout = self.startup_timeout;
+        if process == Process::Etcd {
+            let addr = self.etcd_addr;
+            eventually("etcd /health after a start", timeout, || async move {
+                etcd::healthy(addr).await.then_some(())
+            })
+            .await?;
+        }
+        if process != Process::Scheduler {
+            wait_until_ready(&self.client, &mut self.etcd, &mut self.apiserver, timeout).await?;
+        }
+        Ok(started.elapsed())
+    }
+
+    /// [`TestEnv::kill`] then [`TestEnv::start`]: the time from the kill until it serves again.
+    pub async fn restart(&mut self, process: Process) -> Result<Duration, TestEnvError> {
+        let killed = Instant::now();
+        self.kill(process)?;
+        self.start(process).await?;
+        Ok(killed.elapsed())
+    }
+
+    /// `http://127.0.0.1:PORT` of etcd's client port (also its HTTP/JSON gateway, `/v3/...`).
+    pub fn etcd_url(&self) -> String {
+        format!("http://{}", self.etcd_addr)
+    }
+
+    /// etcd's current revision: the resourceVersion of the latest write to any object.
+    pub async fn etcd_revision(&self) -> Result<i64, TestEnvError> {
+        etcd::revision(self.etcd_addr).await
+    }
+
+    /// Fault injection: compacts etcd's history up to its current revision (through its HTTP
+    /// gateway) and returns that revision. A watch from an older resourceVersion that reaches
+    /// etcd then fails with `410 Gone` (see [`TestEnvBuilder::watch_cache`]). The apiserver
+    /// compacts on its own every 5 minutes; this does it now.
+    pub async fn compact_etcd(&self) -> Result<i64, TestEnvError> {
+        let revision = etcd::revision(self.etcd_addr).await?;
+        etcd::compact(self.etcd_addr, revision).await?;
+        Ok(revision)
+    }
+
+    /// Fault injection: a TCP proxy in front of the apiserver that can be severed and restored,
+    /// with an admin client that goes through it (see [`ApiProxy`]).
+    pub async fn proxy(&self) -> Result<ApiProxy, TestEnvError> {
+        ApiProxy::start(self.apiserver_addr, self.kubeconfig.clone()).await
     }
 
     pub async fn create_namespace(&self, name: &str) -> Result<Namespace, TestEnvError> {
@@ -555,7 +675,7 @@ fn args<const N: usize>(args: [String; N]) -> Vec<OsString> {
     args.into_iter().map(OsString::from).collect()
 }
 
-async fn client_for(kubeconfig: &Kubeconfig) -> Result<Client, TestEnvError> {
+pub(crate) async fn client_for(kubeconfig: &Kubeconfig) -> Result<Client, TestEnvError> {
     let config =
         Config::from_custom_kubeconfig(kubeconfig.clone(), &KubeConfigOptions::default()).await?;
     Client::try_from(config).map_err(|e| TestEnvError::kube("building the admin client", e))
@@ -593,17 +713,34 @@ impl PkiFiles {
     }
 }
 
+/// How the apiserver runs, beyond the fixed flags of [`spawn_apiserver`].
+struct ApiServerOptions {
+    watch_cache: bool,
+}
+
+/// etcd and the apiserver, started and ready.
+struct Started {
+    etcd: ManagedProcess,
+    apiserver: ManagedProcess,
+    ports: Ports,
+    /// The admin kubeconfig text.
+    kubeconfig: String,
+}
+
 /// [`start_etcd_and_apiserver`], again with new ports while a child lost the race for one.
 async fn start_with_port_retries(
     binaries: &Binaries,
     dir: &Path,
     files: &PkiFiles,
     pki: &ClusterPki,
+    options: &ApiServerOptions,
     timeout: Duration,
-) -> Result<(ManagedProcess, ManagedProcess, String), TestEnvError> {
+) -> Result<Started, TestEnvError> {
     let mut attempt = 1;
     loop {
-        match start_etcd_and_apiserver(binaries, dir, files, pki, attempt, timeout).await {
+        let result =
+            start_etcd_and_apiserver(binaries, dir, files, pki, options, attempt, timeout).await;
+        match result {
             Err(error) if error.is_port_conflict() && attempt < START_ATTEMPTS => {
                 tracing::debug!(%error, attempt, "port taken by another process, retrying with new ports");
                 attempt += 1;
@@ -614,23 +751,28 @@ async fn start_with_port_retries(
 }
 
 /// Starts etcd and kube-apiserver on fresh ports and waits for `/readyz`.
-/// Returns both processes and the admin kubeconfig text.
 async fn start_etcd_and_apiserver(
     binaries: &Binaries,
     dir: &Path,
     files: &PkiFiles,
     pki: &ClusterPki,
+    options: &ApiServerOptions,
     attempt: usize,
     timeout: Duration,
-) -> Result<(ManagedProcess, ManagedProcess, String), TestEnvError> {
+) -> Result<Started, TestEnvError> {
     let ports = Ports::pick()?;
     let mut etcd = spawn_etcd(binaries, dir, &ports, attempt)?;
     // The apiserver retries its etcd connection, so both start at once.
-    let mut apiserver = spawn_apiserver(binaries, dir, files, &ports, attempt)?;
+    let mut apiserver = spawn_apiserver(binaries, dir, files, &ports, options, attempt)?;
     let text = kubeconfig::render(&format!("https://127.0.0.1:{}", ports.apiserver), pki);
     let client = client_for(&Kubeconfig::from_yaml(&text)?).await?;
     wait_until_ready(&client, &mut etcd, &mut apiserver, timeout).await?;
-    Ok((etcd, apiserver, text))
+    Ok(Started {
+        etcd,
+        apiserver,
+        ports,
+        kubeconfig: text,
+    })
 }
 
 /// Ports free at the time of picking; another process may still take one before the child
@@ -651,7 +793,15 @@ impl Ports {
     }
 
     fn etcd_url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.etcd_client)
+        format!("http://{}", self.etcd_addr())
+    }
+
+    fn etcd_addr(&self) -> SocketAddr {
+        SocketAddr::from((Ipv4Addr::LOCALHOST, self.etcd_client))
+    }
+
+    fn apiserver_addr(&self) -> SocketAddr {
+        SocketAddr::from((Ipv4Addr::LOCALHOST, self.apiserver))
     }
 }
 
@@ -691,38 +841,43 @@ fn spawn_apiserver(
     dir: &Path,
     files: &PkiFiles,
     ports: &Ports,
+    options: &ApiServerOptions,
     attempt: usize,
 ) -> Result<ManagedProcess, TestEnvError> {
+    let mut flags = args([
+        format!("--etcd-servers={}", ports.etcd_url()),
+        format!("--cert-dir={}", dir.join("apiserver-certs").display()),
+        format!("--tls-cert-file={}", files.apiserver_cert.display()),
+        format!("--tls-private-key-file={}", files.apiserver_key.display()),
+        format!("--client-ca-file={}", files.ca.display()),
+        format!("--secure-port={}", ports.apiserver),
+        "--bind-address=127.0.0.1".to_owned(),
+        "--advertise-address=127.0.0.1".to_owned(),
+        "--service-cluster-ip-range=10.0.0.0/24".to_owned(),
+        "--disable-admission-plugins=ServiceAccount".to_owned(),
+        "--authorization-mode=RBAC".to_owned(),
+        "--service-account-issuer=https://kubernetes.default.svc.cluster.local".to_owned(),
+        format!(
+            "--service-account-key-file={}",
+            files.service_account_public.display()
+        ),
+        format!(
+            "--service-account-signing-key-file={}",
+            files.service_account_private.display()
+        ),
+        "--allow-privileged=true".to_owned(),
+        // Background work a test cluster does not need.
+        "--enable-priority-and-fairness=false".to_owned(),
+        "--endpoint-reconciler-type=none".to_owned(),
+        "--profiling=false".to_owned(),
+    ]);
+    if !options.watch_cache {
+        flags.push("--watch-cache=false".into());
+    }
     ManagedProcess::spawn(
         "kube-apiserver",
         &binaries.kube_apiserver,
-        args([
-            format!("--etcd-servers={}", ports.etcd_url()),
-            format!("--cert-dir={}", dir.join("apiserver-certs").display()),
-            format!("--tls-cert-file={}", files.apiserver_cert.display()),
-            format!("--tls-private-key-file={}", files.apiserver_key.display()),
-            format!("--client-ca-file={}", files.ca.display()),
-            format!("--secure-port={}", ports.apiserver),
-            "--bind-address=127.0.0.1".to_owned(),
-            "--advertise-address=127.0.0.1".to_owned(),
-            "--service-cluster-ip-range=10.0.0.0/24".to_owned(),
-            "--disable-admission-plugins=ServiceAccount".to_owned(),
-            "--authorization-mode=RBAC".to_owned(),
-            "--service-account-issuer=https://kubernetes.default.svc.cluster.local".to_owned(),
-            format!(
-                "--service-account-key-file={}",
-                files.service_account_public.display()
-            ),
-            format!(
-                "--service-account-signing-key-file={}",
-                files.service_account_private.display()
-            ),
-            "--allow-privileged=true".to_owned(),
-            // Background work a test cluster does not need.
-            "--enable-priority-and-fairness=false".to_owned(),
-            "--endpoint-reconciler-type=none".to_owned(),
-            "--profiling=false".to_owned(),
-        ]),
+        flags,
         dir.join(format!("kube-apiserver-{attempt}.log")),
     )
 }

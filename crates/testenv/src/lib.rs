@@ -19,9 +19,11 @@
 mod binaries;
 mod certs;
 mod env;
+mod etcd;
 mod kubeconfig;
 mod manifests;
 mod process;
+mod proxy;
 
 use std::path::PathBuf;
 use std::process::ExitStatus;
@@ -34,6 +36,7 @@ pub use binaries::{
 pub use certs::WebhookCert;
 pub use env::{Process, TestEnv, TestEnvBuilder, eventually};
 pub use manifests::{WebhookRegistration, parse_yaml_documents, yaml_files};
+pub use proxy::ApiProxy;
 
 /// Field manager of every server-side apply done by this crate.
 pub const FIELD_MANAGER: &str = "poolkeeper-testenv";
@@ -88,6 +91,18 @@ pub enum TestEnvError {
     Kubeconfig(#[from] kube::config::KubeconfigError),
     #[error("{origin}: {message}")]
     InvalidManifest { origin: String, message: String },
+    /// A process was asked to start or stop in a state that does not allow it.
+    #[error("{process} is {state}")]
+    ProcessState {
+        process: &'static str,
+        state: &'static str,
+    },
+    /// etcd's HTTP gateway (`/v3/...`) answered with an error or something unreadable.
+    #[error("etcd {request}: {message}")]
+    Etcd {
+        request: &'static str,
+        message: String,
+    },
 }
 
 /// Tests mostly `unwrap()` these errors, which prints `Debug`: the readable message (with its

@@ -10,8 +10,8 @@
 //!   only, which then stops the children in order.
 
 use std::ffi::OsString;
-use std::fs::File;
-use std::io::{self, Read, Seek, SeekFrom};
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::net::{Ipv4Addr, TcpListener};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -88,9 +88,12 @@ fn spawn_now(request: &SpawnRequest, with_pdeathsig: bool) -> io::Result<Child> 
     command.spawn()
 }
 
-/// A running child process with its output captured in a log file; killed and reaped on drop.
+/// A child process with its output captured in a log file; killed and reaped on drop. It can be
+/// killed and started again with the same program, arguments and log file (fault injection).
 pub(crate) struct ManagedProcess {
     name: &'static str,
+    program: PathBuf,
+    args: Vec<OsString>,
     child: Option<Child>,
     log_path: PathBuf,
 }
@@ -104,10 +107,22 @@ impl ManagedProcess {
     ) -> Result<Self, TestEnvError> {
         let log = File::create(&log_path)
             .map_err(|e| TestEnvError::io(format!("creating {}", log_path.display()), e))?;
-        let (reply, response) = mpsc::channel();
-        let request = SpawnRequest {
+        let mut process = Self {
+            name,
             program: program.to_owned(),
             args,
+            child: None,
+            log_path,
+        };
+        process.child = Some(process.spawn_child(log)?);
+        Ok(process)
+    }
+
+    fn spawn_child(&self, log: File) -> Result<Child, TestEnvError> {
+        let (reply, response) = mpsc::channel();
+        let request = SpawnRequest {
+            program: self.program.clone(),
+            args: self.args.clone(),
             log,
             reply,
         };
@@ -115,22 +130,40 @@ impl ManagedProcess {
             .lock()
             .map_err(|_| TestEnvError::io("spawner lock", io::Error::other("poisoned")))?
             .send(request);
-        let child = match sent {
+        match sent {
             Ok(()) => response
                 .recv()
                 .unwrap_or_else(|_| Err(io::Error::other("spawner thread is gone"))),
             Err(_) => Err(io::Error::other("spawner thread is gone")),
         }
         .map_err(|source| TestEnvError::Spawn {
-            process: name,
-            program: program.to_owned(),
+            process: self.name,
+            program: self.program.clone(),
             source,
-        })?;
-        Ok(Self {
-            name,
-            child: Some(child),
-            log_path,
         })
+    }
+
+    /// Starts the process again after [`ManagedProcess::kill`]: same program and arguments,
+    /// its output appended to the same log after a marker line.
+    pub(crate) fn respawn(&mut self) -> Result<(), TestEnvError> {
+        if self.is_running() {
+            return Err(TestEnvError::ProcessState {
+                process: self.name,
+                state: "already running",
+            });
+        }
+        let mut log = OpenOptions::new()
+            .append(true)
+            .open(&self.log_path)
+            .map_err(|e| TestEnvError::io(format!("opening {}", self.log_path.display()), e))?;
+        writeln!(
+            log,
+            "--- poolkeeper-testenv: {} started again ---",
+            self.name
+        )
+        .map_err(|e| TestEnvError::io(format!("writing {}", self.log_path.display()), e))?;
+        self.child = Some(self.spawn_child(log)?);
+        Ok(())
     }
 
     pub(crate) fn name(&self) -> &'static str {
@@ -141,9 +174,14 @@ impl ManagedProcess {
         &self.log_path
     }
 
-    #[cfg(test)]
+    /// The pid of the running child; `None` once it was killed.
     pub(crate) fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
+    }
+
+    /// The child was started and has neither exited nor been killed.
+    pub(crate) fn is_running(&mut self) -> bool {
+        self.child.is_some() && self.exited().is_none()
     }
 
     /// The exit status if the process has ended.
@@ -158,7 +196,9 @@ impl ManagedProcess {
         log_tail(&self.log_path, lines)
     }
 
-    pub(crate) fn stop(&mut self) {
+    /// SIGKILL (no chance to clean up, as in a crash) and reap. Only this child is signalled,
+    /// by its pid.
+    pub(crate) fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
@@ -168,7 +208,7 @@ impl ManagedProcess {
 
 impl Drop for ManagedProcess {
     fn drop(&mut self) {
-        self.stop();
+        self.kill();
     }
 }
 
@@ -266,6 +306,46 @@ mod tests {
         assert!(proc_dir.exists());
         drop(process);
         assert!(!proc_dir.exists(), "process {pid} outlived its handle");
+    }
+
+    #[test]
+    fn a_killed_process_starts_again_with_the_same_arguments_and_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("sh.log");
+        let mut process = ManagedProcess::spawn(
+            "sh",
+            Path::new("/bin/sh"),
+            vec!["-c".into(), "echo started; exec sleep 600".into()],
+            log.clone(),
+        )
+        .unwrap();
+        let first = process.pid().unwrap();
+        assert!(
+            process.respawn().is_err(),
+            "a running process is not started twice"
+        );
+        process.kill();
+        assert_eq!(process.pid(), None);
+        assert!(!process.is_running());
+        assert!(!Path::new("/proc").join(first.to_string()).exists());
+
+        process.respawn().unwrap();
+        let second = process.pid().unwrap();
+        assert_ne!(first, second);
+        assert!(process.is_running());
+        let lines = (0..50)
+            .map(|_| {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                log_tail(&log, 5)
+            })
+            .find(|tail| tail.lines().count() == 3)
+            .unwrap_or_else(|| log_tail(&log, 5));
+        assert_eq!(
+            lines,
+            "started\n--- poolkeeper-testenv: sh started again ---\nstarted"
+        );
+        drop(process);
+        assert!(!Path::new("/proc").join(second.to_string()).exists());
     }
 
     #[test]

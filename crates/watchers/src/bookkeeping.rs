@@ -10,6 +10,8 @@ use kube::runtime::watcher;
 use poolkeeper_bus::{Event, ObjectKey, ResourceKind};
 use poolkeeper_index::{Changed, Index, IndexResource, object_key};
 
+use crate::retry::{WatchFailure, classify};
+
 /// Bookkeeping of the watch of kind `K`.
 #[derive(Debug)]
 pub(crate) struct WatchBookkeeper<K> {
@@ -46,7 +48,8 @@ where
     /// - only the first list is `initial`; objects that changed during a
     ///   relist, and everything a relist finds deleted, are live changes;
     /// - `ResourceSynced` after the first `InitDone`;
-    /// - `WatchRecovered` first when the previous poll was an error;
+    /// - `WatchRecovered` first when the watch answers again after an error: with anything
+    ///   but `Init`, which kube emits before it even sends the list request;
     /// - nothing for an object whose projection did not change.
     ///
     /// A list is applied object by object as it arrives (never buffered:
@@ -54,7 +57,7 @@ where
     /// `InitDone` removes what it lacked.
     pub(crate) fn apply(&mut self, index: &Index, event: watcher::Event<K>) -> Vec<Event> {
         let mut out = Vec::new();
-        if self.failing {
+        if self.failing && !matches!(event, watcher::Event::Init) {
             self.failing = false;
             out.push(Event::WatchRecovered { kind: Self::KIND });
         }
@@ -95,7 +98,7 @@ where
     /// a streak. A 410 Gone is kube's normal way to ask for a relist and is
     /// not reported as a failure.
     pub(crate) fn fail(&mut self, error: &watcher::Error) -> Option<Event> {
-        if is_gone(error) || self.failing {
+        if classify(error) == WatchFailure::Expired || self.failing {
             return None;
         }
         self.failing = true;
@@ -115,10 +118,6 @@ where
             related: changed.related,
         }
     }
-}
-
-fn is_gone(error: &watcher::Error) -> bool {
-    matches!(error, watcher::Error::WatchError(status) if status.code == 410)
 }
 
 #[cfg(test)]
@@ -399,18 +398,25 @@ mod tests {
         };
         assert_eq!(book.fail(&failure), Some(failed.clone()));
         assert_eq!(book.fail(&failure), None);
-        assert_eq!(
-            book.apply(&index, watcher::Event::<Node>::Init),
-            vec![Event::WatchRecovered {
-                kind: ResourceKind::Node
-            }]
-        );
+        // kube emits Init before it sends the list: no sign of recovery yet.
+        assert_eq!(book.apply(&index, watcher::Event::<Node>::Init), vec![]);
         assert_eq!(
             book.apply(&index, watcher::Event::<Node>::InitDone),
-            vec![synced(ResourceKind::Node)]
+            vec![
+                Event::WatchRecovered {
+                    kind: ResourceKind::Node
+                },
+                synced(ResourceKind::Node)
+            ]
         );
-        // 410 Gone is a relist request, not a failure.
+        // 410 Gone is a relist request, not a failure, wherever kube reports it.
         assert_eq!(book.fail(&gone), None);
+        let expired_continue = watcher::Error::InitialListFailed(kube::Error::Api(
+            Status::failure("continue too old", "Expired")
+                .with_code(410)
+                .boxed(),
+        ));
+        assert_eq!(book.fail(&expired_continue), None);
         assert_eq!(book.apply(&index, watcher::Event::<Node>::Init), vec![]);
         // A new streak is reported again.
         assert_eq!(book.fail(&failure), Some(failed));
@@ -421,6 +427,38 @@ mod tests {
                     kind: ResourceKind::Node
                 },
                 node_changed("n1", Change::Created, false)
+            ]
+        );
+    }
+
+    #[test]
+    fn a_list_that_keeps_failing_is_one_failure_not_a_flap() {
+        // A missing CRD: every list fails, and kube emits Init before each.
+        let index = Index::new("pool");
+        let mut book = WatchBookkeeper::<Node>::new();
+        let missing = watcher::Error::InitialListFailed(kube::Error::Api(
+            Status::failure("not found", "NotFound")
+                .with_code(404)
+                .boxed(),
+        ));
+        let mut published = Vec::new();
+        for _ in 0..3 {
+            published.extend(book.apply(&index, watcher::Event::<Node>::Init));
+            published.extend(book.fail(&missing));
+        }
+        published.extend(book.apply(&index, watcher::Event::<Node>::Init));
+        published.extend(book.apply(&index, watcher::Event::InitApply(node("n1", true, "1"))));
+        assert_eq!(
+            published,
+            vec![
+                Event::WatchFailed {
+                    kind: ResourceKind::Node,
+                    error: missing.to_string(),
+                },
+                Event::WatchRecovered {
+                    kind: ResourceKind::Node
+                },
+                node_changed("n1", Change::Created, true),
             ]
         );
     }

@@ -9,12 +9,14 @@
 //! publishes `IndexSynchronized` once every enabled kind has synced and is
 //! the `index` readiness check until then.
 //!
-//! Watch failures never stop a watcher: kube's watcher relists after a 410
-//! and the stream backs off between retries. Failures are published as
-//! `WatchFailed` (once per failure streak) and `WatchRecovered`.
+//! Watch failures never stop a watcher: a 410 relists at once, other errors
+//! back off (capped, jittered, ended early once the API server is seen coming
+//! back; see `retry`). Failures are published as `WatchFailed` (once per
+//! failure streak) and `WatchRecovered`.
 
 mod bookkeeping;
 mod component;
+mod retry;
 mod sync;
 
 use std::collections::BTreeSet;

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
@@ -12,7 +12,7 @@ use poolkeeper_bus::{Bus, Change, Event, IntoEnumIterator, ObjectKey, ResourceKi
 use poolkeeper_config::Config;
 use poolkeeper_index::{Index, PoolType};
 use poolkeeper_supervisor::testing::{EventRecorder, Running, spawn};
-use poolkeeper_testenv::TestEnv;
+use poolkeeper_testenv::{Process, TestEnv, TestEnvBuilder};
 use poolkeeper_watchers::{WatcherSettings, Watchers};
 use serde_json::json;
 
@@ -160,9 +160,13 @@ fn names_in_pool(index: &Index, pool: &str) -> Vec<String> {
 }
 
 async fn start_env() -> TestEnv {
+    start_env_with(TestEnv::builder()).await
+}
+
+async fn start_env_with(builder: TestEnvBuilder) -> TestEnv {
     // The checked-in CRD files, so the apiserver validates what is deployed.
     let crds = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/crds");
-    TestEnv::builder()
+    builder
         .crd_files([crds])
         .start()
         .await
@@ -479,5 +483,199 @@ async fn delete_while_stopped_is_reported_after_restart() {
         .map(|m| m.key.name.clone())
         .collect();
     assert_eq!(names, ["keep", "new"]);
+    started.stop().await;
+}
+
+/// How long kube-apiserver stays down in the restart test.
+const OUTAGE: Duration = Duration::from_secs(5);
+/// From the apiserver's readiness to the watchers having relisted, at most: a probe interval
+/// (500 ms), the 410 and the list.
+const RECONNECT_BOUND: Duration = Duration::from_millis(1_500);
+
+/// Namespace `ns` with class `c1` and the Machines `names` of it; MachineClass and Machine
+/// watchers over `client` (the apiserver, or a proxy in front of it), synchronized.
+async fn machines_watched(
+    env: &TestEnv,
+    client: &Client,
+    ns: &str,
+    names: &[&str],
+) -> (Arc<Index>, Started) {
+    env.create_namespace(ns).await.expect("create namespace");
+    let pp = PostParams::default();
+    let direct = env.client();
+    Api::<MachineClass>::namespaced(direct.clone(), ns)
+        .create(&pp, &machine_class("c1"))
+        .await
+        .expect("create class");
+    let machines: Api<Machine> = Api::namespaced(direct, ns);
+    for name in names {
+        machines
+            .create(&pp, &machine(name, "c1"))
+            .await
+            .expect("create machine");
+    }
+    let settings = WatcherSettings::from(&config(ns, false, "absent"));
+    let index = Arc::new(Index::new(POOL_LABEL));
+    let mut started = Started::new(client, &index, &settings);
+    started.synchronized().await;
+    assert_eq!(index.object_count(ResourceKind::Machine), names.len());
+    (index, started)
+}
+
+/// When each kind's watch recovered, after `since`.
+fn recoveries(recorder: &EventRecorder) -> Vec<(ResourceKind, Duration)> {
+    recorder
+        .timed()
+        .into_iter()
+        .filter_map(|(at, event)| match event {
+            Event::WatchRecovered { kind } => Some((kind, at)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// kube-apiserver killed (SIGKILL) and started again: each watch fails once (one
+/// `WatchFailed` per kind), gets 410 on reconnect and relists at once, so that a Machine
+/// created the moment the apiserver is ready again is in the index within
+/// `RECONNECT_BOUND`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watchers_relist_at_once_after_an_apiserver_restart() {
+    let mut env = start_env().await;
+    let ns = "apiserver-restart";
+    let client = env.client();
+    let (index, started) = machines_watched(&env, &client, ns, &["m1", "m2"]).await;
+    let outage = started.phase();
+
+    env.kill(Process::ApiServer).expect("kill kube-apiserver");
+    tokio::time::sleep(OUTAGE).await;
+    let ready_in = env
+        .start(Process::ApiServer)
+        .await
+        .expect("kube-apiserver starts again");
+    let back = started.phase();
+    let back_at = Instant::now();
+    let machines: Api<Machine> = Api::namespaced(client.clone(), ns);
+    machines
+        .create(&PostParams::default(), &machine("m3", "c1"))
+        .await
+        .expect("create m3 after the restart");
+    let m3 = ObjectKey::namespaced(ns, "m3");
+    back.wait_for(
+        WAIT,
+        changed(ResourceKind::Machine, &m3, Change::Created, false),
+    )
+    .await;
+    let seen_after = back_at.elapsed();
+    back.wait_for(WAIT, |e| {
+        matches!(
+            e,
+            Event::WatchRecovered {
+                kind: ResourceKind::MachineClass
+            }
+        )
+    })
+    .await;
+    let recovered = recoveries(&back);
+    println!(
+        "apiserver down {OUTAGE:?}, ready {ready_in:?} after its start; m3 (created once it \
+         was ready) in the index {seen_after:?} later; watches recovered at {recovered:?}"
+    );
+    assert!(
+        seen_after < RECONNECT_BOUND,
+        "m3 seen {seen_after:?} after the restart: {:#?}",
+        back.timed()
+    );
+    for kind in [ResourceKind::MachineClass, ResourceKind::Machine] {
+        let failed =
+            outage.count(|e| matches!(e, Event::WatchFailed { kind: k, .. } if *k == kind));
+        assert_eq!(
+            failed,
+            1,
+            "one failure streak for {kind}: {:#?}",
+            outage.events()
+        );
+    }
+    assert_eq!(index.machines().machines_of_class(ns, "c1").count(), 3);
+    started.stop().await;
+}
+
+/// A watcher cut off from the apiserver (the testenv proxy) misses the deletes made
+/// meanwhile; etcd is compacted past its resourceVersion (no watch cache, so the watch goes
+/// to etcd), so reconnecting gets 410 and a relist. The relist removes what is gone and
+/// reports it as live deletes, with the classes the Machines referenced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relist_after_compaction_reports_deletes_missed_while_cut_off() {
+    let env = start_env_with(TestEnv::builder().watch_cache(false)).await;
+    let proxy = env.proxy().await.expect("the apiserver proxy");
+    let ns = "compacted";
+    let (index, started) =
+        machines_watched(&env, &proxy.client(), ns, &["keep", "gone-1", "gone-2"]).await;
+    let cut = started.phase();
+    proxy.sever().await;
+    cut.wait_for(WAIT, |e| {
+        matches!(
+            e,
+            Event::WatchFailed {
+                kind: ResourceKind::Machine,
+                ..
+            }
+        )
+    })
+    .await;
+
+    let machines: Api<Machine> = Api::namespaced(env.client(), ns);
+    for name in ["gone-1", "gone-2"] {
+        machines
+            .delete(name, &DeleteParams::default())
+            .await
+            .expect("delete while cut off");
+    }
+    machines
+        .create(&PostParams::default(), &machine("new", "c1"))
+        .await
+        .expect("create while cut off");
+    let revision = env.compact_etcd().await.expect("compact etcd");
+    assert_eq!(
+        index.object_count(ResourceKind::Machine),
+        3,
+        "nothing seen yet"
+    );
+
+    proxy.restore().await.expect("restore the proxy");
+    let restored = Instant::now();
+    let c1 = ObjectKey::namespaced(ns, "c1");
+    for name in ["gone-1", "gone-2"] {
+        let key = ObjectKey::namespaced(ns, name);
+        let deleted = cut
+            .wait_for(
+                WAIT,
+                changed(ResourceKind::Machine, &key, Change::Deleted, false),
+            )
+            .await;
+        assert_eq!(related(&deleted), std::slice::from_ref(&c1));
+    }
+    let new = ObjectKey::namespaced(ns, "new");
+    cut.wait_for(
+        WAIT,
+        changed(ResourceKind::Machine, &new, Change::Created, false),
+    )
+    .await;
+    println!(
+        "compacted at revision {revision}; deletes reported {:?} after the proxy was restored",
+        restored.elapsed()
+    );
+    let names: Vec<String> = index
+        .machines()
+        .machines_of_class(ns, "c1")
+        .map(|m| m.key.name.clone())
+        .collect();
+    assert_eq!(names, ["keep", "new"]);
+    assert!(
+        !cut.events()
+            .iter()
+            .any(|e| matches!(e, Event::ResourceChanged { key, .. } if key.name == "keep")),
+        "an unchanged Machine publishes nothing: {:#?}",
+        cut.events()
+    );
     started.stop().await;
 }

@@ -18,287 +18,25 @@
 //! --benches`) it only starts the server and checks both answers, no wrk.
 
 use std::fmt::Write as _;
-use std::net::SocketAddr;
 use std::path::Path;
 use std::process::Command;
-use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper_util::rt::TokioIo;
-use k8s_openapi::api::core::v1::{ConfigMap, Node};
-use poolkeeper_api::NodePool;
-use poolkeeper_bus::Bus;
-use poolkeeper_config::Config;
-use poolkeeper_index::{Index, IndexResource};
-use poolkeeper_supervisor::testing::{Running, spawn};
-use poolkeeper_webhook::{CERT_FILE, KEY_FILE, WebhookServer, WebhookSettings};
-use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
-use rustls::pki_types::{CertificateDer, ServerName};
-use rustls::{ClientConfig, RootCertStore};
-use serde_json::{Value, json};
-use tokio::net::TcpStream;
-use tokio_rustls::TlsConnector;
+#[allow(dead_code)]
+mod fixtures;
+
+use fixtures::{NODES, POOLS, Pki, Server, check_answers, start_server, stop, webhooks};
 
 const NAME: &str = "webhook_load";
-const POOL_LABEL: &str = "apps.openyurt.io/nodepool";
-const NODES: usize = 1_000;
-const POOLS: usize = 50;
 const DURATION: &str = "10s";
 const CONNECTIONS: [u32; 3] = [1, 4, 16];
 /// The paced run: connections, each pausing a random 1..=5 ms (3 ms on
 /// average) after every answer, which comes to about 5,000 requests/s.
 const PACED_CONNECTIONS: u32 = 18;
 const PACED_MAX_DELAY_MS: u32 = 5;
-const PATIENCE: Duration = Duration::from_secs(20);
 /// Set to a number of seconds to keep the server up for wrk runs by hand
 /// instead of running the load test.
 const SERVE_ENV: &str = "POOLKEEPER_BENCH_SERVE_SECS";
-
-const POLICY: &str = "
-bindings:
-  - namespace: shop
-    nodePool: pool-003
-  - namespace: warehouse
-    nodePool: pool-004
-edgeTolerations:
-  - {key: node-role.kubernetes.io/edge, operator: Exists, effect: NoSchedule}
-";
-
-fn edge_taint() -> Value {
-    json!({"key": "node-role.kubernetes.io/edge", "effect": "NoSchedule"})
-}
-
-fn populated_index(settings: &WebhookSettings) -> Index {
-    let index = Index::new(POOL_LABEL);
-    for p in 0..POOLS {
-        let pool: NodePool = serde_json::from_value(json!({
-            "apiVersion": "apps.openyurt.io/v1beta2",
-            "kind": "NodePool",
-            "metadata": {"name": format!("pool-{p:03}")},
-            "spec": {"type": "Edge", "taints": [edge_taint()]}
-        }))
-        .expect("a NodePool");
-        index.apply(pool);
-    }
-    for i in 0..NODES {
-        let name = format!("ip-10-1-{}-{}.eu-west-1.compute.internal", i / 256, i % 256);
-        let zone = ["eu-west-1a", "eu-west-1b", "eu-west-1c"][i % 3];
-        let labels = json!({
-            POOL_LABEL: format!("pool-{:03}", i % POOLS),
-            "kubernetes.io/arch": "amd64",
-            "kubernetes.io/os": "linux",
-            "kubernetes.io/hostname": name,
-            "node.kubernetes.io/instance-type": "m5.xlarge",
-            "topology.kubernetes.io/region": "eu-west-1",
-            "topology.kubernetes.io/zone": zone,
-            "beta.kubernetes.io/arch": "amd64",
-            "beta.kubernetes.io/os": "linux",
-            "beta.kubernetes.io/instance-type": "m5.xlarge",
-        });
-        let node: Node = serde_json::from_value(json!({
-            "metadata": {"name": name, "labels": labels},
-            "spec": {"taints": [edge_taint()]},
-            "status": {"conditions": [{"type": "Ready", "status": "True"}]}
-        }))
-        .expect("a Node");
-        index.apply(node);
-    }
-    let source = &settings.policy;
-    let mut data = serde_json::Map::new();
-    data.insert(source.key.clone(), json!(POLICY));
-    let policy: ConfigMap = serde_json::from_value(json!({
-        "metadata": {"namespace": source.namespace, "name": source.name},
-        "data": data
-    }))
-    .expect("a ConfigMap");
-    index.apply(policy);
-    index
-}
-
-/// A Deployment's Pod in namespace `shop` (bound to `pool-003`), plus `spec`.
-fn review(uid: &str, spec: Value) -> Value {
-    let mut pod_spec = json!({
-        "containers": [{
-            "name": "checkout",
-            "image": "ghcr.io/shop/checkout-service:2026.11.3",
-            "ports": [{"containerPort": 8080, "protocol": "TCP"}],
-            "resources": {"requests": {"cpu": "250m", "memory": "256Mi"},
-                          "limits": {"memory": "512Mi"}},
-        }],
-        "serviceAccountName": "checkout",
-    });
-    if let (Some(pod_spec), Value::Object(extra)) = (pod_spec.as_object_mut(), spec) {
-        pod_spec.extend(extra);
-    }
-    json!({
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": uid,
-            "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "resource": {"group": "", "version": "v1", "resource": "pods"},
-            "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
-            "requestResource": {"group": "", "version": "v1", "resource": "pods"},
-            "namespace": "shop",
-            "operation": "CREATE",
-            "userInfo": {"username": "system:serviceaccount:kube-system:replicaset-controller",
-                         "uid": "5e4c3b2a-1f0e-4d9c-8b7a-6f5e4d3c2b1a",
-                         "groups": ["system:serviceaccounts", "system:serviceaccounts:kube-system",
-                                    "system:authenticated"]},
-            "object": {"apiVersion": "v1", "kind": "Pod",
-                       "metadata": {"generateName": "checkout-7d9c5b6f4-", "namespace": "shop",
-                                    "labels": {"app": "checkout", "pod-template-hash": "7d9c5b6f4"}},
-                       "spec": pod_spec},
-            "oldObject": null,
-            "dryRun": false,
-            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"}
-        }
-    })
-}
-
-/// The plain Pod as the mutating webhook receives it.
-fn mutate_body() -> String {
-    review("bench-mutate", json!({})).to_string()
-}
-
-/// The same Pod as the validating webhook receives it after mutation: pool
-/// affinity and the edge toleration.
-fn validate_body() -> String {
-    review(
-        "bench-validate",
-        json!({
-            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-                "nodeSelectorTerms": [{"matchExpressions": [
-                    {"key": POOL_LABEL, "operator": "In", "values": ["pool-003"]}]}]}}},
-            "tolerations": [{"key": "node-role.kubernetes.io/edge", "operator": "Exists",
-                             "effect": "NoSchedule"}],
-        }),
-    )
-    .to_string()
-}
-
-struct Pki {
-    issuer: CertifiedIssuer<'static, KeyPair>,
-}
-
-impl Pki {
-    fn new() -> Self {
-        let mut params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        let issuer =
-            CertifiedIssuer::self_signed(params, KeyPair::generate().expect("CA key")).expect("CA");
-        Self { issuer }
-    }
-
-    fn write_serving_pair(&self, dir: &Path) {
-        let params = CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
-            .expect("leaf params");
-        let key = KeyPair::generate().expect("leaf key");
-        let cert = params.signed_by(&key, &self.issuer).expect("leaf");
-        std::fs::write(dir.join(KEY_FILE), key.serialize_pem()).expect("writes tls.key");
-        std::fs::write(dir.join(CERT_FILE), cert.pem()).expect("writes tls.crt");
-    }
-
-    fn connector(&self) -> TlsConnector {
-        let mut roots = RootCertStore::empty();
-        roots
-            .add(CertificateDer::clone(self.issuer.der()))
-            .expect("CA is a trust anchor");
-        let config =
-            ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-                .with_safe_default_protocol_versions()
-                .expect("protocol versions")
-                .with_root_certificates(roots)
-                .with_no_client_auth();
-        TlsConnector::from(Arc::new(config))
-    }
-}
-
-/// One POST over a fresh TLS connection; the AdmissionReview response.
-async fn post(connector: &TlsConnector, addr: SocketAddr, path: &str, body: String) -> Value {
-    let tcp = TcpStream::connect(addr).await.expect("connects");
-    let name = ServerName::try_from("localhost").expect("server name");
-    let tls = connector.connect(name, tcp).await.expect("TLS handshake");
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
-        .await
-        .expect("HTTP handshake");
-    tokio::spawn(connection);
-    let request = hyper::Request::post(path)
-        .header("host", "localhost")
-        .header("content-type", "application/json")
-        .body(Full::new(Bytes::from(body)))
-        .expect("request");
-    let response = sender.send_request(request).await.expect("response");
-    assert_eq!(response.status(), 200, "{path}");
-    let body = response
-        .into_body()
-        .collect()
-        .await
-        .expect("body")
-        .to_bytes();
-    serde_json::from_slice::<Value>(&body).expect("an AdmissionReview")["response"].clone()
-}
-
-struct Server {
-    runtime: tokio::runtime::Runtime,
-    addr: SocketAddr,
-    running: Running,
-    _cert_dir: tempfile::TempDir,
-}
-
-fn start_server(pki: &Pki) -> Server {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
-    let cert_dir = tempfile::tempdir().expect("temporary directory");
-    pki.write_serving_pair(cert_dir.path());
-    let settings = WebhookSettings {
-        listen: "127.0.0.1:0".parse().expect("address"),
-        cert_dir: cert_dir.path().to_owned(),
-        ..WebhookSettings::from(&Config::default())
-    };
-    let index = Arc::new(populated_index(&settings));
-    let (addr, running) = runtime.block_on(async {
-        let bus = Bus::default();
-        bus.start();
-        let mut server = WebhookServer::new(settings, index, &bus);
-        let addr = server.bind().expect("binds a free port");
-        let mut running = spawn(Box::new(server));
-        running.wait_ready(PATIENCE).await;
-        (addr, running)
-    });
-    Server {
-        runtime,
-        addr,
-        running,
-        _cert_dir: cert_dir,
-    }
-}
-
-/// Both paths answer as intended before anything is measured.
-fn check_answers(server: &Server, pki: &Pki) {
-    let connector = pki.connector();
-    server.runtime.block_on(async {
-        let validated = post(&connector, server.addr, "/validate-pods", validate_body()).await;
-        assert_eq!(validated["allowed"], true, "{validated}");
-        let mutated = post(&connector, server.addr, "/mutate-pods", mutate_body()).await;
-        assert_eq!(mutated["allowed"], true, "{mutated}");
-        assert_eq!(mutated["patchType"], "JSONPatch", "{mutated}");
-    });
-}
-
-fn stop(server: Server) {
-    let result = server.runtime.block_on(async {
-        tokio::time::timeout(PATIENCE, server.running.stop())
-            .await
-            .expect("the server stops")
-    });
-    assert!(result.is_ok(), "{result:?}");
-}
 
 fn wrk_available() -> bool {
     Command::new("wrk").arg("--version").output().is_ok()
@@ -415,10 +153,7 @@ fn run_wrk(url: &str, connections: u32, script: &Path) -> WrkResult {
 
 fn load(server: &Server) {
     let scripts = tempfile::tempdir().expect("temporary directory");
-    let paths = [
-        ("validate", "/validate-pods", validate_body()),
-        ("mutate", "/mutate-pods", mutate_body()),
-    ];
+    let paths = webhooks();
     println!(
         "{NAME}: wrk -t1 -d{DURATION} --latency, HTTPS keep-alive to 127.0.0.1, {NODES} nodes in {POOLS} pools"
     );
@@ -469,10 +204,7 @@ fn load(server: &Server) {
 fn serve_for(server: &Server, duration: Duration) {
     let dir = std::env::temp_dir().join("poolkeeper-webhook-load");
     std::fs::create_dir_all(&dir).expect("creates the script directory");
-    for (webhook, path, body) in [
-        ("validate", "/validate-pods", validate_body()),
-        ("mutate", "/mutate-pods", mutate_body()),
-    ] {
+    for (webhook, path, body) in webhooks() {
         let script = write_script(&dir, &format!("{webhook}.lua"), &body, None);
         println!(
             "{webhook}: wrk -t1 -c4 -d10s --latency -s {} https://{}{path}",
@@ -498,7 +230,7 @@ fn main() {
         std::process::exit(1);
     }
     let pki = Pki::new();
-    let server = start_server(&pki);
+    let server = start_server(&pki, Some(2));
     check_answers(&server, &pki);
     if let Some(seconds) = std::env::var(SERVE_ENV)
         .ok()

@@ -9,9 +9,10 @@ use poolkeeper_bus::Bus;
 use poolkeeper_index::Index;
 use poolkeeper_supervisor::{BoxError, Component, Context};
 
+use crate::connection::Connections;
 use crate::error::WebhookError;
 use crate::handler::AppState;
-use crate::router::router;
+use crate::service::Admission;
 use crate::serving::{serve, wait_for_certificate};
 use crate::settings::WebhookSettings;
 
@@ -26,7 +27,7 @@ pub const COMPONENT_NAME: &str = "webhook";
 /// and reports ready then.
 pub struct WebhookServer {
     settings: WebhookSettings,
-    state: Arc<AppState>,
+    admission: Admission,
     listener: Option<(TcpListener, SocketAddr)>,
 }
 
@@ -42,10 +43,10 @@ impl std::fmt::Debug for WebhookServer {
 impl WebhookServer {
     /// Decides over `index`, publishes `AdmissionDecided` on `bus`.
     pub fn new(settings: WebhookSettings, index: Arc<Index>, bus: &Bus) -> Self {
-        let state = Arc::new(AppState::new(index, settings.policy.clone(), bus.clone()));
+        let state = AppState::new(index, settings.policy.clone(), bus.clone());
         Self {
+            admission: Admission::new(&settings, state),
             settings,
-            state,
             listener: None,
         }
     }
@@ -72,7 +73,7 @@ impl WebhookServer {
     async fn serve(self, ctx: Context) -> Result<(), BoxError> {
         let WebhookServer {
             settings,
-            state,
+            admission,
             listener,
         } = self;
         let (listener, addr) = match listener {
@@ -84,7 +85,14 @@ impl WebhookServer {
         else {
             return Ok(());
         };
-        let mut serving = serve(listener, addr, &certificate, router(&settings, state))?;
+        let connections = Connections::new(&settings, admission);
+        let mut serving = serve(
+            listener,
+            addr,
+            &certificate,
+            connections,
+            settings.max_connections,
+        )?;
         ctx.mark_ready();
         tracing::info!(%addr, mutate = %settings.mutate_path, validate = %settings.validate_path, "webhook server listening");
         serving

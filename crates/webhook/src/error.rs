@@ -2,7 +2,9 @@ use std::io;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use axum::http::StatusCode;
+use std::time::Duration;
+
+use http::StatusCode;
 use thiserror::Error;
 
 /// Everything that can go wrong in the webhook: a request that is not a
@@ -13,6 +15,15 @@ use thiserror::Error;
 /// message is the body of the HTTP 400 the API server logs.
 #[derive(Debug, Error)]
 pub enum WebhookError {
+    #[error("request body is larger than {limit} bytes")]
+    BodyTooLarge { limit: usize },
+
+    #[error("request body not received within {timeout:?}")]
+    BodyTimeout { timeout: Duration },
+
+    #[error("cannot read the request body: {0}")]
+    ReadBody(#[source] Box<dyn std::error::Error + Send + Sync>),
+
     #[error("request body is not valid JSON: {0}")]
     MalformedJson(serde_json::Error),
 
@@ -67,13 +78,6 @@ pub enum WebhookError {
         source: io::Error,
     },
 
-    #[error("the HTTPS server on {addr} failed: {source}")]
-    Serve {
-        addr: SocketAddr,
-        #[source]
-        source: io::Error,
-    },
-
     #[error("the HTTPS server on {addr} stopped before shutdown")]
     ServerEnded { addr: SocketAddr },
 
@@ -94,7 +98,10 @@ impl WebhookError {
             | WebhookError::MalformedReview(_)
             | WebhookError::MissingRequest
             | WebhookError::MissingObject { .. }
-            | WebhookError::InvalidPod(_) => StatusCode::BAD_REQUEST,
+            | WebhookError::InvalidPod(_)
+            | WebhookError::ReadBody(_) => StatusCode::BAD_REQUEST,
+            WebhookError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            WebhookError::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -102,6 +109,9 @@ impl WebhookError {
     /// Short, stable name for events and logs.
     pub fn reason(&self) -> &'static str {
         match self {
+            WebhookError::BodyTooLarge { .. } => "body_too_large",
+            WebhookError::BodyTimeout { .. } => "body_timeout",
+            WebhookError::ReadBody(_) => "unreadable_body",
             WebhookError::MalformedJson(_) => "malformed_json",
             WebhookError::WrongType { .. } => "wrong_type",
             WebhookError::MalformedReview(_) => "malformed_review",
@@ -114,7 +124,6 @@ impl WebhookError {
             | WebhookError::NoCertificate { .. }
             | WebhookError::UnusableCertificate { .. } => "certificate",
             WebhookError::Listen { .. }
-            | WebhookError::Serve { .. }
             | WebhookError::ServerEnded { .. }
             | WebhookError::ServerTask { .. } => "server",
         }

@@ -3,10 +3,10 @@
 
 use std::sync::Arc;
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::http::header;
-use axum::response::{IntoResponse, Response};
+use http::Response;
+use http::header::{self, HeaderValue};
+use http_body_util::Full;
+use hyper::body::Bytes;
 use poolkeeper_bus::{AdmissionResult, Bus, Event, Mode, WebhookKind};
 use poolkeeper_index::Index;
 use poolkeeper_placement::PolicySource;
@@ -15,6 +15,7 @@ use tokio::time::Instant;
 use crate::error::WebhookError;
 use crate::policy::PolicyCache;
 use crate::review::{Reviewed, review};
+use crate::service::ResponseBody;
 
 /// What every request needs: the index to decide over, the policy read
 /// from it, the bus to report to.
@@ -34,89 +35,108 @@ impl AppState {
         }
     }
 
-    pub(crate) fn handle_request(
+    /// Decides the AdmissionReview in `body` and answers it; a body that is
+    /// not one is answered with its HTTP error.
+    pub(crate) fn answer(
         &self,
         webhook: WebhookKind,
-        body: Result<Bytes, BytesRejection>,
-    ) -> Response {
-        let started = Instant::now();
-        let body = match body {
-            Ok(body) => body,
-            Err(rejection) => {
-                tracing::warn!(webhook = webhook.as_str(), status = %rejection.status(), error = %rejection.body_text(), "admission request rejected");
-                self.publish(
-                    webhook,
-                    AdmissionResult::Invalid,
-                    "unreadable_body",
-                    started,
-                );
-                return rejection.into_response();
-            }
-        };
-        match self.answer(webhook, &body) {
-            Ok((reviewed, bytes)) => {
+        body: &[u8],
+        started: Instant,
+    ) -> Response<ResponseBody> {
+        let view = self.index.placement();
+        let policy = self.policy.get(&view);
+        let answered = review(webhook, body, &view, policy.as_ref().as_ref())
+            .and_then(|reviewed| Ok((reviewed.to_bytes()?, reviewed)));
+        drop(view);
+        match answered {
+            Ok((bytes, reviewed)) => {
                 self.publish(
                     webhook,
                     reviewed.result(),
+                    reviewed.decision.mode,
                     reviewed.decision.reason.as_str(),
                     started,
                 );
                 log_decision(webhook, &reviewed);
-                ([(header::CONTENT_TYPE, "application/json")], bytes).into_response()
+                let mut response = Response::new(Full::new(Bytes::from(bytes)));
+                response.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/json"),
+                );
+                response
             }
-            Err(error) => {
-                tracing::warn!(webhook = webhook.as_str(), %error, "malformed admission request");
-                self.publish(webhook, AdmissionResult::Invalid, error.reason(), started);
-                (error.status_code(), error.to_string()).into_response()
-            }
+            Err(error) => self.refuse(webhook, &error, started),
         }
     }
 
-    /// The decision and the encoded AdmissionReview that carries it.
-    fn answer(
+    /// Answers a request that is not a usable AdmissionReview with the
+    /// HTTP error `error` calls for, and reports it.
+    pub(crate) fn refuse(
         &self,
         webhook: WebhookKind,
-        body: &[u8],
-    ) -> Result<(Reviewed, Vec<u8>), WebhookError> {
-        let view = self.index.placement();
-        let policy = self.policy.get(&view);
-        let reviewed = review(webhook, body, &view, policy.as_ref().as_ref())?;
-        let bytes = reviewed.response.to_bytes()?;
-        Ok((reviewed, bytes))
+        error: &WebhookError,
+        started: Instant,
+    ) -> Response<ResponseBody> {
+        tracing::warn!(webhook = webhook.as_str(), %error, "malformed admission request");
+        self.publish(
+            webhook,
+            AdmissionResult::Invalid,
+            Mode::Enforce,
+            error.reason(),
+            started,
+        );
+        let mut response = Response::new(Full::new(Bytes::from(error.to_string())));
+        *response.status_mut() = error.status_code();
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+        response
     }
 
     fn publish(
         &self,
         webhook: WebhookKind,
         result: AdmissionResult,
+        mode: Mode,
         reason: &'static str,
         started: Instant,
     ) {
         self.bus.publish(Event::AdmissionDecided {
             webhook,
             result,
-            mode: Mode::Enforce,
+            mode,
             reason,
             duration: started.elapsed(),
         });
     }
 }
 
-fn log_decision(webhook: WebhookKind, reviewed: &Reviewed) {
+fn log_decision(webhook: WebhookKind, reviewed: &Reviewed<'_>) {
     let decision = &reviewed.decision;
     let pool = decision.pool.as_deref().unwrap_or_default();
-    if decision.allowed {
-        tracing::debug!(
-            webhook = webhook.as_str(), uid = %reviewed.uid, pod = %reviewed.subject, pool,
-            reason = decision.reason.as_str(), patched = decision.is_patched(),
-            warnings = ?decision.warnings, "admission allowed"
-        );
-    } else {
+    if !decision.allowed {
         tracing::info!(
-            webhook = webhook.as_str(), uid = %reviewed.uid, pod = %reviewed.subject, pool,
+            webhook = webhook.as_str(), uid = %reviewed.uid, pod = %reviewed.subject(), pool,
             reason = decision.reason.as_str(),
             message = decision.message.as_deref().unwrap_or_default(),
             "admission denied"
+        );
+    } else if decision.is_withheld() {
+        // In warn and dryrun modes this and the event are the only trace of
+        // what enforcing would have done.
+        tracing::info!(
+            webhook = webhook.as_str(), uid = %reviewed.uid, pod = %reviewed.subject(), pool,
+            mode = decision.mode.as_str(), reason = decision.reason.as_str(),
+            withheld_denial = decision.withheld_denial.as_deref().unwrap_or_default(),
+            patch_withheld = decision.withheld_patch.is_some(),
+            "admission allowed by the binding's mode"
+        );
+    } else {
+        tracing::debug!(
+            webhook = webhook.as_str(), uid = %reviewed.uid, pod = %reviewed.subject(), pool,
+            reason = decision.reason.as_str(), patched = decision.is_patched(),
+            warnings = ?decision.warnings, "admission allowed"
         );
     }
 }

@@ -7,12 +7,14 @@
 //! - [`review_response`]: one AdmissionReview in, its response out — the
 //!   code path the server and the offline `poolkeeper admit` share.
 
+mod activity;
 mod component;
+mod connection;
 mod error;
 mod handler;
 mod policy;
 mod review;
-mod router;
+mod service;
 mod serving;
 mod settings;
 mod tls;

@@ -1,31 +1,40 @@
 //! One AdmissionReview in, one AdmissionReview out: the code path shared by
 //! the HTTPS server and the offline `poolkeeper admit`.
+//!
+//! Only what the decision reads is parsed: the type fields, and of the
+//! request its uid, kind, subresource, operation, name, namespace and (for
+//! a Pod CREATE) the Pod's [`PodPlacement`]. The rest of the body is
+//! skipped without being built.
 
-use k8s_openapi::api::core::v1::Pod;
-use kube::core::DynamicObject;
-use kube::core::admission::{
-    AdmissionRequest, AdmissionReview, META_API_VERSION_V1, META_KIND, Operation,
-};
+use std::borrow::Cow;
+use std::fmt;
+
 use poolkeeper_bus::{AdmissionResult, WebhookKind};
 use poolkeeper_index::PlacementView;
-use poolkeeper_placement::{Decision, PlacementError, PlacementPolicy, Reason, mutate, validate};
+use poolkeeper_placement::{
+    Decision, PlacementError, PlacementPolicy, PodPlacement, Reason, mutate, validate,
+};
+use serde::Deserialize;
+use serde::de::IgnoredAny;
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use crate::error::WebhookError;
-use crate::wire::ReviewResponse;
+use crate::wire::{self, ADMISSION_API_VERSION, ADMISSION_REVIEW_KIND};
 
-/// A reviewed request: the decision and the AdmissionReview that answers it.
+/// A reviewed request: its identity and the decision.
 #[derive(Clone, Debug)]
-pub(crate) struct Reviewed {
+pub(crate) struct Reviewed<'a> {
     /// `request.uid`, echoed in the response.
-    pub(crate) uid: String,
-    /// `namespace/name` of the object (`generateName*` when it has no name yet).
-    pub(crate) subject: String,
+    pub(crate) uid: Cow<'a, str>,
+    namespace: Cow<'a, str>,
+    name: Cow<'a, str>,
+    /// `name` is the object's `generateName`: it has no name yet.
+    generated: bool,
     pub(crate) decision: Decision,
-    pub(crate) response: ReviewResponse,
 }
 
-impl Reviewed {
+impl Reviewed<'_> {
     /// What the request came to, as `AdmissionDecided` reports it.
     pub(crate) fn result(&self) -> AdmissionResult {
         match (self.decision.allowed, self.decision.is_patched()) {
@@ -33,6 +42,32 @@ impl Reviewed {
             (true, true) => AdmissionResult::Patched,
             (true, false) => AdmissionResult::Allowed,
         }
+    }
+
+    /// `namespace/name` of the object (`generateName*` when it has no name yet).
+    pub(crate) fn subject(&self) -> impl fmt::Display + '_ {
+        Subject(self)
+    }
+
+    /// The AdmissionReview that answers the request, as sent.
+    pub(crate) fn to_bytes(&self) -> Result<Vec<u8>, WebhookError> {
+        wire::encode(&self.uid, &self.decision)
+    }
+}
+
+struct Subject<'r, 'a>(&'r Reviewed<'a>);
+
+impl fmt::Display for Subject<'_, '_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let reviewed = self.0;
+        if !reviewed.namespace.is_empty() {
+            write!(f, "{}/", reviewed.namespace)?;
+        }
+        f.write_str(&reviewed.name)?;
+        if reviewed.generated {
+            f.write_str("*")?;
+        }
+        Ok(())
     }
 }
 
@@ -50,116 +85,141 @@ pub fn review_response(
     policy: Result<&PlacementPolicy, &PlacementError>,
 ) -> Result<Value, WebhookError> {
     let reviewed = review(webhook, review_json, view, policy)?;
-    serde_json::to_value(&reviewed.response).map_err(WebhookError::EncodeResponse)
+    serde_json::from_slice(&reviewed.to_bytes()?).map_err(WebhookError::EncodeResponse)
 }
 
 /// [`review_response`] with the decision kept for events and logs.
-pub(crate) fn review(
+pub(crate) fn review<'a>(
     webhook: WebhookKind,
-    review_json: &[u8],
+    review_json: &'a [u8],
     view: &PlacementView<'_>,
     policy: Result<&PlacementPolicy, &PlacementError>,
-) -> Result<Reviewed, WebhookError> {
+) -> Result<Reviewed<'a>, WebhookError> {
     let request = parse_request(review_json)?;
-    let decision = decide(webhook, &request, view, policy)?;
-    Ok(Reviewed {
-        uid: request.uid.clone(),
-        subject: subject(&request),
-        response: ReviewResponse::new(&request.uid, &decision)?,
-        decision,
-    })
-}
-
-fn parse_request(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, WebhookError> {
-    /// Only the type fields; the rest of the body is skipped without being
-    /// built, so checking the type first costs little beside the full parse.
-    #[derive(serde::Deserialize)]
-    #[serde(rename_all = "camelCase")]
-    struct TypeFields {
-        #[serde(default)]
-        api_version: Option<Value>,
-        #[serde(default)]
-        kind: Option<Value>,
-    }
-    let text = |field: Option<Value>| match field {
-        Some(Value::String(text)) => text,
-        _ => String::new(),
+    let mut reviewed = Reviewed {
+        uid: request.uid.0,
+        namespace: request.namespace.map(|text| text.0).unwrap_or_default(),
+        name: request.name.map(|text| text.0).unwrap_or_default(),
+        generated: false,
+        decision: Decision::allow(Reason::NotPod),
     };
-    let (api_version, kind) = match serde_json::from_slice::<TypeFields>(body) {
-        Ok(types) => (text(types.api_version), text(types.kind)),
-        // Not an object, or not JSON at all: the slow path tells which.
-        Err(_) => match serde_json::from_slice::<Value>(body) {
-            Ok(_) => (String::new(), String::new()),
-            Err(error) => return Err(WebhookError::MalformedJson(error)),
-        },
-    };
-    if api_version != META_API_VERSION_V1 || kind != META_KIND {
-        return Err(WebhookError::WrongType { api_version, kind });
-    }
-    let review: AdmissionReview<DynamicObject> =
-        serde_json::from_slice(body).map_err(WebhookError::MalformedReview)?;
-    review.try_into().map_err(|_| WebhookError::MissingRequest)
-}
-
-/// A Pod itself, not one of its subresources (`pods/binding`, `pods/status`, ...).
-fn is_pod(request: &AdmissionRequest<DynamicObject>) -> bool {
-    request.kind.group.is_empty()
-        && request.kind.version == "v1"
-        && request.kind.kind == "Pod"
-        && request
-            .sub_resource
-            .as_deref()
-            .unwrap_or_default()
-            .is_empty()
-}
-
-fn operation_name(operation: &Operation) -> &'static str {
-    match operation {
-        Operation::Create => "CREATE",
-        Operation::Update => "UPDATE",
-        Operation::Delete => "DELETE",
-        Operation::Connect => "CONNECT",
-    }
-}
-
-fn decide(
-    webhook: WebhookKind,
-    request: &AdmissionRequest<DynamicObject>,
-    view: &PlacementView<'_>,
-    policy: Result<&PlacementPolicy, &PlacementError>,
-) -> Result<Decision, WebhookError> {
-    if !is_pod(request) {
-        return Ok(Decision::allow(Reason::NotPod));
+    if !request.kind.is_pod() || request.sub_resource.is_some_and(|sub| !sub.0.is_empty()) {
+        return Ok(reviewed);
     }
     // Placement is decided when a Pod is created; node constraints are
     // immutable afterwards.
     if request.operation != Operation::Create {
-        return Ok(Decision::allow(Reason::OperationIgnored));
+        reviewed.decision = Decision::allow(Reason::OperationIgnored);
+        return Ok(reviewed);
     }
-    let object = request
-        .object
-        .as_ref()
-        .ok_or_else(|| WebhookError::MissingObject {
-            operation: operation_name(&request.operation),
-        })?;
-    let pod: Pod = serde_json::to_value(object)
-        .and_then(serde_json::from_value)
-        .map_err(WebhookError::InvalidPod)?;
-    let namespace = request
-        .namespace
-        .as_deref()
-        .filter(|ns| !ns.is_empty())
-        .or(pod.metadata.namespace.as_deref())
-        .unwrap_or_default();
-
-    let policy = match policy {
-        Ok(policy) => policy,
-        Err(error) => return Ok(policy_invalid(webhook, error)),
+    let object = request.object.ok_or(WebhookError::MissingObject {
+        operation: "CREATE",
+    })?;
+    let mut pod: PodPlacement =
+        serde_json::from_str(object.get()).map_err(WebhookError::InvalidPod)?;
+    if reviewed.namespace.is_empty() {
+        reviewed.namespace = Cow::Owned(std::mem::take(&mut pod.namespace));
+    }
+    if reviewed.name.is_empty() && !pod.generate_name.is_empty() {
+        reviewed.name = Cow::Owned(std::mem::take(&mut pod.generate_name));
+        reviewed.generated = true;
+    }
+    reviewed.decision = match policy {
+        Err(error) => policy_invalid(webhook, error),
+        Ok(policy) => match webhook {
+            WebhookKind::Mutate => mutate(&pod, &reviewed.namespace, view, policy),
+            WebhookKind::Validate => validate(&pod, &reviewed.namespace, view, policy),
+        },
     };
-    Ok(match webhook {
-        WebhookKind::Mutate => mutate(&pod, namespace, view, policy),
-        WebhookKind::Validate => validate(&pod, namespace, view, policy),
-    })
+    Ok(reviewed)
+}
+
+/// A string field, borrowed from the body unless it holds escapes.
+#[derive(Debug, Default, Deserialize)]
+#[serde(transparent)]
+struct Text<'a>(#[serde(borrow)] Cow<'a, str>);
+
+/// The AdmissionReview around the request: its type fields and the request
+/// left unparsed until the type is known to be right.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Envelope<'a> {
+    #[serde(default)]
+    api_version: Option<Value>,
+    #[serde(default)]
+    kind: Option<Value>,
+    #[serde(default, borrow)]
+    request: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Request<'a> {
+    #[serde(borrow)]
+    uid: Text<'a>,
+    #[serde(borrow)]
+    kind: Kind<'a>,
+    #[serde(default, borrow)]
+    sub_resource: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    name: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    namespace: Option<Text<'a>>,
+    operation: Operation,
+    #[serde(default, borrow)]
+    object: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct Kind<'a> {
+    #[serde(default, borrow)]
+    group: Text<'a>,
+    #[serde(borrow)]
+    version: Text<'a>,
+    #[serde(borrow)]
+    kind: Text<'a>,
+}
+
+impl Kind<'_> {
+    /// A core `v1` Pod.
+    fn is_pod(&self) -> bool {
+        self.group.0.is_empty() && self.version.0 == "v1" && self.kind.0 == "Pod"
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+enum Operation {
+    Create,
+    Update,
+    Delete,
+    Connect,
+}
+
+fn parse_request(body: &[u8]) -> Result<Request<'_>, WebhookError> {
+    let text = |field: Option<Value>| match field {
+        Some(Value::String(text)) => text,
+        _ => String::new(),
+    };
+    let envelope = match serde_json::from_slice::<Envelope<'_>>(body) {
+        Ok(envelope) => envelope,
+        // Not an object, or not JSON at all: the slow path tells which.
+        Err(_) => {
+            return Err(match serde_json::from_slice::<IgnoredAny>(body) {
+                Ok(_) => WebhookError::WrongType {
+                    api_version: String::new(),
+                    kind: String::new(),
+                },
+                Err(error) => WebhookError::MalformedJson(error),
+            });
+        }
+    };
+    let (api_version, kind) = (text(envelope.api_version), text(envelope.kind));
+    if api_version != ADMISSION_API_VERSION || kind != ADMISSION_REVIEW_KIND {
+        return Err(WebhookError::WrongType { api_version, kind });
+    }
+    let request = envelope.request.ok_or(WebhookError::MissingRequest)?;
+    serde_json::from_str(request.get()).map_err(WebhookError::MalformedReview)
 }
 
 fn policy_invalid(webhook: WebhookKind, error: &PlacementError) -> Decision {
@@ -171,22 +231,5 @@ fn policy_invalid(webhook: WebhookKind, error: &PlacementError) -> Decision {
             Reason::PolicyInvalid,
             format!("pods cannot be admitted while the placement policy is invalid: {error}"),
         ),
-    }
-}
-
-fn subject(request: &AdmissionRequest<DynamicObject>) -> String {
-    let name = if request.name.is_empty() {
-        request
-            .object
-            .as_ref()
-            .and_then(|object| object.metadata.generate_name.as_deref())
-            .map(|prefix| format!("{prefix}*"))
-            .unwrap_or_default()
-    } else {
-        request.name.clone()
-    };
-    match request.namespace.as_deref() {
-        Some(namespace) if !namespace.is_empty() => format!("{namespace}/{name}"),
-        _ => name,
     }
 }

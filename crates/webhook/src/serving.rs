@@ -1,24 +1,30 @@
 //! The HTTPS serving loop, in the order it runs: wait for a certificate,
-//! serve the bound listener, reload the certificate until cancelled, drain.
+//! accept on the bound listener, reload the certificate until cancelled,
+//! drain.
 
-use std::io;
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
-use axum_server::accept::NoDelayAcceptor;
-use axum_server::tls_rustls::RustlsConfig;
+use parking_lot::RwLock;
 use poolkeeper_supervisor::Context;
+use rustls::ServerConfig;
+use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
+use tokio_rustls::TlsAcceptor;
 
+use crate::connection::{Connections, Stop};
 use crate::error::WebhookError;
 use crate::tls::{self, PemPair};
+
+/// The TLS configuration new connections get; swapped on a rotation.
+type TlsCell = Arc<RwLock<Arc<ServerConfig>>>;
 
 /// The certificate being served and what the reload loop compares against.
 pub(crate) struct ServedCertificate {
     dir: PathBuf,
-    tls: RustlsConfig,
+    tls: TlsCell,
     loaded: PemPair,
     /// The last pair on disk that could not be used, so that a broken pair
     /// is reported once, not at every tick.
@@ -39,7 +45,7 @@ pub(crate) async fn wait_for_certificate(
                 tracing::info!(dir = %dir.display(), "serving certificate loaded");
                 return Some(ServedCertificate {
                     dir: dir.to_owned(),
-                    tls: RustlsConfig::from_config(config),
+                    tls: Arc::new(RwLock::new(config)),
                     loaded: pair,
                     refused: None,
                 });
@@ -79,7 +85,7 @@ impl ServedCertificate {
         }
         match tls::server_config(&self.dir, &pair) {
             Ok(config) => {
-                self.tls.reload_from_config(config);
+                *self.tls.write() = config;
                 self.loaded = pair;
                 self.refused = None;
                 tracing::info!(dir = %self.dir.display(), "serving certificate reloaded");
@@ -96,29 +102,83 @@ impl ServedCertificate {
 /// The server running on its own task.
 pub(crate) struct Serving {
     addr: SocketAddr,
-    handle: axum_server::Handle<SocketAddr>,
-    task: JoinHandle<io::Result<()>>,
+    stop: Stop,
+    /// One permit per connection that may be open.
+    slots: Arc<Semaphore>,
+    max_connections: usize,
+    task: JoinHandle<()>,
 }
 
-/// Serves `router` over TLS on the bound `listener`. Accepted sockets get
-/// `TCP_NODELAY`: a small response must not wait for the client's delayed
-/// ACK (Nagle), which stalls some requests by ~40 ms.
+/// Serves `connections` over TLS on the bound `listener`, at most
+/// `max_connections` at a time: beyond that, new connections wait in the
+/// listen backlog while the open ones keep being served.
 pub(crate) fn serve(
     listener: TcpListener,
     addr: SocketAddr,
     certificate: &ServedCertificate,
-    router: Router,
+    connections: Connections,
+    max_connections: usize,
 ) -> Result<Serving, WebhookError> {
-    let server = axum_server::from_tcp_rustls(listener, certificate.tls.clone())
-        .map_err(|source| WebhookError::Listen { addr, source })?
-        .map(|acceptor| acceptor.acceptor(NoDelayAcceptor::new()));
-    let handle = axum_server::Handle::new();
-    let task = tokio::spawn(
-        server
-            .handle(handle.clone())
-            .serve(router.into_make_service()),
-    );
-    Ok(Serving { addr, handle, task })
+    let listen_failed = |source| WebhookError::Listen { addr, source };
+    listener.set_nonblocking(true).map_err(listen_failed)?;
+    let listener = tokio::net::TcpListener::from_std(listener).map_err(listen_failed)?;
+    let stop = Stop::default();
+    let slots = Arc::new(Semaphore::new(max_connections));
+    let task = tokio::spawn(accept(
+        listener,
+        Arc::clone(&certificate.tls),
+        Arc::new(connections),
+        Arc::clone(&slots),
+        stop.clone(),
+    ));
+    Ok(Serving {
+        addr,
+        stop,
+        slots,
+        max_connections,
+        task,
+    })
+}
+
+/// Accepts until `stop.graceful`, each connection on a task of its own.
+/// Accepted sockets get `TCP_NODELAY`: a small response must not wait for
+/// the client's delayed ACK (Nagle), which stalls some requests by ~40 ms.
+async fn accept(
+    listener: tokio::net::TcpListener,
+    tls: TlsCell,
+    connections: Arc<Connections>,
+    slots: Arc<Semaphore>,
+    stop: Stop,
+) {
+    loop {
+        let permit = tokio::select! {
+            biased;
+            () = stop.graceful.cancelled() => return,
+            permit = Arc::clone(&slots).acquire_owned() => match permit {
+                Ok(permit) => permit,
+                Err(_) => return,
+            },
+        };
+        let accepted = tokio::select! {
+            biased;
+            () = stop.graceful.cancelled() => return,
+            accepted = listener.accept() => accepted,
+        };
+        let tcp = match accepted {
+            Ok((tcp, _)) => tcp,
+            Err(error) => {
+                // Out of file descriptors, most likely: let some close.
+                tracing::warn!(%error, "cannot accept a connection");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        if let Err(error) = tcp.set_nodelay(true) {
+            tracing::debug!(%error, "cannot set TCP_NODELAY");
+        }
+        let acceptor = TlsAcceptor::from(Arc::clone(&tls.read()));
+        tokio::spawn(Arc::clone(&connections).serve(tcp, acceptor, stop.clone(), permit));
+    }
 }
 
 impl Serving {
@@ -145,24 +205,30 @@ impl Serving {
         }
     }
 
-    fn ended(&self, ended: Result<io::Result<()>, tokio::task::JoinError>) -> WebhookError {
+    fn ended(&self, ended: Result<(), tokio::task::JoinError>) -> WebhookError {
         let addr = self.addr;
         match ended {
-            Ok(Ok(())) => WebhookError::ServerEnded { addr },
-            Ok(Err(source)) => WebhookError::Serve { addr, source },
+            Ok(()) => WebhookError::ServerEnded { addr },
             Err(source) => WebhookError::ServerTask { addr, source },
         }
     }
 
-    /// Stops accepting and lets in-flight requests finish for up to `timeout`.
+    /// Stops accepting (the listener closes) and lets in-flight requests
+    /// finish for up to `timeout`; connections still open then are dropped.
     pub(crate) async fn drain(self, timeout: Duration) {
-        self.handle.graceful_shutdown(Some(timeout));
-        match self.task.await {
-            Ok(Ok(())) => tracing::info!(addr = %self.addr, "webhook server stopped"),
-            Ok(Err(error)) => {
-                tracing::warn!(addr = %self.addr, %error, "webhook server stopped with an error");
-            }
-            Err(error) => tracing::warn!(addr = %self.addr, %error, "webhook server task failed"),
+        self.stop.graceful.cancel();
+        if let Err(error) = self.task.await {
+            tracing::warn!(addr = %self.addr, %error, "webhook accept task failed");
         }
+        let all = u32::try_from(self.max_connections).unwrap_or(u32::MAX);
+        let closed = tokio::time::timeout(timeout, self.slots.acquire_many(all)).await;
+        if closed.is_err() {
+            let open = self.max_connections - self.slots.available_permits();
+            tracing::warn!(addr = %self.addr, open, ?timeout, "connections still open after the shutdown timeout; dropping them");
+            self.stop.abort.cancel();
+            let _ =
+                tokio::time::timeout(Duration::from_secs(1), self.slots.acquire_many(all)).await;
+        }
+        tracing::info!(addr = %self.addr, "webhook server stopped");
     }
 }

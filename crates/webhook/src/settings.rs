@@ -29,6 +29,21 @@ pub struct WebhookSettings {
     /// `webhook.shutdownTimeout`: how long in-flight requests may take to
     /// finish on shutdown.
     pub shutdown_timeout: Duration,
+    /// `webhook.tlsHandshakeTimeout`: from accepting a connection to a
+    /// completed TLS handshake.
+    pub tls_handshake_timeout: Duration,
+    /// `webhook.headerReadTimeout`: from the first byte of a request (the
+    /// handshake, for a connection's first request) to its complete headers.
+    pub header_read_timeout: Duration,
+    /// `webhook.bodyReadTimeout`: from a request's headers to its complete
+    /// body; slower bodies get HTTP 408.
+    pub body_read_timeout: Duration,
+    /// `webhook.idleTimeout`: a connection with no request in flight and
+    /// nothing received for this long is closed (HTTP/2: GOAWAY).
+    pub idle_timeout: Duration,
+    /// `webhook.maxConnections`: open connections, handshakes included;
+    /// more wait in the listen backlog.
+    pub max_connections: usize,
     /// `placement.policyConfigMap`: where the placement policy lives.
     pub policy: PolicySource,
 }
@@ -44,6 +59,11 @@ impl From<&Config> for WebhookSettings {
             validate_path: webhook.validate_path.clone(),
             max_body_bytes: webhook.max_body_bytes,
             shutdown_timeout: webhook.shutdown_timeout,
+            tls_handshake_timeout: config.webhook.tls_handshake_timeout,
+            header_read_timeout: config.webhook.header_read_timeout,
+            body_read_timeout: config.webhook.body_read_timeout,
+            idle_timeout: config.webhook.idle_timeout,
+            max_connections: config.webhook.max_connections,
             policy: PolicySource::from(&config.placement),
         }
     }

@@ -8,48 +8,50 @@
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use kube::core::admission::{META_API_VERSION_V1, META_KIND};
 use poolkeeper_placement::{Decision, Reason};
 use serde::{Serialize, Serializer};
 
 use crate::error::WebhookError;
 
+pub(crate) const ADMISSION_API_VERSION: &str = "admission.k8s.io/v1";
+pub(crate) const ADMISSION_REVIEW_KIND: &str = "AdmissionReview";
+
 /// An `admission.k8s.io/v1` AdmissionReview carrying a response.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct ReviewResponse {
+struct ReviewResponse<'a> {
     api_version: &'static str,
     kind: &'static str,
-    response: AdmissionResponse,
+    response: AdmissionResponse<'a>,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
-struct AdmissionResponse {
-    uid: String,
+struct AdmissionResponse<'a> {
+    uid: &'a str,
     allowed: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
-    status: Option<DenialStatus>,
+    status: Option<DenialStatus<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     patch: Option<Base64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     patch_type: Option<&'static str>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    warnings: Vec<String>,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    warnings: &'a [String],
 }
 
 /// The `metav1.Status` of a denial; the API server shows `message` to the
 /// client and answers with `code`.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-struct DenialStatus {
+#[derive(Debug, Serialize)]
+struct DenialStatus<'a> {
     status: &'static str,
-    message: String,
+    message: &'a str,
     reason: &'static str,
     code: u16,
 }
 
 /// Bytes sent as a base64 string, as Kubernetes encodes `[]byte`.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Debug)]
 struct Base64(Vec<u8>);
 
 impl Serialize for Base64 {
@@ -61,46 +63,45 @@ impl Serialize for Base64 {
 /// The only patch type Kubernetes accepts: RFC 6902.
 const JSON_PATCH: &str = "JSONPatch";
 
-impl ReviewResponse {
-    /// The answer to request `uid`: allowed or denied as `decision` says,
-    /// with its patch and warnings.
-    pub(crate) fn new(uid: &str, decision: &Decision) -> Result<Self, WebhookError> {
-        let patch = match decision.patch.as_ref().filter(|patch| !patch.0.is_empty()) {
-            Some(patch) => Some(Base64(
-                serde_json::to_vec(patch).map_err(WebhookError::EncodeResponse)?,
-            )),
-            None => None,
-        };
-        let status = (!decision.allowed).then(|| {
-            let (code, reason) = denial_status(decision.reason);
-            DenialStatus {
-                status: "Failure",
-                message: decision
-                    .message
-                    .clone()
-                    .unwrap_or_else(|| "denied".to_owned()),
-                reason,
-                code,
-            }
-        });
-        Ok(Self {
-            api_version: META_API_VERSION_V1,
-            kind: META_KIND,
-            response: AdmissionResponse {
-                uid: uid.to_owned(),
-                allowed: decision.allowed,
-                status,
-                patch_type: patch.as_ref().map(|_| JSON_PATCH),
-                patch,
-                warnings: decision.warnings.clone(),
-            },
-        })
-    }
-
-    /// The JSON body sent to the API server.
-    pub(crate) fn to_bytes(&self) -> Result<Vec<u8>, WebhookError> {
-        serde_json::to_vec(self).map_err(WebhookError::EncodeResponse)
-    }
+/// The JSON body that answers request `uid`: allowed or denied as
+/// `decision` says, with its patch and warnings.
+pub(crate) fn encode(uid: &str, decision: &Decision) -> Result<Vec<u8>, WebhookError> {
+    let patch = match decision.patch.as_ref().filter(|patch| !patch.0.is_empty()) {
+        Some(patch) => Some(Base64(
+            serde_json::to_vec(patch).map_err(WebhookError::EncodeResponse)?,
+        )),
+        None => None,
+    };
+    let status = (!decision.allowed).then(|| {
+        let (code, reason) = denial_status(decision.reason);
+        DenialStatus {
+            status: "Failure",
+            message: decision.message.as_deref().unwrap_or("denied"),
+            reason,
+            code,
+        }
+    });
+    let review = ReviewResponse {
+        api_version: ADMISSION_API_VERSION,
+        kind: ADMISSION_REVIEW_KIND,
+        response: AdmissionResponse {
+            uid,
+            allowed: decision.allowed,
+            status,
+            patch_type: patch.as_ref().map(|_| JSON_PATCH),
+            patch,
+            warnings: &decision.warnings,
+        },
+    };
+    let mut bytes = Vec::with_capacity(
+        256 + review
+            .response
+            .patch
+            .as_ref()
+            .map_or(0, |p| p.0.len() * 4 / 3),
+    );
+    serde_json::to_writer(&mut bytes, &review).map_err(WebhookError::EncodeResponse)?;
+    Ok(bytes)
 }
 
 /// HTTP-style status code and reason carried inside a denial.

@@ -8,8 +8,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::Bytes;
 use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use poolkeeper_bus::{AdmissionResult, Bus, Event, WebhookKind};
 use poolkeeper_config::Config;
@@ -17,67 +17,20 @@ use poolkeeper_index::Index;
 use poolkeeper_supervisor::Component;
 use poolkeeper_supervisor::testing::{EventRecorder, Running, spawn};
 use poolkeeper_webhook::{CERT_FILE, KEY_FILE, WebhookError, WebhookServer, WebhookSettings};
-use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
 use rustls::pki_types::{CertificateDer, ServerName};
-use rustls::{ClientConfig, RootCertStore};
 use serde_json::{Value, json};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
 
+mod common;
+
+use common::Ca;
+
 /// Anything in these tests that waits on the server gives up after this.
 const PATIENCE: Duration = Duration::from_secs(20);
 /// How often the server looks at the certificate files.
 const RELOAD: Duration = Duration::from_millis(20);
-
-struct Ca {
-    issuer: CertifiedIssuer<'static, KeyPair>,
-}
-
-impl Ca {
-    fn new() -> Self {
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params
-            .distinguished_name
-            .push(DnType::CommonName, "poolkeeper test CA");
-        let issuer = CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap();
-        Self { issuer }
-    }
-
-    /// A serving certificate for localhost: (cert PEM, key PEM, cert DER).
-    fn leaf(&self, common_name: &str) -> (String, String, CertificateDer<'static>) {
-        let mut params =
-            CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()]).unwrap();
-        params
-            .distinguished_name
-            .push(DnType::CommonName, common_name);
-        let key = KeyPair::generate().unwrap();
-        let cert = params.signed_by(&key, &self.issuer).unwrap();
-        (cert.pem(), key.serialize_pem(), cert.der().clone())
-    }
-
-    fn client(
-        &self,
-        versions: &[&'static rustls::SupportedProtocolVersion],
-        alpn: &[&[u8]],
-    ) -> TlsConnector {
-        let mut roots = RootCertStore::empty();
-        roots.add(self.issuer.der().clone()).unwrap();
-        let mut config =
-            ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-                .with_protocol_versions(versions)
-                .unwrap()
-                .with_root_certificates(roots)
-                .with_no_client_auth();
-        config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
-        TlsConnector::from(Arc::new(config))
-    }
-
-    fn any_version(&self) -> TlsConnector {
-        self.client(&[&rustls::version::TLS13, &rustls::version::TLS12], &[])
-    }
-}
 
 /// Replaces the pair the way a Secret volume does: new files renamed into place.
 fn install(dir: &Path, cert: &str, key: &str) {

@@ -722,7 +722,8 @@ fn constraints_from_pods() {
     assert!(!constraints.matches(&node("n1", &[("zone", "b"), ("gpu", "1")])));
     assert!(!constraints.matches(&node("n1", &[("zone", "a")])));
 
-    let no_spec: k8s_openapi::api::core::v1::Pod =
+    let no_spec: crate::PodPlacement =
         serde_json::from_value(json!({"metadata": {"name": "x"}})).unwrap();
+    assert_eq!(no_spec.spec, None);
     assert!(NodeConstraints::from_pod(&no_spec).is_unconstrained());
 }

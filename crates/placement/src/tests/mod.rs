@@ -1,9 +1,13 @@
 //! Table tests of the placement logic.
 
 mod affinity;
+mod audit;
 mod candidates;
+mod explain;
+mod modes;
 mod mutate;
 mod objects;
+mod pod;
 mod policy;
 mod tolerations;
 mod validate;
@@ -16,7 +20,7 @@ use poolkeeper_config::Config;
 use poolkeeper_index::{Index, IndexResource, Node, PoolType, Taint};
 use serde_json::{Value, json};
 
-use crate::{PlacementPolicy, PolicySource};
+use crate::{PlacementPolicy, PodPlacement, PolicySource};
 
 /// OpenYurt's pool label, the default `placement.poolLabel`.
 pub(crate) const POOL: &str = "apps.openyurt.io/nodepool";
@@ -162,16 +166,27 @@ pub(crate) fn pod_json(labels: Value, spec: Value) -> Value {
     pod
 }
 
-pub(crate) fn pod(spec: Value) -> Pod {
+pub(crate) fn pod(spec: Value) -> PodPlacement {
     to_pod(&pod_json(json!({}), spec))
 }
 
-pub(crate) fn labelled_pod(labels: Value, spec: Value) -> Pod {
+pub(crate) fn labelled_pod(labels: Value, spec: Value) -> PodPlacement {
     to_pod(&pod_json(labels, spec))
 }
 
-pub(crate) fn to_pod(value: &Value) -> Pod {
-    serde_json::from_value(value.clone()).expect("test pod parses")
+/// The projection of the Pod `value`, read straight from its JSON as the
+/// webhook does; it must equal the one built from a `k8s_openapi` Pod (as
+/// the audit, `admit` and `explain` build it), so every decision test
+/// covers both ways in.
+pub(crate) fn to_pod(value: &Value) -> PodPlacement {
+    let projected: PodPlacement = serde_json::from_value(value.clone()).expect("test pod projects");
+    let pod: Pod = serde_json::from_value(value.clone()).expect("test pod parses");
+    assert_eq!(
+        PodPlacement::from(&pod),
+        projected,
+        "both projections of {value}"
+    );
+    projected
 }
 
 /// `spec` with required node affinity `terms`.

@@ -226,6 +226,7 @@ fn custom_policy_location_and_pool_label() {
         namespace: "ops".into(),
         name: "placement".into(),
         key: "policy".into(),
+        default_mode: poolkeeper_config::Mode::Warn,
     };
     let yaml = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: placement, namespace: ops}\ndata:\n  policy: 'bindings: [{namespace: a, nodePool: p}]'\n---\napiVersion: v1\nkind: Node\nmetadata: {name: node-1, labels: {example.com/pool: p}}\n";
     let objects = build_index_from_objects(yaml, "example.com/pool", &policy).unwrap();
@@ -234,6 +235,11 @@ fn custom_policy_location_and_pool_label() {
     assert_eq!(view.nodes_in_pool("p").count(), 1);
     let loaded = PlacementPolicy::load(&view, &policy).unwrap();
     assert_eq!(loaded.pool_for_namespace("a"), Some("p"));
+    // The source's default mode is the mode of a binding without one.
+    assert_eq!(
+        loaded.mode_for_namespace("a"),
+        poolkeeper_config::Mode::Warn
+    );
 }
 
 #[test]

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use poolkeeper_index::IndexResource;
 
-use crate::{PlacementError, PlacementPolicy};
+use crate::{Mode, PlacementError, PlacementPolicy};
 
 fn problems(yaml: &str) -> Vec<String> {
     match PlacementPolicy::parse(yaml) {
@@ -51,8 +51,11 @@ fn the_design_example() {
     assert_eq!(policy.pool_for_namespace("shop-hangzhou"), Some("hangzhou"));
     assert_eq!(policy.pool_for_namespace("default"), None);
     assert_eq!(
-        policy.bindings().collect::<Vec<_>>(),
-        [("shop-hangzhou", "hangzhou")]
+        policy
+            .bindings()
+            .map(|(ns, binding)| (ns, binding.pool.as_str(), binding.mode))
+            .collect::<Vec<_>>(),
+        [("shop-hangzhou", "hangzhou", Mode::Enforce)]
     );
     let [toleration] = policy.edge_tolerations() else {
         panic!("one toleration expected");
@@ -85,7 +88,7 @@ fn shape_errors_carry_the_position() {
         ),
         (
             "bindings:\n  - namespace: a\n    nodepool: b\n",
-            "unknown field `nodepool`, expected one of namespace, nodePool at line 3, column 5",
+            "unknown field `nodepool`, expected one of namespace, nodePool, mode at line 3, column 5",
         ),
         ("bindings:\n  - namespace: a\n", "missing field `nodePool`"),
         (
@@ -268,7 +271,7 @@ fn from_a_config_map() {
     assert!(
         error.to_string()
             == "ConfigMap poolkeeper-system/poolkeeper-placement key placement.yaml: unknown field `pool`, \
-                expected one of namespace, nodePool at line 1, column 27",
+                expected one of namespace, nodePool, mode at line 1, column 27",
         "{error}"
     );
 }
@@ -286,4 +289,108 @@ fn loaded_from_the_index() {
     let policy = PlacementPolicy::load(&index.placement(), &source).unwrap();
     assert_eq!(policy, super::policy());
     assert_eq!(policy.edge_tolerations().len(), 2);
+}
+
+#[test]
+fn binding_modes_and_the_default_mode() {
+    let yaml = "bindings:
+  - {namespace: a, nodePool: p}
+  - {namespace: b, nodePool: p, mode: enforce}
+  - {namespace: c, nodePool: p, mode: warn}
+  - {namespace: d, nodePool: p, mode: dryrun}
+";
+    let table = [
+        (
+            Mode::Enforce,
+            [Mode::Enforce, Mode::Enforce, Mode::Warn, Mode::Dryrun],
+        ),
+        (
+            Mode::Warn,
+            [Mode::Warn, Mode::Enforce, Mode::Warn, Mode::Dryrun],
+        ),
+        (
+            Mode::Dryrun,
+            [Mode::Dryrun, Mode::Enforce, Mode::Warn, Mode::Dryrun],
+        ),
+    ];
+    for (default_mode, expected) in table {
+        let policy = PlacementPolicy::parse_with_default_mode(yaml, default_mode).unwrap();
+        let modes: Vec<Mode> = ["a", "b", "c", "d"]
+            .iter()
+            .map(|ns| policy.binding(ns).unwrap().mode)
+            .collect();
+        assert_eq!(modes, expected, "default {default_mode}");
+        assert_eq!(policy.default_mode(), default_mode);
+        // A namespace without a binding (a Pod bound by its own label) gets
+        // the default mode.
+        assert_eq!(policy.mode_for_namespace("unbound"), default_mode);
+        assert_eq!(policy.mode_for_namespace("d"), Mode::Dryrun);
+    }
+    assert_eq!(
+        PlacementPolicy::parse(yaml).unwrap().default_mode(),
+        Mode::Enforce
+    );
+    assert_eq!(PlacementPolicy::default().default_mode(), Mode::Enforce);
+    assert_eq!(
+        PlacementPolicy::parse_with_default_mode("", Mode::Dryrun)
+            .unwrap()
+            .default_mode(),
+        Mode::Dryrun,
+        "the empty policy keeps the default mode"
+    );
+}
+
+#[test]
+fn an_unknown_mode_is_an_error_with_its_position() {
+    let cases = [
+        (
+            "bindings:\n  - namespace: a\n    nodePool: p\n    mode: warning\n",
+            "unknown variant `warning`, expected one of enforce, warn, dryrun at line 4, column 11",
+        ),
+        (
+            "bindings:\n  - {namespace: a, nodePool: p, mode: Enforce}\n",
+            "unknown variant `Enforce`",
+        ),
+        (
+            "bindings:\n  - {namespace: a, nodePool: p, mode: 1}\n",
+            "line 2",
+        ),
+        (
+            "bindings:\n  - {namespace: a, nodePool: p, mode: [warn]}\n",
+            "line 2",
+        ),
+    ];
+    for (yaml, expected) in cases {
+        let message = syntax(yaml);
+        assert!(
+            message.contains(expected),
+            "{yaml:?}: {message:?} lacks {expected:?}"
+        );
+    }
+}
+
+#[test]
+fn the_source_carries_the_configured_default_mode() {
+    let mut config = poolkeeper_config::Config::default();
+    assert_eq!(
+        crate::PolicySource::from(&config.placement).default_mode,
+        Mode::Enforce
+    );
+    config.placement.default_mode = Mode::Dryrun;
+    let source = crate::PolicySource::from(&config.placement);
+    assert_eq!(source.default_mode, Mode::Dryrun);
+    assert_eq!(
+        PlacementPolicy::from_config_map_data(None, &source)
+            .unwrap()
+            .mode_for_namespace("x"),
+        Mode::Dryrun,
+        "a missing ConfigMap is the empty policy with the default mode"
+    );
+    let mut data = BTreeMap::new();
+    data.insert(
+        source.key.clone(),
+        "bindings: [{namespace: a, nodePool: p}]".to_owned(),
+    );
+    let policy = PlacementPolicy::from_config_map_data(Some(&data), &source).unwrap();
+    assert_eq!(policy.binding("a").unwrap().mode, Mode::Dryrun);
 }

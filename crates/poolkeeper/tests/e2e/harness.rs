@@ -9,6 +9,7 @@ use poolkeeper::controller::Controller;
 use poolkeeper_bus::Subscription;
 use poolkeeper_config::{Config, LogFormat};
 use poolkeeper_executor::{ClassWriter, KubeClassWriter};
+use poolkeeper_testenv::TestEnv;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -49,12 +50,27 @@ pub struct Running {
 }
 
 impl Running {
-    pub async fn start(config: &Config, client: kube::Client) -> Self {
+    /// Starts the controller as it runs in a cluster: authenticated as
+    /// poolkeeper's ServiceAccount, with no more rights than
+    /// `deploy/rbac.yaml` grants (see [`controller_client`]).
+    pub async fn start(config: &Config, env: &TestEnv) -> Self {
+        let client = controller_client(env, config).await;
         let writer = KubeClassWriter::new(client.clone());
-        Self::start_with_writer(config, client, writer).await
+        Self::start_as(config, client, writer).await
     }
 
+    /// [`Running::start`] with the MachineClass writer of the test.
     pub async fn start_with_writer<W: ClassWriter + Clone>(
+        config: &Config,
+        env: &TestEnv,
+        writer: W,
+    ) -> Self {
+        let client = controller_client(env, config).await;
+        Self::start_as(config, client, writer).await
+    }
+
+    /// The controller with whatever identity `client` has.
+    pub async fn start_as<W: ClassWriter + Clone>(
         config: &Config,
         client: kube::Client,
         writer: W,
@@ -214,4 +230,105 @@ fn init_logging() {
         )
         .with_test_writer()
         .try_init();
+}
+
+/// The namespace and name of poolkeeper's ServiceAccount in `deploy/rbac.yaml`.
+pub const SERVICE_ACCOUNT: (&str, &str) = ("poolkeeper-system", "poolkeeper");
+const RBAC_MANIFEST: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/rbac.yaml");
+
+/// A client authenticated as poolkeeper's ServiceAccount with a token from
+/// the TokenRequest API, after `deploy/rbac.yaml` is applied (the
+/// namespaces its objects live in are created first when missing). Panics
+/// when `config` puts an object poolkeeper works on where the Roles grant
+/// nothing, so a test cannot pass with rights a cluster would not give.
+pub async fn controller_client(env: &TestEnv, config: &Config) -> kube::Client {
+    let text = std::fs::read_to_string(RBAC_MANIFEST).expect("deploy/rbac.yaml is readable");
+    let rbac = poolkeeper_testenv::parse_yaml_documents(&text, RBAC_MANIFEST)
+        .expect("deploy/rbac.yaml parses");
+    assert_roles_cover(config, &rbac);
+    let namespaces: std::collections::BTreeSet<&str> = rbac
+        .iter()
+        .filter_map(|doc| doc.pointer("/metadata/namespace")?.as_str())
+        .collect();
+    for namespace in namespaces {
+        let manifest = format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {namespace}\n");
+        env.apply_yaml(&manifest, "namespace of deploy/rbac.yaml")
+            .await
+            .unwrap_or_else(|e| panic!("namespace {namespace}: {e}"));
+    }
+    env.apply_files([RBAC_MANIFEST])
+        .await
+        .expect("deploy/rbac.yaml applies");
+    service_account_client(env).await
+}
+
+/// A client with a fresh token of [`SERVICE_ACCOUNT`] (which must exist).
+pub async fn service_account_client(env: &TestEnv) -> kube::Client {
+    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+    use k8s_openapi::api::core::v1::ServiceAccount;
+
+    let (namespace, name) = SERVICE_ACCOUNT;
+    let request = TokenRequest {
+        spec: Some(TokenRequestSpec {
+            expiration_seconds: Some(3600),
+            ..TokenRequestSpec::default()
+        }),
+        ..TokenRequest::default()
+    };
+    let token = kube::Api::<ServiceAccount>::namespaced(env.client(), namespace)
+        .create_token_request(name, &kube::api::PostParams::default(), &request)
+        .await
+        .unwrap_or_else(|e| panic!("a token for ServiceAccount {namespace}/{name}: {e}"))
+        .status
+        .and_then(|status| status.token)
+        .expect("the TokenRequest has a token");
+    let options = kube::config::KubeConfigOptions::default();
+    let mut config = kube::Config::from_custom_kubeconfig(env.kubeconfig(), &options)
+        .await
+        .expect("the test kubeconfig loads");
+    // The token alone: the admin's client certificate would authenticate first.
+    config.auth_info = kube::config::AuthInfo {
+        token: Some(token.into()),
+        ..kube::config::AuthInfo::default()
+    };
+    kube::Client::try_from(config).expect("a client for the ServiceAccount")
+}
+
+/// Each namespace `config` makes poolkeeper work in has the Role that
+/// grants it there.
+fn assert_roles_cover(config: &Config, rbac: &[serde_json::Value]) {
+    let granted = |namespace: &str, resource: &str| {
+        rbac.iter().any(|doc| {
+            doc["kind"] == "Role"
+                && doc.pointer("/metadata/namespace").and_then(|n| n.as_str()) == Some(namespace)
+                && doc["rules"].as_array().into_iter().flatten().any(|rule| {
+                    rule["resources"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .any(|r| r == resource)
+                })
+        })
+    };
+    let mut needed = Vec::new();
+    if config.machine_classes.enabled {
+        needed.push(("machineclasses", config.namespace.as_str()));
+        needed.push(("machines", config.namespace.as_str()));
+    }
+    if config.placement.enabled {
+        needed.push((
+            "configmaps",
+            config.placement.policy_config_map.namespace.as_str(),
+        ));
+    }
+    if config.leader_election.enabled {
+        needed.push(("leases", config.leader_election.lease_namespace.as_str()));
+    }
+    for (resource, namespace) in needed {
+        assert!(
+            granted(namespace, resource),
+            "the test configuration has poolkeeper use {resource} in namespace {namespace}, \
+             where deploy/rbac.yaml grants it nothing"
+        );
+    }
 }

@@ -252,7 +252,7 @@ async fn finalizer_follows_machines_and_holds_back_deletion() {
     cluster.config.executor.short_retry = Duration::from_secs(1);
     let (classes, machines, finalizer) =
         (cluster.classes(), cluster.machines(), cluster.finalizer());
-    let mut running = Running::start(&cluster.config, cluster.client()).await;
+    let mut running = Running::start(&cluster.config, &cluster.env).await;
     running.wait_ready().await;
 
     create_class(&classes, "small").await;
@@ -371,7 +371,7 @@ async fn moving_a_machine_moves_the_finalizer() {
     let cluster = Cluster::start().await;
     let (classes, machines, finalizer) =
         (cluster.classes(), cluster.machines(), cluster.finalizer());
-    let mut running = Running::start(&cluster.config, cluster.client()).await;
+    let mut running = Running::start(&cluster.config, &cluster.env).await;
     running.wait_ready().await;
 
     create_class(&classes, "old").await;
@@ -428,7 +428,7 @@ async fn a_burst_converges_in_few_passes_and_requeues_write_nothing() {
     cluster.config.executor.long_retry = Duration::from_secs(5);
     let (classes, machines, finalizer) =
         (cluster.classes(), cluster.machines(), cluster.finalizer());
-    let mut running = Running::start(&cluster.config, cluster.client()).await;
+    let mut running = Running::start(&cluster.config, &cluster.env).await;
     running.wait_ready().await;
 
     let class_names: Vec<String> = (0..BURST_CLASSES)
@@ -607,7 +607,7 @@ async fn a_restarted_controller_catches_up() {
     let cluster = Cluster::start().await;
     let (classes, machines, finalizer) =
         (cluster.classes(), cluster.machines(), cluster.finalizer());
-    let running = Running::start(&cluster.config, cluster.client()).await;
+    let running = Running::start(&cluster.config, &cluster.env).await;
     running.wait_ready().await;
 
     for name in ["c0", "c1", "c2", "c3", "c4", "c5"] {
@@ -656,7 +656,7 @@ async fn a_restarted_controller_catches_up() {
         expected_state(&all, &first_used)
     );
 
-    let running = Running::start(&cluster.config, cluster.client()).await;
+    let running = Running::start(&cluster.config, &cluster.env).await;
     running.wait_ready().await;
     wait_until(
         "the restarted controller converged: finalizers exactly on the classes in use",
@@ -786,7 +786,7 @@ async fn a_conflicting_write_is_retried_without_clobbering() {
         (cluster.classes(), cluster.machines(), cluster.finalizer());
     let writer = InterferingWriter::new(cluster.client());
     let mut running =
-        Running::start_with_writer(&cluster.config, cluster.client(), writer.clone()).await;
+        Running::start_with_writer(&cluster.config, &cluster.env, writer.clone()).await;
     running.wait_ready().await;
 
     create_class(&classes, "contested").await;
@@ -862,7 +862,7 @@ async fn readiness_waits_for_the_index_and_admin_endpoints_report() {
     let cluster = Cluster::start_without_crds().await;
     let (classes, machines, finalizer) =
         (cluster.classes(), cluster.machines(), cluster.finalizer());
-    let mut running = Running::start(&cluster.config, cluster.client()).await;
+    let mut running = Running::start(&cluster.config, &cluster.env).await;
 
     let failed = next_event(
         &mut running.events,
@@ -1033,7 +1033,7 @@ async fn finalizer_changes_are_reported_as_kubernetes_events_once() {
     // Periodic passes every second: a steady state is many passes.
     config.executor.short_retry = Duration::from_millis(500);
     config.executor.long_retry = Duration::from_secs(1);
-    let running = Running::start(&config, cluster.client()).await;
+    let running = Running::start(&config, &cluster.env).await;
     running.wait_ready().await;
 
     create_class(&classes, "reported").await;

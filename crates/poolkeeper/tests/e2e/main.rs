@@ -2,8 +2,15 @@
 //! kube-apiserver (and kube-scheduler where pods must be placed). Each test
 //! starts its own control plane.
 
+mod audit;
+mod balancer;
+mod blast_radius;
+mod faults;
 mod harness;
 mod machineclass;
 mod manifests;
+mod modes;
 mod placement;
+mod privilege;
 mod process;
+mod replicas;

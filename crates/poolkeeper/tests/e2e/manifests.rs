@@ -28,11 +28,21 @@ fn kustomize() -> PathBuf {
     }
     let control_plane = workspace_root().join("target/control-plane");
     std::fs::read_dir(&control_plane)
-        .unwrap_or_else(|e| panic!("{}: {e}; run `cargo xtask control-plane`", control_plane.display()))
+        .unwrap_or_else(|e| {
+            panic!(
+                "{}: {e}; run `cargo xtask control-plane`",
+                control_plane.display()
+            )
+        })
         .filter_map(Result::ok)
         .map(|entry| entry.path().join("kustomize"))
         .find(|path| path.is_file())
-        .unwrap_or_else(|| panic!("no kustomize under {}; run `cargo xtask test`", control_plane.display()))
+        .unwrap_or_else(|| {
+            panic!(
+                "no kustomize under {}; run `cargo xtask test`",
+                control_plane.display()
+            )
+        })
 }
 
 /// `kustomize build deploy/`, one JSON value per document.
@@ -44,14 +54,19 @@ fn rendered_deploy() -> Vec<Value> {
         .output()
         .expect("kustomize runs");
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "kustomize build deploy/ failed: {stderr}");
+    assert!(
+        output.status.success(),
+        "kustomize build deploy/ failed: {stderr}"
+    );
     let text = String::from_utf8(output.stdout).expect("kustomize prints UTF-8");
     poolkeeper_testenv::parse_yaml_documents(&text, "kustomize build deploy/")
         .expect("kustomize prints YAML")
 }
 
 fn gvk_of(object: &Value) -> GroupVersionKind {
-    let api_version = object["apiVersion"].as_str().expect("every object has an apiVersion");
+    let api_version = object["apiVersion"]
+        .as_str()
+        .expect("every object has an apiVersion");
     let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
     let kind = object["kind"].as_str().expect("every object has a kind");
     GroupVersionKind::gvk(group, version, kind)
@@ -66,10 +81,14 @@ async fn dry_run_apply(
 ) -> Option<Result<(), String>> {
     let gvk = gvk_of(object);
     let (resource, capabilities) = discovery.resolve_gvk(&gvk)?;
-    let name = object["metadata"]["name"].as_str().expect("every object is named");
+    let name = object["metadata"]["name"]
+        .as_str()
+        .expect("every object is named");
     let api: Api<DynamicObject> = match capabilities.scope {
         Scope::Namespaced => {
-            let namespace = object["metadata"]["namespace"].as_str().unwrap_or("default");
+            let namespace = object["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or("default");
             Api::namespaced_with(client.clone(), namespace, &resource)
         }
         Scope::Cluster => Api::all_with(client.clone(), &resource),
@@ -111,7 +130,11 @@ fn check_cert_manager_object(object: &Value) -> Result<(), String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deploy_renders_and_applies_with_a_server_side_dry_run() {
     let objects = rendered_deploy();
-    let env = TestEnv::builder().scheduler(false).start().await.expect("the control plane starts");
+    let env = TestEnv::builder()
+        .scheduler(false)
+        .start()
+        .await
+        .expect("the control plane starts");
     let client = env.client();
     let (crds, rest): (Vec<&Value>, Vec<&Value>) = objects
         .iter()
@@ -121,16 +144,25 @@ async fn deploy_renders_and_applies_with_a_server_side_dry_run() {
         .into_iter()
         .map(|crd| serde_json::from_value(crd.clone()).expect("a CustomResourceDefinition"))
         .collect();
-    env.install_crds(crds).await.expect("the CRDs of deploy/ are accepted and established");
+    env.install_crds(crds)
+        .await
+        .expect("the CRDs of deploy/ are accepted and established");
     // The namespaces the other objects live in, for real: a dry run of a
     // namespace does not let objects be created in it.
     for namespace in rest.iter().filter(|o| o["kind"] == "Namespace") {
         let name = namespace["metadata"]["name"].as_str().unwrap();
-        env.create_namespace(name).await.expect("the namespace is created");
+        env.create_namespace(name)
+            .await
+            .expect("the namespace is created");
     }
-    env.create_namespace("machine-system").await.expect("the MachineClass namespace is created");
+    env.create_namespace("machine-system")
+        .await
+        .expect("the MachineClass namespace is created");
 
-    let discovery = Discovery::new(client.clone()).run().await.expect("API discovery");
+    let discovery = Discovery::new(client.clone())
+        .run()
+        .await
+        .expect("API discovery");
     let mut applied = Vec::new();
     let mut failures = Vec::new();
     for object in rest.iter().filter(|o| o["kind"] != "Namespace") {
@@ -163,7 +195,10 @@ async fn deploy_renders_and_applies_with_a_server_side_dry_run() {
         "ValidatingWebhookConfiguration",
         "ConfigMap",
     ] {
-        assert!(applied.iter().any(|k| k == kind), "{kind} is in deploy/ and applies: {applied:?}");
+        assert!(
+            applied.iter().any(|k| k == kind),
+            "{kind} is in deploy/ and applies: {applied:?}"
+        );
     }
 }
 
@@ -174,7 +209,9 @@ fn the_shipped_config_passes_check_config() {
         .iter()
         .find(|o| o["kind"] == "ConfigMap" && o["metadata"]["name"] == "poolkeeper-config")
         .expect("deploy/ ships the poolkeeper-config ConfigMap");
-    let text = config_map["data"]["poolkeeper.yaml"].as_str().expect("it holds poolkeeper.yaml");
+    let text = config_map["data"]["poolkeeper.yaml"]
+        .as_str()
+        .expect("it holds poolkeeper.yaml");
     if let Err(errors) = poolkeeper_config::Config::from_yaml_str(text) {
         panic!("deploy/poolkeeper.yaml is invalid:\n{errors}");
     }

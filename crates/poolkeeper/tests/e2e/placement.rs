@@ -110,7 +110,7 @@ async fn setup(webhooks: Webhooks) -> Cluster {
     cert.write_to_dir(cert_dir.path()).unwrap();
     let mut config = test_config(CONTROLLER_NAMESPACE, cert_dir.path());
     config.machine_classes.enabled = false;
-    let running = Running::start(&config, client.clone()).await;
+    let running = Running::start(&config, &env).await;
     running.wait_ready().await;
     let addr = running.webhook.expect("the webhook is enabled");
 

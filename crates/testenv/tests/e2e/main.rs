@@ -2,6 +2,7 @@
 
 mod configmap;
 mod crd;
+mod faults;
 mod lifecycle;
 mod scheduler;
 mod webhook;

@@ -200,3 +200,48 @@ async fn other_kinds_and_operations_pass_unchanged() {
     .map(|reason| (Allowed, reason));
     assert_eq!(decided, expected);
 }
+
+/// A binding in warn mode: the denial goes out as a warning, the Pod is
+/// allowed, and the event carries the mode.
+#[tokio::test]
+async fn warn_mode_allows_with_the_denial_as_a_warning() {
+    use poolkeeper_bus::{Event, Mode};
+
+    let f = fixture();
+    super::set_policy(
+        &f.index,
+        "bindings:\n  - {namespace: shop-beijing, nodePool: beijing, mode: warn}\n",
+    );
+    let response = admit(
+        &f.router,
+        "/validate-pods",
+        &pod_review("shop-beijing", json!({"nodeName": "hz-1"})),
+    )
+    .await;
+    assert_eq!(response["allowed"], true, "{response}");
+    assert!(response.get("status").is_none(), "{response}");
+    let warning = response["warnings"][0].as_str().unwrap();
+    assert!(
+        warning.starts_with("poolkeeper would deny this pod (binding mode warn): "),
+        "{warning}"
+    );
+    let event = f
+        .recorder
+        .wait_for(std::time::Duration::from_secs(10), |event| {
+            matches!(event, Event::AdmissionDecided { .. })
+        })
+        .await;
+    let Event::AdmissionDecided {
+        result,
+        mode,
+        reason,
+        ..
+    } = event
+    else {
+        unreachable!()
+    };
+    assert_eq!(
+        (result, mode, reason),
+        (Allowed, Mode::Warn, "outside_pool")
+    );
+}

@@ -3,13 +3,11 @@
 
 use std::time::Duration;
 
-use axum::body::Body;
-use axum::http::{Request, StatusCode};
+use http::{Method, StatusCode};
 use poolkeeper_bus::{AdmissionResult, Event, WebhookKind};
 use serde_json::{Value, json};
-use tower::ServiceExt;
 
-use super::{fixture, pod_review, post};
+use super::{fixture, pod_review, post, send};
 
 /// Every way a body can fail to be an AdmissionReview for a Pod, with the
 /// text the answer must contain and the reason `AdmissionDecided` carries.
@@ -43,6 +41,12 @@ fn malformed_cases() -> Vec<(&'static str, Vec<u8>, &'static str, &'static str)>
         (
             "deeply nested",
             [b"[".repeat(20_000), b"]".repeat(20_000)].concat(),
+            "expected apiVersion admission.k8s.io/v1",
+            "wrong_type",
+        ),
+        (
+            "deeply nested, unbalanced",
+            b"[".repeat(20_000),
             "request body is not valid JSON",
             "malformed_json",
         ),
@@ -94,7 +98,7 @@ fn malformed_cases() -> Vec<(&'static str, Vec<u8>, &'static str, &'static str)>
         ),
         (
             "object not a pod",
-            edit(&|r| r["request"]["object"]["spec"]["containers"] = json!("not a list")),
+            edit(&|r| r["request"]["object"]["spec"]["tolerations"] = json!("not a list")),
             "request.object is not a valid Pod",
             "invalid_pod",
         ),
@@ -214,7 +218,7 @@ async fn oversized_bodies_get_413() {
         (
             WebhookKind::Validate,
             AdmissionResult::Invalid,
-            "unreadable_body",
+            "body_too_large",
         ),
         (
             WebhookKind::Validate,
@@ -228,9 +232,8 @@ async fn oversized_bodies_get_413() {
 #[tokio::test]
 async fn wrong_method_and_path() {
     let f = fixture();
-    let request = Request::get("/validate-pods").body(Body::empty()).unwrap();
-    let response = f.router.clone().oneshot(request).await.unwrap();
-    assert_eq!(response.status(), StatusCode::METHOD_NOT_ALLOWED);
+    let (status, _) = send(&f.router, Method::GET, "/validate-pods", "").await;
+    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
     let (status, _) = post(&f.router, "/mutate", "{}").await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     // Only the webhook paths decide: the next event is the next admission.

@@ -10,9 +10,9 @@ mod wire;
 
 use std::sync::Arc;
 
-use axum::Router;
-use axum::body::{Body, Bytes};
-use axum::http::{Request, StatusCode};
+use http::{Method, Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
 use json_patch::Patch;
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use poolkeeper_api::NodePool;
@@ -21,10 +21,9 @@ use poolkeeper_config::Config;
 use poolkeeper_index::{Index, IndexResource};
 use poolkeeper_supervisor::testing::EventRecorder;
 use serde_json::{Value, json};
-use tower::ServiceExt;
 
 use crate::handler::AppState;
-use crate::router::router;
+use crate::service::Admission;
 use crate::settings::WebhookSettings;
 
 const POOL_LABEL: &str = "apps.openyurt.io/nodepool";
@@ -101,9 +100,9 @@ fn cluster() -> Arc<Index> {
     Arc::new(index)
 }
 
-/// The router over the test cluster, and what it publishes.
+/// The endpoints over the test cluster, and what they publish.
 struct Fixture {
-    router: Router,
+    router: Admission,
     index: Arc<Index>,
     recorder: EventRecorder,
 }
@@ -119,7 +118,7 @@ fn fixture_with(settings: WebhookSettings) -> Fixture {
     bus.start();
     let state = AppState::new(Arc::clone(&index), settings.policy.clone(), bus);
     Fixture {
-        router: router(&settings, Arc::new(state)),
+        router: Admission::new(&settings, state),
         index,
         recorder,
     }
@@ -206,21 +205,31 @@ fn pod_review(namespace: &str, spec: Value) -> Value {
     review("Pod", "CREATE", namespace, pod(None, json!({}), spec))
 }
 
-async fn post(router: &Router, path: &str, body: impl Into<Body>) -> (StatusCode, Bytes) {
-    let request = Request::post(path)
+/// `method path` with `body`, answered by `router`.
+async fn send(
+    router: &Admission,
+    method: Method,
+    path: &str,
+    body: impl Into<Bytes>,
+) -> (StatusCode, Bytes) {
+    let request = Request::builder()
+        .method(method)
+        .uri(path)
         .header("content-type", "application/json")
-        .body(body.into())
+        .body(Full::new(body.into()))
         .unwrap();
-    let response = router.clone().oneshot(request).await.unwrap();
+    let response = router.respond(request).await;
     let status = response.status();
-    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
-        .await
-        .unwrap();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
     (status, bytes)
 }
 
+async fn post(router: &Admission, path: &str, body: impl Into<Bytes>) -> (StatusCode, Bytes) {
+    send(router, Method::POST, path, body).await
+}
+
 /// POSTs `review` and returns the `response` object of the answer.
-async fn admit(router: &Router, path: &str, review: &Value) -> Value {
+async fn admit(router: &Admission, path: &str, review: &Value) -> Value {
     let (status, body) = post(router, path, serde_json::to_vec(review).unwrap()).await;
     assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
     let answer: Value = serde_json::from_slice(&body).unwrap();

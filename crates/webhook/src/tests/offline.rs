@@ -1,6 +1,6 @@
 //! The offline path of `poolkeeper admit`: the same review, no server.
 
-use axum::http::StatusCode;
+use http::StatusCode;
 use poolkeeper_bus::WebhookKind;
 use poolkeeper_placement::{PlacementError, PlacementPolicy};
 use serde_json::json;

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::panic::AssertUnwindSafe;
 use std::time::Duration;
 
-use axum::http::StatusCode;
+use http::StatusCode;
 use poolkeeper_config::Config;
 use serde_json::json;
 

@@ -1,9 +1,9 @@
 //! The bytes on the wire: Kubernetes' AdmissionReview encoding, with the
 //! patch as a base64 string (`[]byte` in the Kubernetes API).
 
-use axum::http::StatusCode;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
+use http::StatusCode;
 use json_patch::Patch;
 use serde_json::json;
 

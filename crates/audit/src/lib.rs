@@ -1,0 +1,32 @@
+//! The audit of Pods that already exist: which of them run, or may land,
+//! outside their NodePool.
+//!
+//! - [`Audit`]: the leader-only [`poolkeeper_supervisor::Component`]
+//!   `audit`. Every `audit.interval` it runs a round ([`audit_round`]):
+//!   a paginated LIST of the Pods of each bound namespace and of the Pods
+//!   carrying the pool label ([`PodLister`], [`KubePods`]), each projected
+//!   ([`poolkeeper_placement::PodPlacement`]) and judged at once against
+//!   the index by [`poolkeeper_placement::audit`]; nothing is kept between
+//!   rounds and nothing is watched. It publishes
+//!   [`poolkeeper_bus::Event::AuditCompleted`] and queues one Warning Event
+//!   per violating Pod and reason, the first time it is found.
+//! - [`cluster_index`], [`cluster_pod`]: the placement state of a cluster
+//!   (and one Pod) read once, for
+//!   `poolkeeper audit` and `poolkeeper explain`.
+
+mod component;
+mod error;
+mod lister;
+mod round;
+mod settings;
+mod snapshot;
+
+pub use component::{Audit, EVENT_ACTION, WarningSink, notice, pod_reference};
+pub use error::AuditError;
+pub use lister::{KubePods, PodLister, PodPage, PodQuery, RUNNING_OR_PENDING, decode_chunks};
+pub use round::{Finding, ReportKey, Round, audit_round, event_reason, queries};
+pub use settings::AuditSettings;
+pub use snapshot::{cluster_index, cluster_pod};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,192 @@
+//! Paginated LISTs of Pods, behind a small trait so the round can be fed
+//! pages without an API server.
+
+use std::collections::VecDeque;
+use std::io::Read;
+
+use futures::future::BoxFuture;
+use http_body_util::BodyExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::ListParams;
+use kube::core::{ObjectList, Request, Status};
+use poolkeeper_placement::PodPlacement;
+use serde::de::DeserializeOwned;
+
+/// Terminated Pods run nowhere: the API server leaves them out.
+pub const RUNNING_OR_PENDING: &str = "status.phase!=Succeeded,status.phase!=Failed";
+
+/// Which Pods one LIST reads.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PodQuery {
+    /// Every Pod of a bound namespace.
+    Namespace(String),
+    /// Pods in every namespace that carry the pool label (any value).
+    Labelled { pool_label: String },
+}
+
+impl PodQuery {
+    /// The list parameters of one page: `limit` Pods from `continue_token`,
+    /// neither Succeeded nor Failed.
+    pub fn list_params(&self, limit: u32, continue_token: Option<&str>) -> ListParams {
+        let mut params = ListParams::default()
+            .limit(limit)
+            .fields(RUNNING_OR_PENDING);
+        if let Self::Labelled { pool_label } = self {
+            params = params.labels(pool_label);
+        }
+        if let Some(token) = continue_token {
+            params = params.continue_token(token);
+        }
+        params
+    }
+}
+
+impl std::fmt::Display for PodQuery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Namespace(namespace) => write!(f, "the Pods of namespace {namespace}"),
+            Self::Labelled { pool_label } => write!(f, "the Pods labelled {pool_label}"),
+        }
+    }
+}
+
+/// One page of a LIST, already projected.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PodPage {
+    pub pods: Vec<PodPlacement>,
+    /// Where the next page starts; `None` on the last page.
+    pub continue_token: Option<String>,
+}
+
+/// Reads Pods a page at a time.
+pub trait PodLister: Send + Sync + 'static {
+    /// The page of `query` that starts at `continue_token` (the first page
+    /// without one), at most `limit` Pods.
+    fn page<'a>(
+        &'a self,
+        query: &'a PodQuery,
+        limit: u32,
+        continue_token: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<PodPage, kube::Error>>;
+}
+
+/// The API server's Pods: the LIST `Api::<Pod>::list` sends, with each
+/// page decoded straight from the response body's chunks into projections
+/// (`ObjectList<PodPlacement>`), so a page exists neither as full Pods nor as
+/// one contiguous copy of its body (kube's `Client::request` holds two).
+/// `benches/round.rs` measures the difference.
+#[derive(Clone)]
+pub struct KubePods {
+    client: kube::Client,
+}
+
+impl KubePods {
+    pub fn new(client: kube::Client) -> Self {
+        Self { client }
+    }
+
+    async fn list(
+        &self,
+        query: &PodQuery,
+        limit: u32,
+        continue_token: Option<&str>,
+    ) -> Result<ObjectList<PodPlacement>, kube::Error> {
+        let api: Api<Pod> = match query {
+            PodQuery::Namespace(namespace) => Api::namespaced(self.client.clone(), namespace),
+            PodQuery::Labelled { .. } => Api::all(self.client.clone()),
+        };
+        let mut request = Request::new(api.resource_url())
+            .list(&query.list_params(limit, continue_token))
+            .map_err(kube::Error::BuildRequest)?;
+        request.extensions_mut().insert("list");
+        let response = self
+            .client
+            .send(request.map(kube::client::Body::from))
+            .await?;
+        let status = response.status();
+        let mut body = response.into_body();
+        let mut chunks = Vec::new();
+        while let Some(frame) = body.frame().await {
+            if let Ok(data) = frame?.into_data() {
+                chunks.push(data);
+            }
+        }
+        if status.is_client_error() || status.is_server_error() {
+            return Err(api_error(status.as_u16(), &chunks));
+        }
+        decode_chunks(chunks).map_err(kube::Error::SerdeError)
+    }
+}
+
+/// The API server's `Status` of a failed request, as kube reports it.
+pub(crate) fn api_error<B: AsRef<[u8]>>(code: u16, chunks: &[B]) -> kube::Error {
+    let text: Vec<u8> = chunks
+        .iter()
+        .flat_map(|c| c.as_ref().iter().copied())
+        .collect();
+    let status = serde_json::from_slice::<Status>(&text).unwrap_or_else(|_| {
+        let text = String::from_utf8_lossy(&text);
+        Status::failure(text.trim(), "Failed to parse error data").with_code(code)
+    });
+    kube::Error::Api(Box::new(status))
+}
+
+/// Decodes JSON that arrived in `chunks`, reading them in order and freeing
+/// each one as soon as it is read, without joining them into one buffer.
+pub fn decode_chunks<T: DeserializeOwned, B: AsRef<[u8]>>(
+    chunks: impl IntoIterator<Item = B>,
+) -> serde_json::Result<T> {
+    let reader = ChunksReader {
+        chunks: chunks.into_iter().collect(),
+        offset: 0,
+    };
+    serde_json::from_reader(std::io::BufReader::new(reader))
+}
+
+struct ChunksReader<B> {
+    chunks: VecDeque<B>,
+    /// Bytes of the front chunk already read.
+    offset: usize,
+}
+
+impl<B: AsRef<[u8]>> Read for ChunksReader<B> {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        while let Some(front) = self.chunks.front() {
+            let rest = &front.as_ref()[self.offset..];
+            if rest.is_empty() {
+                self.chunks.pop_front();
+                self.offset = 0;
+                continue;
+            }
+            let n = rest.len().min(out.len());
+            out[..n].copy_from_slice(&rest[..n]);
+            self.offset += n;
+            return Ok(n);
+        }
+        Ok(0)
+    }
+}
+
+impl std::fmt::Debug for KubePods {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubePods").finish_non_exhaustive()
+    }
+}
+
+impl PodLister for KubePods {
+    fn page<'a>(
+        &'a self,
+        query: &'a PodQuery,
+        limit: u32,
+        continue_token: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<PodPage, kube::Error>> {
+        Box::pin(async move {
+            let list = self.list(query, limit, continue_token).await?;
+            Ok(PodPage {
+                continue_token: list.metadata.continue_.filter(|token| !token.is_empty()),
+                pods: list.items,
+            })
+        })
+    }
+}

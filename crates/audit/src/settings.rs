@@ -1,0 +1,38 @@
+//! The audit's settings, taken from the configuration.
+
+use std::time::Duration;
+
+use poolkeeper_config::Config;
+use poolkeeper_placement::PolicySource;
+
+/// `audit.*` plus where the placement policy lives.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AuditSettings {
+    /// Time between two rounds; zero turns the audit off.
+    pub interval: Duration,
+    /// Pods per page of each LIST.
+    pub page_size: u32,
+    /// Violations kept in detail per round (`AuditCompleted.violations`,
+    /// Warning Events); every one is counted.
+    pub max_reported: usize,
+    /// The placement ConfigMap and the default mode of its bindings.
+    pub policy: PolicySource,
+}
+
+impl From<&Config> for AuditSettings {
+    fn from(config: &Config) -> Self {
+        Self {
+            interval: config.audit.interval,
+            page_size: config.audit.page_size,
+            max_reported: config.audit.max_reported,
+            policy: PolicySource::from(&config.placement),
+        }
+    }
+}
+
+impl AuditSettings {
+    /// Whether rounds run at all (`audit.interval` is not `0s`).
+    pub fn enabled(&self) -> bool {
+        !self.interval.is_zero()
+    }
+}

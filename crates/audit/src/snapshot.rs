@@ -1,0 +1,80 @@
+//! The placement state of a cluster read once, for a one-off audit or
+//! explanation outside the controller (`poolkeeper audit`, `poolkeeper
+//! explain --kubeconfig`): the Nodes, NodePools and placement ConfigMap
+//! go into an index through the same conversions the watchers use.
+
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
+use kube::Api;
+use kube::api::ListParams;
+use poolkeeper_api::NodePool;
+use poolkeeper_index::{Index, IndexResource};
+use poolkeeper_placement::{PodPlacement, PolicySource};
+
+use crate::error::AuditError;
+
+/// Objects per page when reading Nodes and NodePools.
+const PAGE: u32 = 500;
+
+/// An index of the cluster's Nodes, NodePools and placement ConfigMap.
+pub async fn cluster_index(
+    client: &kube::Client,
+    pool_label: &str,
+    policy: &PolicySource,
+) -> Result<Index, AuditError> {
+    let nodes = list_all::<Node>(Api::all(client.clone()), "Nodes").await?;
+    let pools = list_all::<NodePool>(Api::all(client.clone()), "NodePools").await?;
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &policy.namespace);
+    let config_map =
+        config_maps
+            .get_opt(&policy.name)
+            .await
+            .map_err(|source| AuditError::ReadCluster {
+                what: "the placement ConfigMap",
+                source,
+            })?;
+    let index = Index::new(pool_label);
+    index.reset(nodes);
+    index.reset(pools);
+    index.reset(config_map.into_iter().collect::<Vec<_>>());
+    Ok(index)
+}
+
+/// The projection of Pod `namespace/name`.
+pub async fn cluster_pod(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+) -> Result<PodPlacement, AuditError> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let pod = pods
+        .get(name)
+        .await
+        .map_err(|source| AuditError::ReadCluster {
+            what: "the Pod",
+            source,
+        })?;
+    Ok(PodPlacement::from(pod))
+}
+
+async fn list_all<K>(api: Api<K>, what: &'static str) -> Result<Vec<K>, AuditError>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let mut objects = Vec::new();
+    let mut token: Option<String> = None;
+    loop {
+        let mut params = ListParams::default().limit(PAGE);
+        if let Some(token) = &token {
+            params = params.continue_token(token);
+        }
+        let page = api
+            .list(&params)
+            .await
+            .map_err(|source| AuditError::ReadCluster { what, source })?;
+        objects.extend(page.items);
+        token = page.metadata.continue_.filter(|token| !token.is_empty());
+        if token.is_none() {
+            return Ok(objects);
+        }
+    }
+}

@@ -1,0 +1,226 @@
+//! The component on a paused clock: rounds every interval, the bus event,
+//! and one Warning per Pod and reason.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use poolkeeper_bus::{Bus, Event};
+use poolkeeper_index::IndexResource;
+use poolkeeper_supervisor::testing::{EventRecorder, spawn};
+use serde_json::json;
+
+use super::{FakePods, FakeSink, cluster, k8s_node, on, pod, settings};
+use crate::{Audit, AuditSettings};
+
+const INTERVAL: Duration = Duration::from_secs(60);
+
+struct Setup {
+    bus: Bus,
+    recorder: EventRecorder,
+    lister: FakePods,
+    sink: FakeSink,
+    index: std::sync::Arc<poolkeeper_index::Index>,
+    settings: AuditSettings,
+}
+
+fn setup() -> Setup {
+    let mut settings = settings();
+    settings.interval = INTERVAL;
+    let bus = Bus::new(64);
+    let recorder = EventRecorder::new(&bus);
+    bus.start();
+    Setup {
+        index: cluster(&settings),
+        bus,
+        recorder,
+        lister: FakePods::new(vec![
+            pod("shop-hangzhou", "in", json!({}), on("hz-1")),
+            pod("shop-hangzhou", "out", json!({}), on("bj-1")),
+        ]),
+        sink: FakeSink::default(),
+        settings,
+    }
+}
+
+fn audit(s: &Setup) -> Box<Audit> {
+    Box::new(Audit::with_parts(
+        s.lister.clone(),
+        s.index.clone(),
+        &s.bus,
+        s.sink.clone(),
+        s.settings.clone(),
+    ))
+}
+
+fn is_round(event: &Event) -> bool {
+    matches!(event, Event::AuditCompleted { .. })
+}
+
+/// Waits (on the paused clock) until `n` rounds were published.
+async fn rounds(recorder: &EventRecorder, n: usize) -> Vec<(Duration, Event)> {
+    while recorder.count(is_round) < n {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    recorder
+        .timed()
+        .into_iter()
+        .filter(|(_, event)| is_round(event))
+        .collect()
+}
+
+fn violations(event: &Event) -> Vec<String> {
+    match event {
+        Event::AuditCompleted { violations, .. } => violations
+            .iter()
+            .map(|v| format!("{}/{}", v.namespace, v.pod))
+            .collect(),
+        other => panic!("not a round: {other:?}"),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_round_at_once_then_every_interval() {
+    let s = setup();
+    let mut running = spawn(audit(&s));
+    running.wait_ready(Duration::from_secs(1)).await;
+    let timed = rounds(&s.recorder, 3).await;
+    let at: Vec<u64> = timed.iter().map(|(t, _)| t.as_secs()).collect();
+    assert_eq!(at, [0, 60, 120]);
+    match &timed[0].1 {
+        Event::AuditCompleted {
+            pods,
+            counts,
+            truncated,
+            ..
+        } => {
+            assert_eq!(*pods, 2);
+            assert_eq!(counts.len(), 1);
+            assert_eq!(counts[0].pods, 1);
+            assert_eq!(counts[0].reason, "outside_pool");
+            assert!(!truncated);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(violations(&timed[2].1), ["shop-hangzhou/out"]);
+    running.stop().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn one_warning_per_pod_and_reason_until_it_is_gone() {
+    let s = setup();
+    let running = spawn(audit(&s));
+    rounds(&s.recorder, 3).await;
+    assert_eq!(
+        s.sink.queued(),
+        [("shop-hangzhou/out".to_owned(), "OutsidePool")],
+        "three rounds, one Warning"
+    );
+    let (regarding, notice) = s.sink.warnings.lock()[0].clone();
+    assert_eq!(regarding.uid.as_deref(), Some("uid-out"));
+    assert_eq!(
+        (regarding.kind.as_deref(), regarding.api_version.as_deref()),
+        (Some("Pod"), Some("v1"))
+    );
+    assert_eq!(notice.action, "Audit");
+    assert!(
+        notice.note.contains("runs on node \"bj-1\""),
+        "{}",
+        notice.note
+    );
+    assert!(
+        notice.note.ends_with("(binding mode enforce)"),
+        "{}",
+        notice.note
+    );
+
+    // The Pod goes away: forgotten. A new Pod of the same name is another
+    // Pod and is warned about again.
+    s.lister.pods.lock().retain(|pod| pod.name != "out");
+    rounds(&s.recorder, 4).await;
+    let mut again = pod("shop-hangzhou", "out", json!({}), on("free-1"));
+    again.uid = "uid-out-2".to_owned();
+    s.lister.pods.lock().push(again);
+    rounds(&s.recorder, 6).await;
+    let queued = s.sink.queued();
+    assert_eq!(queued.len(), 2, "{queued:?}");
+    assert_eq!(
+        s.sink.warnings.lock()[1].0.uid.as_deref(),
+        Some("uid-out-2")
+    );
+    running.stop().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_node_moved_to_another_pool_makes_its_pods_violations_next_round() {
+    let s = setup();
+    let running = spawn(audit(&s));
+    let first = rounds(&s.recorder, 1).await;
+    assert_eq!(violations(&first[0].1), ["shop-hangzhou/out"]);
+    s.index.apply(k8s_node("hz-1", Some("beijing")));
+    let timed = rounds(&s.recorder, 2).await;
+    assert_eq!(timed[1].0, INTERVAL);
+    assert_eq!(
+        violations(&timed[1].1),
+        ["shop-hangzhou/in", "shop-hangzhou/out"]
+    );
+    assert_eq!(s.sink.queued().len(), 2);
+    // Back in its pool, then out again: a new Warning.
+    s.index.apply(k8s_node("hz-1", Some("hangzhou")));
+    rounds(&s.recorder, 3).await;
+    s.index.apply(k8s_node("hz-1", Some("beijing")));
+    rounds(&s.recorder, 4).await;
+    assert_eq!(s.sink.queued().len(), 3, "{:?}", s.sink.queued());
+    running.stop().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refused_warning_is_tried_again_next_round() {
+    let s = setup();
+    s.sink.full.store(true, Ordering::SeqCst);
+    let running = spawn(audit(&s));
+    rounds(&s.recorder, 1).await;
+    assert!(s.sink.queued().is_empty());
+    s.sink.full.store(false, Ordering::SeqCst);
+    rounds(&s.recorder, 3).await;
+    assert_eq!(s.sink.queued().len(), 1);
+    running.stop().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_round_publishes_nothing_and_the_next_retries() {
+    let s = setup();
+    s.lister.failing.store(true, Ordering::SeqCst);
+    let running = spawn(audit(&s));
+    tokio::time::sleep(INTERVAL + Duration::from_secs(1)).await;
+    assert_eq!(s.recorder.count(is_round), 0);
+    assert!(s.lister.calls.lock().len() >= 2, "two rounds tried");
+    s.lister.failing.store(false, Ordering::SeqCst);
+    let timed = rounds(&s.recorder, 1).await;
+    assert_eq!(timed[0].0, INTERVAL * 2);
+    running.stop().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_interval_of_zero_turns_it_off() {
+    let mut s = setup();
+    s.settings.interval = Duration::ZERO;
+    assert!(!s.settings.enabled());
+    let mut running = spawn(audit(&s));
+    running.wait_ready(Duration::from_secs(1)).await;
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+    assert_eq!(s.recorder.count(is_round), 0);
+    assert!(s.lister.calls.lock().is_empty());
+    running.stop().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn is_ready_at_once_and_has_no_readiness_check() {
+    use poolkeeper_supervisor::Component;
+    let s = setup();
+    let component = audit(&s);
+    assert_eq!(component.name(), "audit");
+    assert_eq!(component.readiness_check(), None);
+    let mut running = spawn(component);
+    running.wait_ready(Duration::from_millis(1)).await;
+    running.stop().await.unwrap();
+}

@@ -1,0 +1,204 @@
+//! Tests of the audit: rounds fed by a fake Pod source, and the component
+//! on a paused clock.
+
+mod component;
+mod lister;
+mod round;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use futures::future::BoxFuture;
+use k8s_openapi::api::core::v1::{ConfigMap, Node, ObjectReference};
+use parking_lot::Mutex;
+use poolkeeper_config::Config;
+use poolkeeper_index::{Index, IndexResource};
+use poolkeeper_placement::PodPlacement;
+use poolkeeper_recorder::Notice;
+use serde_json::{Value, json};
+
+use crate::{AuditSettings, PodLister, PodPage, PodQuery, WarningSink};
+
+pub(crate) const POOL: &str = "apps.openyurt.io/nodepool";
+
+pub(crate) const POLICY: &str = "
+bindings:
+  - {namespace: shop-hangzhou, nodePool: hangzhou}
+  - {namespace: shop-beijing, nodePool: beijing, mode: dryrun}
+edgeTolerations:
+  - {key: node-role.kubernetes.io/edge, operator: Exists, effect: NoSchedule}
+";
+
+pub(crate) fn settings() -> AuditSettings {
+    let mut settings = AuditSettings::from(&Config::default());
+    settings.page_size = 2;
+    settings
+}
+
+pub(crate) fn k8s_node(name: &str, pool: Option<&str>) -> Node {
+    let labels = match pool {
+        Some(pool) => json!({(POOL): pool}),
+        None => json!({}),
+    };
+    serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}})).unwrap()
+}
+
+pub(crate) fn policy_config_map(settings: &AuditSettings, yaml: &str) -> ConfigMap {
+    let source = &settings.policy;
+    serde_json::from_value(json!({
+        "metadata": {"name": source.name, "namespace": source.namespace},
+        "data": {(source.key.clone()): yaml},
+    }))
+    .unwrap()
+}
+
+/// hangzhou (Cloud): hz-1, hz-2; beijing (Cloud): bj-1; free-1 in no pool.
+pub(crate) fn cluster(settings: &AuditSettings) -> Arc<Index> {
+    let index = Index::new(POOL);
+    for (name, pool) in [
+        ("hz-1", Some("hangzhou")),
+        ("hz-2", Some("hangzhou")),
+        ("bj-1", Some("beijing")),
+        ("free-1", None),
+    ] {
+        index.apply(k8s_node(name, pool));
+    }
+    for pool in ["hangzhou", "beijing"] {
+        let node_pool: poolkeeper_api::NodePool = serde_json::from_value(json!({
+            "apiVersion": "apps.openyurt.io/v1beta2", "kind": "NodePool",
+            "metadata": {"name": pool}, "spec": {"type": "Cloud"},
+        }))
+        .unwrap();
+        index.apply(node_pool);
+    }
+    index.apply(policy_config_map(settings, POLICY));
+    Arc::new(index)
+}
+
+/// A Pod of `namespace` (UID `uid-NAME`) with `labels` and `spec`.
+pub(crate) fn pod(namespace: &str, name: &str, labels: Value, spec: Value) -> PodPlacement {
+    serde_json::from_value(json!({
+        "metadata": {"namespace": namespace, "name": name, "uid": format!("uid-{name}"), "labels": labels},
+        "spec": spec,
+    }))
+    .unwrap()
+}
+
+pub(crate) fn on(node: &str) -> Value {
+    json!({"nodeName": node})
+}
+
+/// One LIST call: the query, its limit and its continue token.
+pub(crate) type Call = (PodQuery, u32, Option<String>);
+
+/// Pods served a page at a time, as the API server would select them; the
+/// continue token is the offset of the next page.
+#[derive(Clone, Default)]
+pub(crate) struct FakePods {
+    pub(crate) pods: Arc<Mutex<Vec<PodPlacement>>>,
+    pub(crate) calls: Arc<Mutex<Vec<Call>>>,
+    pub(crate) failing: Arc<AtomicBool>,
+}
+
+impl FakePods {
+    pub(crate) fn new(pods: Vec<PodPlacement>) -> Self {
+        let fake = Self::default();
+        *fake.pods.lock() = pods;
+        fake
+    }
+
+    fn selected(&self, query: &PodQuery) -> Vec<PodPlacement> {
+        self.pods
+            .lock()
+            .iter()
+            .filter(|pod| match query {
+                PodQuery::Namespace(namespace) => pod.namespace == *namespace,
+                PodQuery::Labelled { pool_label } => pod.labels.contains_key(pool_label),
+            })
+            .cloned()
+            .collect()
+    }
+}
+
+impl PodLister for FakePods {
+    fn page<'a>(
+        &'a self,
+        query: &'a PodQuery,
+        limit: u32,
+        continue_token: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<PodPage, kube::Error>> {
+        self.calls
+            .lock()
+            .push((query.clone(), limit, continue_token.map(str::to_owned)));
+        let result = if self.failing.load(Ordering::SeqCst) {
+            Err(kube::Error::Api(Box::new(kube::core::Status::failure(
+                "etcd is down",
+                "InternalError",
+            ))))
+        } else {
+            let selected = self.selected(query);
+            let start: usize = continue_token.map_or(0, |token| token.parse().unwrap());
+            let end = (start + limit as usize).min(selected.len());
+            Ok(PodPage {
+                pods: selected[start..end].to_vec(),
+                continue_token: (end < selected.len()).then(|| end.to_string()),
+            })
+        };
+        Box::pin(async move { result })
+    }
+}
+
+/// Warnings as they would be queued; refuses them while `full`.
+#[derive(Clone, Default)]
+pub(crate) struct FakeSink {
+    pub(crate) warnings: Arc<Mutex<Vec<(ObjectReference, Notice)>>>,
+    pub(crate) full: Arc<AtomicBool>,
+}
+
+impl FakeSink {
+    /// `(namespace/name, reason)` of every queued Warning, in order.
+    pub(crate) fn queued(&self) -> Vec<(String, &'static str)> {
+        self.warnings
+            .lock()
+            .iter()
+            .map(|(regarding, notice)| {
+                (
+                    format!(
+                        "{}/{}",
+                        regarding.namespace.as_deref().unwrap_or_default(),
+                        regarding.name.as_deref().unwrap_or_default()
+                    ),
+                    notice.reason,
+                )
+            })
+            .collect()
+    }
+}
+
+impl WarningSink for FakeSink {
+    fn warn(&self, regarding: ObjectReference, notice: Notice) -> bool {
+        if self.full.load(Ordering::SeqCst) {
+            return false;
+        }
+        self.warnings.lock().push((regarding, notice));
+        true
+    }
+}
+
+pub(crate) fn labels(pairs: &[(&str, &str)]) -> Value {
+    Value::Object(
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), json!(v)))
+            .collect::<serde_json::Map<_, _>>(),
+    )
+}
+
+pub(crate) fn counts(round: &crate::Round) -> BTreeMap<(String, String, &'static str), usize> {
+    round
+        .counts
+        .iter()
+        .map(|c| ((c.namespace.clone(), c.pool.clone(), c.reason), c.pods))
+        .collect()
+}

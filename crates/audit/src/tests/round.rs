@@ -1,0 +1,260 @@
+//! One round over a fake Pod source.
+
+use std::collections::HashSet;
+use std::sync::atomic::Ordering;
+
+use poolkeeper_index::IndexResource;
+use serde_json::json;
+
+use super::{
+    FakePods, POOL, cluster, counts, k8s_node, labels, on, pod, policy_config_map, settings,
+};
+use crate::{AuditError, PodQuery, RUNNING_OR_PENDING, ReportKey, audit_round};
+
+fn pods() -> Vec<poolkeeper_placement::PodPlacement> {
+    vec![
+        // shop-hangzhou (enforce): two inside, two outside, one pending reaching out.
+        pod("shop-hangzhou", "in-1", json!({}), on("hz-1")),
+        pod("shop-hangzhou", "in-2", json!({}), on("hz-2")),
+        pod("shop-hangzhou", "out-bj", json!({}), on("bj-1")),
+        pod("shop-hangzhou", "out-free", json!({}), on("free-1")),
+        pod(
+            "shop-hangzhou",
+            "pending-out",
+            json!({}),
+            json!({"nodeSelector": {"x": "y"}}),
+        ),
+        pod("shop-hangzhou", "on-unknown", json!({}), on("gone")),
+        // shop-beijing (dryrun): one outside, one labelled into hangzhou.
+        pod("shop-beijing", "out-hz", json!({}), on("hz-1")),
+        pod(
+            "shop-beijing",
+            "relabelled",
+            labels(&[(POOL, "hangzhou")]),
+            on("hz-2"),
+        ),
+        // Unbound namespaces: only labelled Pods count.
+        pod("default", "plain", json!({}), on("bj-1")),
+        pod(
+            "default",
+            "labelled-out",
+            labels(&[(POOL, "beijing")]),
+            on("hz-1"),
+        ),
+        pod(
+            "default",
+            "labelled-in",
+            labels(&[(POOL, "beijing")]),
+            on("bj-1"),
+        ),
+        pod("default", "empty-label", labels(&[(POOL, "")]), on("hz-1")),
+    ]
+}
+
+#[tokio::test]
+async fn judges_bound_namespaces_and_labelled_pods_once_each() {
+    let settings = settings();
+    let index = cluster(&settings);
+    let lister = FakePods::new(pods());
+    let round = audit_round(&lister, &index, &settings, &HashSet::new())
+        .await
+        .unwrap();
+
+    // 6 + 2 in bound namespaces, 3 labelled elsewhere ("relabelled" once).
+    assert_eq!(round.pods, 11);
+    let expected = [
+        (("default", "beijing", "outside_pool"), 1),
+        (("shop-beijing", "beijing", "outside_pool"), 1),
+        (("shop-hangzhou", "hangzhou", "no_matching_node"), 1),
+        (("shop-hangzhou", "hangzhou", "outside_pool"), 2),
+    ];
+    let expected: std::collections::BTreeMap<_, _> = expected
+        .into_iter()
+        .map(|((ns, pool, reason), n)| ((ns.to_owned(), pool.to_owned(), reason), n))
+        .collect();
+    assert_eq!(counts(&round), expected);
+    assert_eq!(round.violations(), 5);
+    assert!(!round.truncated);
+
+    let found: Vec<(&str, &str, Option<&str>)> = round
+        .findings
+        .iter()
+        .map(|f| {
+            (
+                f.violation.namespace.as_str(),
+                f.violation.pod.as_str(),
+                f.violation.node.as_deref(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        found,
+        [
+            ("shop-beijing", "out-hz", Some("hz-1")),
+            ("shop-hangzhou", "out-bj", Some("bj-1")),
+            ("shop-hangzhou", "out-free", Some("free-1")),
+            ("shop-hangzhou", "pending-out", None),
+            ("default", "labelled-out", Some("hz-1")),
+        ],
+        "bound namespaces in order, then the labelled Pods"
+    );
+    let out_bj = &round.findings[1];
+    assert_eq!(out_bj.uid, "uid-out-bj");
+    assert_eq!(
+        out_bj.violation.message,
+        "pod is bound to node pool \"hangzhou\" but runs on node \"bj-1\", which is in node pool \"beijing\""
+    );
+    assert_eq!(round.findings[0].mode, poolkeeper_placement::Mode::Dryrun);
+    assert_eq!(out_bj.mode, poolkeeper_placement::Mode::Enforce);
+}
+
+#[tokio::test]
+async fn reads_every_page_with_the_configured_size() {
+    let settings = settings();
+    let index = cluster(&settings);
+    let lister = FakePods::new(pods());
+    audit_round(&lister, &index, &settings, &HashSet::new())
+        .await
+        .unwrap();
+    let calls = lister.calls.lock().clone();
+    let hangzhou = PodQuery::Namespace("shop-hangzhou".to_owned());
+    let beijing = PodQuery::Namespace("shop-beijing".to_owned());
+    let labelled = PodQuery::Labelled {
+        pool_label: POOL.to_owned(),
+    };
+    let expected = vec![
+        (beijing, 2, None),
+        (hangzhou.clone(), 2, None),
+        (hangzhou.clone(), 2, Some("2".to_owned())),
+        (hangzhou, 2, Some("4".to_owned())),
+        (labelled.clone(), 2, None),
+        (labelled.clone(), 2, Some("2".to_owned())),
+    ];
+    assert_eq!(calls, expected);
+}
+
+#[test]
+fn list_parameters() {
+    let namespace = PodQuery::Namespace("a".to_owned()).list_params(500, None);
+    assert_eq!(namespace.limit, Some(500));
+    assert_eq!(
+        namespace.field_selector.as_deref(),
+        Some(RUNNING_OR_PENDING)
+    );
+    assert_eq!(namespace.label_selector, None);
+    assert_eq!(namespace.continue_token, None);
+    let labelled = PodQuery::Labelled {
+        pool_label: POOL.to_owned(),
+    }
+    .list_params(10, Some("abc"));
+    assert_eq!(labelled.label_selector.as_deref(), Some(POOL));
+    assert_eq!(labelled.continue_token.as_deref(), Some("abc"));
+    assert_eq!(labelled.limit, Some(10));
+}
+
+#[tokio::test]
+async fn only_the_first_violations_are_detailed_but_all_are_counted() {
+    let mut settings = settings();
+    settings.max_reported = 2;
+    let index = cluster(&settings);
+    let lister = FakePods::new(pods());
+    let round = audit_round(&lister, &index, &settings, &HashSet::new())
+        .await
+        .unwrap();
+    assert_eq!(round.findings.len(), 2);
+    assert!(round.truncated);
+    assert_eq!(round.violations(), 5);
+    let event = round.to_event();
+    let json = serde_json::to_value(&event).unwrap();
+    assert_eq!(json["type"], "AuditCompleted");
+    assert_eq!(json["violations"].as_array().unwrap().len(), 2);
+    assert_eq!(json["truncated"], true);
+}
+
+#[tokio::test]
+async fn tells_which_reports_still_violate() {
+    let settings = settings();
+    let index = cluster(&settings);
+    let lister = FakePods::new(pods());
+    let previous: HashSet<ReportKey> = [
+        ReportKey::new("uid-out-bj", "shop-hangzhou", "out-bj", "outside_pool"),
+        ReportKey::new("uid-gone", "shop-hangzhou", "gone", "outside_pool"),
+        ReportKey::new("uid-in-1", "shop-hangzhou", "in-1", "outside_pool"),
+    ]
+    .into_iter()
+    .collect();
+    let round = audit_round(&lister, &index, &settings, &previous)
+        .await
+        .unwrap();
+    let still: HashSet<ReportKey> = [ReportKey::new(
+        "uid-out-bj",
+        "shop-hangzhou",
+        "out-bj",
+        "outside_pool",
+    )]
+    .into_iter()
+    .collect();
+    assert_eq!(round.still_reported, still);
+}
+
+#[tokio::test]
+async fn a_relabelled_node_changes_the_verdict_of_the_next_round() {
+    let settings = settings();
+    let index = cluster(&settings);
+    let lister = FakePods::new(vec![pod("shop-hangzhou", "web", json!({}), on("hz-2"))]);
+    let before = audit_round(&lister, &index, &settings, &HashSet::new())
+        .await
+        .unwrap();
+    assert_eq!(before.violations(), 0);
+    index.apply(k8s_node("hz-2", Some("beijing")));
+    let after = audit_round(&lister, &index, &settings, &HashSet::new())
+        .await
+        .unwrap();
+    assert_eq!(after.violations(), 1);
+    assert_eq!(after.findings[0].violation.node.as_deref(), Some("hz-2"));
+}
+
+#[tokio::test]
+async fn failures_fail_the_round() {
+    let settings = settings();
+    let index = cluster(&settings);
+    let lister = FakePods::new(pods());
+    lister.failing.store(true, Ordering::SeqCst);
+    let error = audit_round(&lister, &index, &settings, &HashSet::new())
+        .await
+        .unwrap_err();
+    assert!(matches!(error, AuditError::ListPods { .. }), "{error}");
+    assert!(
+        error
+            .to_string()
+            .starts_with("listing the Pods of namespace shop-beijing failed"),
+        "{error}"
+    );
+
+    lister.failing.store(false, Ordering::SeqCst);
+    index.apply(policy_config_map(&settings, "bindings: [{namespace: a}]"));
+    let error = audit_round(&lister, &index, &settings, &HashSet::new())
+        .await
+        .unwrap_err();
+    assert!(matches!(error, AuditError::Policy(_)), "{error}");
+}
+
+#[tokio::test]
+async fn without_bindings_only_labelled_pods_are_listed() {
+    let settings = settings();
+    let index = cluster(&settings);
+    index.apply(policy_config_map(&settings, ""));
+    let lister = FakePods::new(pods());
+    let round = audit_round(&lister, &index, &settings, &HashSet::new())
+        .await
+        .unwrap();
+    assert_eq!(round.pods, 4, "the four labelled Pods");
+    assert_eq!(round.violations(), 1, "default/labelled-out");
+    assert!(
+        lister
+            .calls
+            .lock()
+            .iter()
+            .all(|(query, _, _)| matches!(query, PodQuery::Labelled { .. }))
+    );
+}

@@ -1,0 +1,285 @@
+//! "Where may this Pod land, and why not there?": the facts behind both
+//! admission decisions for one Pod, computed with the functions the
+//! decisions use, plus the decisions themselves.
+
+use json_patch::Patch;
+use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm};
+use poolkeeper_config::Mode;
+use poolkeeper_index::{Node, PlacementView};
+use serde::Serialize;
+
+use crate::affinity::{
+    NodeConstraints, REQUIRED_AFFINITY_PATH, node_selector_map_matches, parse_term,
+};
+use crate::candidates::matching_nodes;
+use crate::decision::{
+    BindingSource, Decision, in_pool, missing_edge_tolerations, mutate, pool_binding, validate,
+};
+use crate::pod::PodPlacement;
+use crate::policy::PlacementPolicy;
+use crate::tolerations::describe_toleration;
+
+/// How many node names a node set lists.
+pub const EXPLAIN_NAMES: usize = 5;
+
+/// Everything `poolkeeper explain` reports about one Pod.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Explanation {
+    /// `namespace/name` (`namespace/generateName*` for an unnamed Pod).
+    pub pod: String,
+    pub namespace: String,
+    /// The pool the Pod is bound to and by what; `None` when unbound.
+    pub binding: Option<BindingReport>,
+    /// Nodes in the cluster (as the index holds them).
+    pub nodes: usize,
+    /// The node set of each constraint: `nodeName`, `nodeSelector`, each
+    /// required node affinity term. Empty when the Pod has none.
+    pub node_sets: Vec<NodeSet>,
+    /// The nodes every constraint selects (every node without constraints).
+    pub intersection: NodeSet,
+    /// The nodes of the intersection outside the pool; `None` when the Pod
+    /// is not bound to an existing pool.
+    pub outside_pool: Option<NodeSet>,
+    /// The edge tolerations the Pod lacks for its (Edge) pool.
+    pub missing_tolerations: Vec<String>,
+    /// The mutating webhook's answer (mode applied).
+    pub mutate: Verdict,
+    /// The validating webhook's answer (mode applied).
+    pub validate: Verdict,
+}
+
+/// The Pod's binding.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BindingReport {
+    pub pool: String,
+    pub source: BindingSource,
+    /// The label that bound it (`source: podLabel`) or the namespace
+    /// whose binding did (`source: namespace`).
+    pub by: String,
+    pub mode: Mode,
+    pub pool_exists: bool,
+    /// `Edge` or `Cloud`, when the pool exists.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pool_type: Option<&'static str>,
+    /// Nodes carrying the pool label with the pool's name.
+    pub pool_nodes: usize,
+}
+
+/// The nodes one constraint (or their intersection) selects.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeSet {
+    /// What selects them, e.g. `nodeSelector zone=a` or `required node
+    /// affinity term 0: zone In (a)`.
+    pub constraint: String,
+    pub count: usize,
+    /// The first [`EXPLAIN_NAMES`] of them, by name.
+    pub names: Vec<String>,
+    /// Why the constraint selects nothing, when it is invalid or empty.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub problems: Vec<String>,
+}
+
+impl NodeSet {
+    fn of(constraint: impl Into<String>, nodes: &[&Node]) -> Self {
+        Self {
+            constraint: constraint.into(),
+            count: nodes.len(),
+            names: nodes
+                .iter()
+                .take(EXPLAIN_NAMES)
+                .map(|node| node.name.clone())
+                .collect(),
+            problems: Vec::new(),
+        }
+    }
+}
+
+/// One webhook's answer.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Verdict {
+    pub allowed: bool,
+    /// The rules' reason (`outside_pool`, `patched`, ...).
+    pub reason: &'static str,
+    pub mode: Mode,
+    /// The denial message, when denied.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub patch: Option<Patch>,
+    /// What `enforce` would have answered instead (warn, dryrun).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub withheld_denial: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub withheld_patch: Option<Patch>,
+}
+
+impl From<Decision> for Verdict {
+    fn from(decision: Decision) -> Self {
+        Self {
+            allowed: decision.allowed,
+            reason: decision.reason.as_str(),
+            mode: decision.mode,
+            message: decision.message,
+            warnings: decision.warnings,
+            patch: decision.patch,
+            withheld_denial: decision.withheld_denial,
+            withheld_patch: decision.withheld_patch,
+        }
+    }
+}
+
+/// Explains `pod` in `namespace` (the Pod's own when it names one) over
+/// `view` and `policy`: its binding, the node set of each constraint and
+/// their intersection (by the matching code of [`validate`]), the nodes of
+/// it outside the pool, the edge tolerations it lacks, and what [`mutate`]
+/// and [`validate`] answer.
+pub fn explain(
+    pod: &PodPlacement,
+    namespace: &str,
+    view: &PlacementView<'_>,
+    policy: &PlacementPolicy,
+) -> Explanation {
+    let pool_label = view.pool_label();
+    let binding = pool_binding(pod, namespace, policy, pool_label);
+    let pool = binding.and_then(|binding| view.node_pool(binding.pool));
+    let constraints = NodeConstraints::from_pod(pod);
+    let matched = matching_nodes(view, &constraints);
+    let intersection = if constraints.is_unconstrained() {
+        NodeSet::of("no node constraints: every node", &matched)
+    } else {
+        NodeSet::of(
+            format!("intersection of {}", constraints.describe()),
+            &matched,
+        )
+    };
+    let outside_pool = pool.map(|pool| {
+        let outside: Vec<&Node> = matched
+            .iter()
+            .copied()
+            .filter(|node| !in_pool(node, pool_label, &pool.name))
+            .collect();
+        NodeSet::of(format!("outside node pool {:?}", pool.name), &outside)
+    });
+    let missing_tolerations = pool
+        .map(|pool| missing_edge_tolerations(pod, pool, policy))
+        .unwrap_or_default()
+        .into_iter()
+        .map(describe_toleration)
+        .collect();
+    Explanation {
+        pod: pod.display_name(namespace),
+        namespace: namespace.to_owned(),
+        binding: binding.map(|binding| BindingReport {
+            pool: binding.pool.to_owned(),
+            source: binding.source,
+            by: match binding.source {
+                BindingSource::PodLabel => format!("{pool_label}={}", binding.pool),
+                BindingSource::Namespace => namespace.to_owned(),
+            },
+            mode: binding.mode,
+            pool_exists: pool.is_some(),
+            pool_type: pool.map(|pool| pool.pool_type.as_str()),
+            pool_nodes: view.nodes_in_pool(binding.pool).count(),
+        }),
+        nodes: view.node_count(),
+        node_sets: node_sets(pod, view),
+        intersection,
+        outside_pool,
+        missing_tolerations,
+        mutate: mutate(pod, namespace, view, policy).into(),
+        validate: validate(pod, namespace, view, policy).into(),
+    }
+}
+
+/// The node set of each constraint the Pod has, one by one.
+fn node_sets(pod: &PodPlacement, view: &PlacementView<'_>) -> Vec<NodeSet> {
+    let mut sets = Vec::new();
+    if let Some(name) = pod.node_name() {
+        let nodes: Vec<&Node> = view.node(name).into_iter().collect();
+        sets.push(NodeSet::of(format!("nodeName {name:?}"), &nodes));
+    }
+    let selector = pod
+        .spec
+        .as_ref()
+        .and_then(|spec| spec.node_selector.as_ref())
+        .filter(|selector| !selector.is_empty());
+    if let Some(selector) = selector {
+        let pairs: Vec<String> = selector.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let nodes: Vec<&Node> = view
+            .nodes()
+            .filter(|node| node_selector_map_matches(selector, node))
+            .collect();
+        sets.push(NodeSet::of(
+            format!("nodeSelector {}", pairs.join(",")),
+            &nodes,
+        ));
+    }
+    if let Some(required) = pod.required_node_affinity() {
+        if required.node_selector_terms.is_empty() {
+            let mut set = NodeSet::of("required node affinity", &[]);
+            set.problems
+                .push("no node selector terms: matches nothing".to_owned());
+            sets.push(set);
+        }
+        for (i, term) in required.node_selector_terms.iter().enumerate() {
+            sets.push(term_set(i, term, view));
+        }
+    }
+    sets
+}
+
+fn term_set(i: usize, term: &NodeSelectorTerm, view: &PlacementView<'_>) -> NodeSet {
+    let constraint = format!("required node affinity term {i}: {}", describe_term(term));
+    let path = format!("{REQUIRED_AFFINITY_PATH}.nodeSelectorTerms[{i}]");
+    match parse_term(term, &path) {
+        Ok(Some(parsed)) => {
+            let nodes: Vec<&Node> = view.nodes().filter(|node| parsed.matches(node)).collect();
+            NodeSet::of(constraint, &nodes)
+        }
+        Ok(None) => {
+            let mut set = NodeSet::of(constraint, &[]);
+            set.problems
+                .push("a term without requirements matches nothing".to_owned());
+            set
+        }
+        Err(problems) => NodeSet {
+            problems,
+            ..NodeSet::of(constraint, &[])
+        },
+    }
+}
+
+/// `zone In (a, b), metadata.name NotIn (n1)`; `(empty)` for no requirement.
+fn describe_term(term: &NodeSelectorTerm) -> String {
+    let describe = |requirement: &NodeSelectorRequirement| {
+        let values = requirement.values.as_deref().unwrap_or_default();
+        if values.is_empty() {
+            format!("{} {}", requirement.key, requirement.operator)
+        } else {
+            format!(
+                "{} {} ({})",
+                requirement.key,
+                requirement.operator,
+                values.join(", ")
+            )
+        }
+    };
+    let parts: Vec<String> = term
+        .match_expressions
+        .iter()
+        .chain(term.match_fields.iter())
+        .flatten()
+        .map(describe)
+        .collect();
+    if parts.is_empty() {
+        "(empty)".to_owned()
+    } else {
+        parts.join(", ")
+    }
+}

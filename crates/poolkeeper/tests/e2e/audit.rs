@@ -1,0 +1,416 @@
+//! The audit end to end (DESIGN §12): the whole controller against a real
+//! kube-apiserver and kube-scheduler, auditing Pods that kube-scheduler
+//! placed before their namespace was bound, and Pods whose Node moved to
+//! another pool; `poolkeeper audit --kubeconfig` against the same cluster.
+//!
+//! | node | pool | taint |
+//! |---|---|---|
+//! | `edge-1` | `edge` (Edge) | `node-role.kubernetes.io/edge:NoSchedule` |
+//! | `cloud-1`, `cloud-2` | `cloud` (Cloud) | - |
+//! | `loose-1` | none | - |
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::Command;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Taint};
+use k8s_openapi::api::events::v1::Event as KubeEvent;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use poolkeeper_api::{NodePool, NodePoolSpec, NodePoolType};
+use poolkeeper_bus::{Delivery, Event};
+use poolkeeper_config::Config;
+use poolkeeper_testenv::{Process, TestEnv, eventually};
+use serde_json::{Value, json};
+
+use crate::harness::{Running, TIMEOUT, metric_sum, test_config};
+
+pub(crate) const POOL_LABEL: &str = "apps.openyurt.io/nodepool";
+pub(crate) const EDGE_TAINT: &str = "node-role.kubernetes.io/edge";
+pub(crate) const CONTROLLER_NAMESPACE: &str = "poolkeeper-system";
+const POLICY_CONFIG_MAP: &str = "poolkeeper-placement";
+const POLICY_KEY: &str = "placement.yaml";
+const FIELD_MANAGER: &str = "poolkeeper-e2e";
+const BINARY: &str = env!("CARGO_BIN_EXE_poolkeeper");
+/// How often the controller audits in these tests.
+const AUDIT_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The control plane with the pools and nodes of the table above.
+pub(crate) async fn cluster(scheduler: bool, namespaces: &[&str]) -> TestEnv {
+    let env = TestEnv::builder()
+        .scheduler(scheduler)
+        .crds(poolkeeper_api::crds())
+        .start()
+        .await
+        .expect("the control plane starts");
+    let client = env.client();
+    for namespace in [CONTROLLER_NAMESPACE].iter().chain(namespaces) {
+        env.create_namespace(namespace).await.unwrap();
+    }
+    for (name, pool_type) in [("edge", NodePoolType::Edge), ("cloud", NodePoolType::Cloud)] {
+        let pool = NodePool::new(
+            name,
+            NodePoolSpec {
+                pool_type: Some(pool_type),
+                ..NodePoolSpec::default()
+            },
+        );
+        Api::<NodePool>::all(client.clone())
+            .create(&PostParams::default(), &pool)
+            .await
+            .unwrap_or_else(|e| panic!("creating NodePool {name}: {e}"));
+    }
+    let edge_taint = Taint {
+        key: EDGE_TAINT.to_owned(),
+        effect: "NoSchedule".to_owned(),
+        ..Taint::default()
+    };
+    env.ready_node("edge-1", pool_labels("edge"), vec![edge_taint])
+        .await
+        .unwrap();
+    for name in ["cloud-1", "cloud-2"] {
+        env.ready_node(name, pool_labels("cloud"), Vec::new())
+            .await
+            .unwrap();
+    }
+    env.ready_node("loose-1", BTreeMap::new(), Vec::new())
+        .await
+        .unwrap();
+    env
+}
+
+fn pool_labels(pool: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([(POOL_LABEL.to_owned(), pool.to_owned())])
+}
+
+/// Creates or replaces the placement ConfigMap: `(namespace, pool, mode)`
+/// bindings plus the edge toleration.
+pub(crate) async fn write_policy(client: &Client, bindings: &[(&str, &str, &str)]) {
+    let mut policy = String::from("bindings:\n");
+    for (namespace, pool, mode) in bindings {
+        policy.push_str(&format!(
+            "  - {{namespace: {namespace}, nodePool: {pool}, mode: {mode}}}\n"
+        ));
+    }
+    policy.push_str(&format!(
+        "edgeTolerations:\n  - {{key: {EDGE_TAINT}, operator: Exists, effect: NoSchedule}}\n"
+    ));
+    let config_map = json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": POLICY_CONFIG_MAP, "namespace": CONTROLLER_NAMESPACE},
+        "data": {POLICY_KEY: policy},
+    });
+    Api::<ConfigMap>::namespaced(client.clone(), CONTROLLER_NAMESPACE)
+        .patch(
+            POLICY_CONFIG_MAP,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&config_map),
+        )
+        .await
+        .expect("the placement ConfigMap is written");
+}
+
+/// A Pod with one small container and `spec` merged in.
+pub(crate) fn pod(name: &str, mut spec: Value) -> Pod {
+    spec["containers"] = json!([{
+        "name": "app",
+        "image": "registry.example/app:1",
+        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}},
+    }]);
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": spec,
+    }))
+    .expect("a valid Pod")
+}
+
+/// A Pod kube-scheduler can only bind to `node` (it tolerates the edge taint).
+fn pinned(name: &str, node: &str) -> Pod {
+    pod(
+        name,
+        json!({
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "tolerations": [{"key": EDGE_TAINT, "operator": "Exists", "effect": "NoSchedule"}],
+        }),
+    )
+}
+
+/// The controller, auditing every [`AUDIT_INTERVAL`].
+async fn start(env: &TestEnv, cert_dir: &std::path::Path) -> Running {
+    let mut config: Config = test_config(CONTROLLER_NAMESPACE, cert_dir);
+    config.webhook.enabled = false;
+    config.machine_classes.enabled = false;
+    config.audit.interval = AUDIT_INTERVAL;
+    config.audit.page_size = 2;
+    let running = Running::start(&config, env).await;
+    running.wait_ready().await;
+    running
+}
+
+/// Creates the Pods and waits until kube-scheduler bound each one.
+async fn schedule(env: &TestEnv, namespace: &str, pods: &[Pod]) {
+    let api: Api<Pod> = Api::namespaced(env.client(), namespace);
+    for pod in pods {
+        api.create(&PostParams::default(), pod).await.unwrap();
+    }
+    for pod in pods {
+        let name = pod.metadata.name.clone().unwrap();
+        eventually(
+            &format!("{namespace}/{name} scheduled"),
+            TIMEOUT,
+            || async { api.get(&name).await.ok()?.spec?.node_name },
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", env.log_tail(Process::Scheduler, 30)));
+    }
+}
+
+/// `namespace/pod` of the violations of a round.
+type Violations = BTreeSet<String>;
+
+/// The next `AuditCompleted` whose violations satisfy `done`.
+async fn next_round(
+    running: &mut Running,
+    what: &str,
+    done: impl Fn(&Violations) -> bool,
+) -> Value {
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    let mut last = None;
+    while tokio::time::Instant::now() < deadline {
+        match tokio::time::timeout(Duration::from_millis(200), running.events.recv()).await {
+            Ok(Some(Delivery::Event(envelope))) => {
+                if let Event::AuditCompleted { .. } = &envelope.event {
+                    let round = serde_json::to_value(&envelope.event).unwrap();
+                    if done(&violations_of(&round)) {
+                        return round;
+                    }
+                    last = Some(round);
+                }
+            }
+            Ok(Some(Delivery::Lagged(_))) | Err(_) => {}
+            Ok(None) => panic!("the bus closed"),
+        }
+    }
+    panic!("no audit round with {what}; the last one: {last:?}");
+}
+
+fn violations_of(round: &Value) -> Violations {
+    round["violations"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|v| {
+            format!(
+                "{}/{}",
+                v["namespace"].as_str().unwrap(),
+                v["pod"].as_str().unwrap()
+            )
+        })
+        .collect()
+}
+
+fn set(items: &[&str]) -> Violations {
+    items.iter().map(|s| (*s).to_owned()).collect()
+}
+
+/// The Warning Events the audit wrote in `namespace`: `(pod, reason)` with
+/// the regarded UID.
+async fn audit_events(client: &Client, namespace: &str) -> Vec<(String, String, Option<String>)> {
+    let events: Api<KubeEvent> = Api::namespaced(client.clone(), namespace);
+    let mut found: Vec<_> = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|event| event.reporting_controller.as_deref() == Some("poolkeeper"))
+        .map(|event| {
+            let regarding = event.regarding.unwrap_or_default();
+            (
+                regarding.name.unwrap_or_default(),
+                event.reason.unwrap_or_default(),
+                regarding.uid,
+            )
+        })
+        .collect();
+    found.sort();
+    found
+}
+
+/// `poolkeeper audit --kubeconfig` as a user runs it: exit code and stdout.
+fn audit_command(env: &TestEnv, output: &str) -> (i32, String) {
+    let run = Command::new(BINARY)
+        .args(["audit", "--kubeconfig"])
+        .arg(env.kubeconfig_path())
+        .args(["-o", output])
+        .output()
+        .expect("the poolkeeper binary runs");
+    let stdout = String::from_utf8_lossy(&run.stdout).into_owned();
+    let code = run.status.code().unwrap_or(-1);
+    assert!(
+        code == 0 || code == 1,
+        "exit {code}\nstdout:\n{stdout}\nstderr:\n{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    (code, stdout)
+}
+
+/// DESIGN §12: Pods placed before their namespace was bound are found by
+/// the next round, each once (gauge, `/debug/audit`, one Warning Event), and
+/// none of those inside the pool; `poolkeeper audit` agrees and exits 1;
+/// deleting them clears the gauge and the command exits 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_placed_before_their_namespace_was_bound_are_reported_once() {
+    const LATE: &str = "shop-late";
+    let env = cluster(true, &[LATE]).await;
+    let client = env.client();
+    write_policy(&client, &[]).await;
+    schedule(
+        &env,
+        LATE,
+        &[
+            pinned("out-loose", "loose-1"),
+            pinned("out-edge", "edge-1"),
+            pinned("in-1", "cloud-1"),
+            pinned("in-2", "cloud-2"),
+        ],
+    )
+    .await;
+    let cert_dir = tempfile::tempdir().unwrap();
+    let mut running = start(&env, cert_dir.path()).await;
+    next_round(
+        &mut running,
+        "no violation while unbound",
+        Violations::is_empty,
+    )
+    .await;
+
+    write_policy(&client, &[(LATE, "cloud", "enforce")]).await;
+    let expected = set(&["shop-late/out-edge", "shop-late/out-loose"]);
+    let round = next_round(&mut running, "the two Pods outside", |v| *v == expected).await;
+    assert_eq!(
+        round["counts"],
+        json!([{"namespace": LATE, "pool": "cloud", "reason": "outside_pool", "pods": 2}])
+    );
+    assert_eq!(round["pods"], 4);
+
+    // Three more rounds: still one Event per Pod.
+    for _ in 0..3 {
+        next_round(&mut running, "the same violations", |v| *v == expected).await;
+    }
+    let (status, metrics) = running.get("/metrics").await;
+    assert_eq!(status, 200);
+    let gauge = format!(
+        "poolkeeper_audit_violations{{namespace=\"{LATE}\",pool=\"cloud\",reason=\"outside_pool\"}}"
+    );
+    assert_eq!(metric_sum(&metrics, &gauge), 2, "{metrics}");
+    let (status, debug) = running.get("/debug/audit").await;
+    assert_eq!(status, 200, "{debug}");
+    // The envelope of the last round: the event with its sequence and time.
+    let debug: Value = serde_json::from_str(&debug).unwrap();
+    assert_eq!(debug["event"]["type"], "AuditCompleted", "{debug}");
+    assert_eq!(violations_of(&debug["event"]), expected, "{debug}");
+
+    let pods: Api<Pod> = Api::namespaced(client.clone(), LATE);
+    let uid = |name: &'static str| {
+        let pods = pods.clone();
+        async move { pods.get(name).await.unwrap().metadata.uid }
+    };
+    let events = eventually("two Warning Events", TIMEOUT, || async {
+        let events = audit_events(&client, LATE).await;
+        (events.len() >= 2).then_some(events)
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        events,
+        [
+            (
+                "out-edge".to_owned(),
+                "OutsidePool".to_owned(),
+                uid("out-edge").await
+            ),
+            (
+                "out-loose".to_owned(),
+                "OutsidePool".to_owned(),
+                uid("out-loose").await
+            ),
+        ]
+    );
+
+    let (code, table) = audit_command(&env, "table");
+    assert_eq!(code, 1, "{table}");
+    assert!(
+        table.contains("out-edge") && table.contains("out-loose"),
+        "{table}"
+    );
+    assert!(
+        !table.contains("in-1") && !table.contains("in-2"),
+        "{table}"
+    );
+    let (code, json_out) = audit_command(&env, "json");
+    assert_eq!(code, 1);
+    let printed: Value = serde_json::from_str(&json_out).unwrap();
+    assert_eq!(violations_of(&printed), expected, "{json_out}");
+
+    for name in ["out-edge", "out-loose"] {
+        pods.delete(name, &DeleteParams::default().grace_period(0))
+            .await
+            .unwrap();
+    }
+    eventually("the Pods gone", TIMEOUT, || async {
+        let left = pods.list(&ListParams::default()).await.ok()?.items.len();
+        (left == 2).then_some(())
+    })
+    .await
+    .unwrap();
+    next_round(&mut running, "no violation", Violations::is_empty).await;
+    let (_, metrics) = running.get("/metrics").await;
+    assert_eq!(metric_sum(&metrics, &gauge), 0, "{metrics}");
+    let (code, table) = audit_command(&env, "table");
+    assert_eq!(code, 0, "{table}");
+    assert!(
+        table.contains("2 pods checked") && table.contains("no violations"),
+        "{table}"
+    );
+    assert_eq!(audit_events(&client, LATE).await.len(), 2, "no new Events");
+    running.stop().await;
+}
+
+/// DESIGN §12: a Node moved to another pool under a running Pod makes the
+/// Pod a violation in the next round.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_moved_to_another_pool_makes_its_pods_violations() {
+    const SHOP: &str = "shop-cloud";
+    let env = cluster(true, &[SHOP]).await;
+    let client = env.client();
+    write_policy(&client, &[(SHOP, "cloud", "enforce")]).await;
+    schedule(
+        &env,
+        SHOP,
+        &[pinned("web-1", "cloud-1"), pinned("web-2", "cloud-2")],
+    )
+    .await;
+    let cert_dir = tempfile::tempdir().unwrap();
+    let mut running = start(&env, cert_dir.path()).await;
+    next_round(&mut running, "no violation", Violations::is_empty).await;
+
+    let relabel = json!({"metadata": {"labels": {POOL_LABEL: "edge"}}});
+    Api::<Node>::all(client.clone())
+        .patch("cloud-2", &PatchParams::default(), &Patch::Merge(&relabel))
+        .await
+        .unwrap();
+    let round = next_round(&mut running, "web-2 on a node of edge", |v| {
+        *v == set(&["shop-cloud/web-2"])
+    })
+    .await;
+    let violation = &round["violations"][0];
+    assert_eq!(violation["node"], "cloud-2");
+    assert_eq!(violation["reason"], "outside_pool");
+    assert_eq!(
+        violation["message"],
+        "pod is bound to node pool \"cloud\" but runs on node \"cloud-2\", which is in node pool \"edge\""
+    );
+    running.stop().await;
+}

@@ -1,0 +1,371 @@
+//! Blast radius (DESIGN §11): with `failurePolicy: Fail`, a webhook blocks
+//! every Pod it matches while no replica answers, so poolkeeper's match only
+//! the Pods it can place. The whole controller runs against a real
+//! kube-apiserver and kube-scheduler with the webhook configurations of
+//! `deploy/webhooks`; the leader keeps their selectors in step with the
+//! bindings.
+//!
+//! | node | pool |
+//! |---|---|
+//! | `cloud-1`, `cloud-2` | `cloud` (type Cloud) |
+//! | `loose-1` | none |
+//!
+//! `shop` is bound to `cloud`; `plain` and `shop-new` are bound to nothing
+//! until the test binds `shop-new`.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use poolkeeper_api::{NodePool, NodePoolSpec, NodePoolType};
+use poolkeeper_config::Config;
+use poolkeeper_testenv::{Process, TestEnv, WebhookCert, WebhookRegistration, eventually};
+use serde_json::{Value, json};
+
+use crate::harness::{Running, TIMEOUT, test_config};
+
+const POOL_LABEL: &str = "apps.openyurt.io/nodepool";
+const CONTROLLER_NAMESPACE: &str = "poolkeeper-system";
+const POLICY_CONFIG_MAP: &str = "poolkeeper-placement";
+const POLICY_KEY: &str = "placement.yaml";
+const BOUND_NAMESPACE: &str = "shop";
+const UNBOUND_NAMESPACE: &str = "plain";
+const NEW_NAMESPACE: &str = "shop-new";
+const CLOUD_NODES: [&str; 2] = ["cloud-1", "cloud-2"];
+const WEBHOOK_MANIFESTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/webhooks");
+const CONFIGURATION: &str = "poolkeeper";
+const MUTATE_BOUND: &str = "mutate-pods.poolkeeper.io";
+const MUTATE_LABELLED: &str = "mutate-labelled-pods.poolkeeper.io";
+const FIELD_MANAGER: &str = "poolkeeper-e2e";
+
+struct Cluster {
+    env: TestEnv,
+    client: Client,
+    config: Config,
+    _cert_dir: tempfile::TempDir,
+}
+
+async fn setup() -> Cluster {
+    let env = TestEnv::builder()
+        .scheduler(true)
+        .crds(poolkeeper_api::crds())
+        .start()
+        .await
+        .expect("the control plane starts");
+    let client = env.client();
+    for namespace in [
+        CONTROLLER_NAMESPACE,
+        BOUND_NAMESPACE,
+        UNBOUND_NAMESPACE,
+        NEW_NAMESPACE,
+    ] {
+        env.create_namespace(namespace).await.unwrap();
+    }
+    let pool = NodePool::new(
+        "cloud",
+        NodePoolSpec {
+            pool_type: Some(NodePoolType::Cloud),
+            ..NodePoolSpec::default()
+        },
+    );
+    Api::<NodePool>::all(client.clone())
+        .create(&PostParams::default(), &pool)
+        .await
+        .unwrap();
+    for name in CLOUD_NODES {
+        let labels = BTreeMap::from([(POOL_LABEL.to_owned(), "cloud".to_owned())]);
+        env.ready_node(name, labels, Vec::new()).await.unwrap();
+    }
+    env.ready_node("loose-1", BTreeMap::new(), Vec::new())
+        .await
+        .unwrap();
+    write_bindings(&client, &[BOUND_NAMESPACE]).await;
+
+    let cert_dir = tempfile::tempdir().unwrap();
+    let cert = WebhookCert::generate().unwrap();
+    cert.write_to_dir(cert_dir.path()).unwrap();
+    let mut config = test_config(CONTROLLER_NAMESPACE, cert_dir.path());
+    config.machine_classes.enabled = false;
+    // A fixed port, so that a restarted controller is where the
+    // configurations point.
+    let port = free_port();
+    config.webhook.listen = ([127, 0, 0, 1], port).into();
+    let registration = WebhookRegistration::new(port, &cert.ca_pem)
+        .with_files([WEBHOOK_MANIFESTS])
+        .expect("deploy/webhooks parses");
+    env.register_webhooks(registration).await.unwrap();
+    Cluster {
+        env,
+        client,
+        config,
+        _cert_dir: cert_dir,
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free loopback port")
+        .port()
+}
+
+/// The placement ConfigMap binding each of `namespaces` to `cloud`.
+async fn write_bindings(client: &Client, namespaces: &[&str]) {
+    let mut policy = String::from("bindings:\n");
+    for namespace in namespaces {
+        policy.push_str(&format!(
+            "  - {{namespace: {namespace}, nodePool: cloud}}\n"
+        ));
+    }
+    let config_map = json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": POLICY_CONFIG_MAP, "namespace": CONTROLLER_NAMESPACE},
+        "data": {POLICY_KEY: policy},
+    });
+    Api::<ConfigMap>::namespaced(client.clone(), CONTROLLER_NAMESPACE)
+        .patch(
+            POLICY_CONFIG_MAP,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&config_map),
+        )
+        .await
+        .expect("the placement ConfigMap is written");
+}
+
+fn pod(name: &str, labels: Value) -> Pod {
+    serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"containers": [{
+            "name": "app",
+            "image": "registry.example/app:1",
+            "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}},
+        }]},
+    }))
+    .expect("a valid Pod")
+}
+
+fn dry_run() -> PostParams {
+    PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    }
+}
+
+/// The pool of a required node affinity `poolLabel In [pool]`.
+fn pool_affinity(pod: &Pod) -> Option<String> {
+    let required = pod
+        .spec
+        .as_ref()?
+        .affinity
+        .as_ref()?
+        .node_affinity
+        .as_ref()?
+        .required_during_scheduling_ignored_during_execution
+        .as_ref()?;
+    let expression = required
+        .node_selector_terms
+        .first()?
+        .match_expressions
+        .as_ref()?
+        .first()?;
+    (expression.key == POOL_LABEL && expression.operator == "In")
+        .then(|| expression.values.as_ref()?.first().cloned())
+        .flatten()
+}
+
+/// The namespaces listed by the bound-namespaces entry of both
+/// configurations (mutating, validating).
+async fn listed_namespaces(client: &Client) -> (Vec<String>, Vec<String>) {
+    fn listed(webhooks: Value, entry_prefix: &str) -> Vec<String> {
+        webhooks
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|entry| entry["name"] == format!("{entry_prefix}-pods.poolkeeper.io"))
+            .and_then(|entry| {
+                serde_json::from_value(
+                    entry["namespaceSelector"]["matchExpressions"][0]["values"].clone(),
+                )
+                .ok()
+            })
+            .unwrap_or_default()
+    }
+    let mutating = Api::<MutatingWebhookConfiguration>::all(client.clone())
+        .get(CONFIGURATION)
+        .await
+        .unwrap();
+    let validating = Api::<ValidatingWebhookConfiguration>::all(client.clone())
+        .get(CONFIGURATION)
+        .await
+        .unwrap();
+    (
+        listed(serde_json::to_value(mutating.webhooks).unwrap(), "mutate"),
+        listed(
+            serde_json::to_value(validating.webhooks).unwrap(),
+            "validate",
+        ),
+    )
+}
+
+/// Polls every 20 ms until both configurations list exactly `namespaces`;
+/// the time it took.
+async fn wait_listed(client: &Client, namespaces: &[&str]) -> Duration {
+    let started = Instant::now();
+    let expected: Vec<String> = namespaces.iter().map(|ns| (*ns).to_owned()).collect();
+    loop {
+        let (mutating, validating) = listed_namespaces(client).await;
+        if mutating == expected && validating == expected {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < TIMEOUT,
+            "the webhook selectors list {mutating:?} / {validating:?}, not {expected:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Waits until the apiserver (which loads configurations asynchronously)
+/// has poolkeeper place a dry-run Pod of `namespace`; the time it took.
+async fn wait_placed(cluster: &Cluster, namespace: &str) -> Duration {
+    let started = Instant::now();
+    let pods = Api::<Pod>::namespaced(cluster.client.clone(), namespace);
+    let probe = pod("probe", json!({}));
+    eventually(&format!("pods of {namespace} placed"), TIMEOUT, || async {
+        let created = pods.create(&dry_run(), &probe).await.ok()?;
+        (pool_affinity(&created).as_deref() == Some("cloud")).then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| {
+        panic!(
+            "{e}\nkube-apiserver log:\n{}",
+            cluster.env.log_tail(Process::ApiServer, 30)
+        )
+    });
+    started.elapsed()
+}
+
+/// A create the apiserver must refuse because the webhook `entry` does not
+/// answer (fail closed).
+async fn assert_refused(client: &Client, namespace: &str, pod: &Pod, entry: &str) {
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    match Api::<Pod>::namespaced(client.clone(), namespace)
+        .create(&PostParams::default(), pod)
+        .await
+    {
+        Err(kube::Error::Api(status)) => assert!(
+            status
+                .message
+                .contains(&format!("failed calling webhook \"{entry}\"")),
+            "{namespace}/{name}: refused, but not for {entry}: {status:?}"
+        ),
+        Err(other) => panic!("{namespace}/{name}: expected the apiserver's refusal, got {other}"),
+        Ok(_) => panic!("{namespace}/{name} was created while no webhook answers"),
+    }
+}
+
+/// DESIGN §11 "Blast radius": once the leader has set the selectors, every
+/// replica is stopped. Pods of an unbound namespace are still created at
+/// once; Pods poolkeeper would place (bound namespace, pool label) are
+/// refused, failing closed. Restarted, the controller follows a new binding
+/// within moments and its Pods are placed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_pods_poolkeeper_places_depend_on_it() {
+    let cluster = setup().await;
+    let running = Running::start(&cluster.config, &cluster.env).await;
+    running.wait_ready().await;
+    wait_listed(&cluster.client, &[BOUND_NAMESPACE]).await;
+    wait_placed(&cluster, BOUND_NAMESPACE).await;
+    running.stop().await;
+
+    let plain = Api::<Pod>::namespaced(cluster.client.clone(), UNBOUND_NAMESPACE);
+    let started = Instant::now();
+    let mut slowest = Duration::ZERO;
+    for i in 0..20 {
+        let one = Instant::now();
+        let created = plain
+            .create(
+                &PostParams::default(),
+                &pod(&format!("plain-{i}"), json!({})),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("plain-{i} while poolkeeper is down: {e}"));
+        slowest = slowest.max(one.elapsed());
+        assert_eq!(pool_affinity(&created), None);
+    }
+    let total = started.elapsed();
+    println!(
+        "poolkeeper down: 20 Pods of an unbound namespace created in {total:?} (slowest {slowest:?})"
+    );
+    // Far below the webhooks' 5 s timeout: no webhook was called.
+    assert!(
+        slowest < Duration::from_secs(2),
+        "slowest create {slowest:?}"
+    );
+
+    let labelled = json!({POOL_LABEL: "cloud"});
+    assert_refused(
+        &cluster.client,
+        BOUND_NAMESPACE,
+        &pod("bound", json!({})),
+        MUTATE_BOUND,
+    )
+    .await;
+    assert_refused(
+        &cluster.client,
+        UNBOUND_NAMESPACE,
+        &pod("labelled", labelled.clone()),
+        MUTATE_LABELLED,
+    )
+    .await;
+    // Kubernetes' and poolkeeper's own namespaces never wait for it, so
+    // neither can be locked out by its outage.
+    for namespace in ["kube-system", CONTROLLER_NAMESPACE] {
+        Api::<Pod>::namespaced(cluster.client.clone(), namespace)
+            .create(&PostParams::default(), &pod("labelled", labelled.clone()))
+            .await
+            .unwrap_or_else(|e| panic!("a labelled Pod in {namespace}: {e}"));
+    }
+
+    let running = Running::start(&cluster.config, &cluster.env).await;
+    running.wait_ready().await;
+    wait_placed(&cluster, BOUND_NAMESPACE).await;
+    let written = Instant::now();
+    write_bindings(&cluster.client, &[BOUND_NAMESPACE, NEW_NAMESPACE]).await;
+    let followed = wait_listed(&cluster.client, &[BOUND_NAMESPACE, NEW_NAMESPACE]).await;
+    let in_effect = wait_placed(&cluster, NEW_NAMESPACE).await;
+    println!(
+        "new binding: selectors followed in {followed:?}; the apiserver called the webhooks \
+         {in_effect:?} later; Pods placed {:?} after the ConfigMap write",
+        written.elapsed()
+    );
+    assert!(
+        followed < Duration::from_secs(5),
+        "selectors followed in {followed:?}"
+    );
+
+    let created = Api::<Pod>::namespaced(cluster.client.clone(), NEW_NAMESPACE)
+        .create(&PostParams::default(), &pod("app", json!({})))
+        .await
+        .unwrap();
+    assert_eq!(pool_affinity(&created).as_deref(), Some("cloud"));
+    let pods = Api::<Pod>::namespaced(cluster.client.clone(), NEW_NAMESPACE);
+    let node = eventually("shop-new/app bound to a node", TIMEOUT, || async {
+        pods.get("app").await.ok()?.spec?.node_name
+    })
+    .await
+    .unwrap();
+    assert!(
+        CLOUD_NODES.contains(&node.as_str()),
+        "scheduled onto {node}"
+    );
+    running.stop().await;
+}

@@ -1,0 +1,449 @@
+//! `poolkeeper explain` offline: on the shipped examples it names the pool
+//! and its source, the node sets and the verdicts; on a table of Pods
+//! covering every denial reason in every mode its JSON verdicts are
+//! exactly `poolkeeper admit`'s answers for the same Pods.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use k8s_openapi::ByteString;
+use serde_json::{Value, json};
+
+const BINARY: &str = env!("CARGO_BIN_EXE_poolkeeper");
+const EXAMPLES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../config/examples");
+const POOL: &str = "apps.openyurt.io/nodepool";
+
+fn example(name: &str) -> String {
+    format!("{EXAMPLES}/{name}")
+}
+
+fn run(args: &[&str]) -> Output {
+    Command::new(BINARY)
+        .args(args)
+        .output()
+        .expect("the poolkeeper binary runs")
+}
+
+fn describe(output: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+fn stdout_of(output: &Output) -> String {
+    assert_eq!(output.status.code(), Some(0), "{}", describe(output));
+    String::from_utf8(output.stdout.clone()).expect("utf-8")
+}
+
+fn explain_text(objects: &str, pod: &str) -> String {
+    stdout_of(&run(&["explain", "--objects", objects, "--pod", pod]))
+}
+
+fn explain_json(objects: &str, pod: &Path) -> Value {
+    let output = run(&[
+        "explain",
+        "--objects",
+        objects,
+        "--pod",
+        pod.to_str().unwrap(),
+        "-o",
+        "json",
+    ]);
+    serde_json::from_str(&stdout_of(&output)).expect("explain -o json prints JSON")
+}
+
+#[test]
+fn the_examples_are_explained_like_kubectl_describe() {
+    let rollout = example("rollout.yaml");
+    let mut texts = Vec::new();
+    let text = explain_text(&rollout, &example("pod-foreign-selector.yaml"));
+    for expected in [
+        "Pod:                    shop-beijing/api-zone-a",
+        "Node pool:              beijing (Cloud, 2 nodes)",
+        "Bound by:               the binding of namespace shop-beijing",
+        "Mode:                   warn",
+        "  nodeSelector topology.kubernetes.io/zone=a:\n    2 nodes: cloud-bj-1, spare-1",
+        "  Outside node pool \"beijing\":\n    1 node: spare-1",
+        "Mutating webhook:       allowed (reason unchanged, mode warn)",
+        "Validating webhook:     allowed (reason outside_pool, mode warn)",
+        "  Warning:              poolkeeper would deny this pod (binding mode warn)",
+    ] {
+        assert!(text.contains(expected), "lacks {expected:?}:\n{text}");
+    }
+    texts.push(text);
+
+    let text = explain_text(&rollout, &example("pod-labelled.yaml"));
+    for expected in [
+        "Bound by:               the pod's label apps.openyurt.io/nodepool=hangzhou",
+        "  Required node affinity term 0: topology.kubernetes.io/zone In (hz-a, hz-b):\n    2 nodes: edge-hz-1, edge-hz-2",
+        "  Required node affinity term 1: cores Gt (many):\n    0 nodes\n    matches nothing: matchExpressions[0].values[0]",
+        "Missing edge tolerations:\n  {key: node-role.kubernetes.io/edge, operator: Exists, effect: NoSchedule}",
+        "  Patch:                add /spec/tolerations",
+        "Validating webhook:     denied (reason missing_edge_tolerations, mode enforce)",
+    ] {
+        assert!(text.contains(expected), "lacks {expected:?}:\n{text}");
+    }
+    texts.push(text);
+
+    let text = explain_text(&rollout, &example("pod-canary.yaml"));
+    for expected in [
+        "Mode:                   dryrun",
+        "  No node constraints: every node:\n    5 nodes:",
+        "  Enforce would patch:  add /spec/affinity",
+        "  Enforce would deny:   pod is bound to node pool \"beijing\" but has no node constraints",
+    ] {
+        assert!(text.contains(expected), "lacks {expected:?}:\n{text}");
+    }
+    texts.push(text);
+    for text in &texts {
+        assert!(
+            text.lines().all(|line| line.chars().count() <= 100),
+            "fits a terminal:\n{text}"
+        );
+    }
+}
+
+#[test]
+fn the_admit_examples_are_explained_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let review: Value =
+        serde_json::from_slice(&std::fs::read(example("review-foreign-selector.json")).unwrap())
+            .unwrap();
+    let pod = dir.path().join("pod.json");
+    std::fs::write(&pod, review["request"]["object"].to_string()).unwrap();
+    let explained = explain_json(&example("cluster.yaml"), &pod);
+    assert_eq!(explained["binding"]["pool"], "hangzhou");
+    assert_eq!(explained["binding"]["source"], "namespace");
+    assert_eq!(explained["binding"]["mode"], "enforce");
+    assert_eq!(explained["nodeSets"][0]["names"], json!(["cloud-1"]));
+    assert_eq!(explained["outsidePool"]["names"], json!(["cloud-1"]));
+    assert_eq!(explained["validate"]["reason"], "outside_pool");
+    assert_eq!(explained["validate"]["allowed"], false);
+}
+
+/// One Pod of the table: where it is, what it carries, and the reason the
+/// validating webhook gives.
+struct Case {
+    namespace: &'static str,
+    labels: Value,
+    spec: Value,
+    validate: &'static str,
+}
+
+fn case(namespace: &'static str, labels: Value, spec: Value, validate: &'static str) -> Case {
+    Case {
+        namespace,
+        labels,
+        spec,
+        validate,
+    }
+}
+
+fn tolerant(mut spec: Value) -> Value {
+    spec["tolerations"] = json!([{"key": "node-role.kubernetes.io/edge", "operator": "Exists", "effect": "NoSchedule"}]);
+    spec
+}
+
+fn affinity(terms: Value) -> Value {
+    json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}})
+}
+
+fn in_pool(pool: &str) -> Value {
+    affinity(json!([{"matchExpressions": [{"key": POOL, "operator": "In", "values": [pool]}]}]))
+}
+
+/// Every validating reason, in enforce (shop-hangzhou, shop-empty, labels),
+/// warn (shop-beijing) and dryrun (shop-canary) over `rollout.yaml`.
+fn cases() -> Vec<Case> {
+    let none = json!({});
+    let pooled = |pool: &str| json!({(POOL): pool});
+    vec![
+        case("default", none.clone(), json!({}), "unbound"),
+        case("shop-gone", none.clone(), json!({}), "pool_missing"),
+        case(
+            "shop-hangzhou",
+            none.clone(),
+            tolerant(affinity(
+                json!([{"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["hz-a"]}]}]),
+            )),
+            "in_pool",
+        ),
+        case(
+            "shop-hangzhou",
+            none.clone(),
+            json!({}),
+            "missing_edge_tolerations",
+        ),
+        case(
+            "shop-hangzhou",
+            none.clone(),
+            json!({"affinity": {"podAntiAffinity": {}}}),
+            "missing_edge_tolerations",
+        ),
+        case(
+            "shop-hangzhou",
+            none.clone(),
+            tolerant(json!({"nodeSelector": {"topology.kubernetes.io/zone": "a"}})),
+            "outside_pool",
+        ),
+        case(
+            "shop-hangzhou",
+            none.clone(),
+            tolerant(json!({"nodeName": "edge-hz-1"})),
+            "in_pool",
+        ),
+        case(
+            "shop-hangzhou",
+            none.clone(),
+            tolerant(json!({"nodeName": "cloud-bj-2"})),
+            "outside_pool",
+        ),
+        case(
+            "shop-hangzhou",
+            none.clone(),
+            tolerant(json!({"nodeSelector": {"topology.kubernetes.io/zone": "nowhere"}})),
+            "no_matching_node",
+        ),
+        case(
+            "shop-hangzhou",
+            none.clone(),
+            tolerant(affinity(
+                json!([{"matchExpressions": [{"key": "cores", "operator": "Gt", "values": ["many"]}]}]),
+            )),
+            "no_matching_node",
+        ),
+        case(
+            "shop-hangzhou",
+            none.clone(),
+            tolerant(affinity(json!([]))),
+            "no_matching_node",
+        ),
+        case(
+            "shop-hangzhou",
+            none.clone(),
+            tolerant(affinity(
+                json!([{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["edge-hz-2"]}]}]),
+            )),
+            "in_pool",
+        ),
+        case(
+            "shop-empty",
+            none.clone(),
+            tolerant(in_pool("empty")),
+            "no_matching_node",
+        ),
+        case("shop-beijing", none.clone(), json!({}), "outside_pool"),
+        case(
+            "shop-beijing",
+            none.clone(),
+            json!({"nodeSelector": {"disk": "ssd"}}),
+            "outside_pool",
+        ),
+        case("shop-beijing", none.clone(), in_pool("beijing"), "in_pool"),
+        case(
+            "shop-beijing",
+            none.clone(),
+            json!({"nodeSelector": {"topology.kubernetes.io/zone": "nowhere"}}),
+            "no_matching_node",
+        ),
+        case(
+            "shop-beijing",
+            pooled("hangzhou"),
+            json!({}),
+            "missing_edge_tolerations",
+        ),
+        case("shop-canary", none.clone(), json!({}), "outside_pool"),
+        case(
+            "shop-canary",
+            none.clone(),
+            json!({"nodeName": "spare-1"}),
+            "outside_pool",
+        ),
+        case("shop-canary", none.clone(), in_pool("beijing"), "in_pool"),
+        case(
+            "shop-canary",
+            none.clone(),
+            affinity(json!([{}])),
+            "no_matching_node",
+        ),
+        case(
+            "shop-canary",
+            pooled("hangzhou"),
+            json!({}),
+            "missing_edge_tolerations",
+        ),
+        case(
+            "default",
+            pooled("hangzhou"),
+            json!({}),
+            "missing_edge_tolerations",
+        ),
+        case(
+            "default",
+            pooled("beijing"),
+            json!({"nodeName": "cloud-bj-1"}),
+            "in_pool",
+        ),
+        case("default", pooled("gone"), json!({}), "pool_missing"),
+        case(
+            "shop-hangzhou",
+            pooled("beijing"),
+            json!({}),
+            "outside_pool",
+        ),
+    ]
+}
+
+fn pod(i: usize, case: &Case) -> Value {
+    let mut spec = json!({"containers": [{"name": "c", "image": "nginx:1.27"}]});
+    for (key, value) in case.spec.as_object().unwrap() {
+        spec[key] = value.clone();
+    }
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": format!("pod-{i}"), "namespace": case.namespace, "labels": case.labels},
+        "spec": spec,
+    })
+}
+
+fn review(i: usize, pod: &Value) -> Value {
+    json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {
+            "uid": format!("00000000-0000-4000-8000-{i:012}"),
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "namespace": pod["metadata"]["namespace"],
+            "operation": "CREATE",
+            "userInfo": {"username": "test"},
+            "object": pod,
+        }
+    })
+}
+
+/// `admit`'s response, in the shape of explain's verdict.
+fn admitted(objects: &str, review: &Path, webhook: &str) -> Value {
+    let output = run(&[
+        "admit",
+        "--objects",
+        objects,
+        "--review",
+        review.to_str().unwrap(),
+        "--webhook",
+        webhook,
+    ]);
+    let review: Value = serde_json::from_str(&stdout_of(&output)).expect("admit prints JSON");
+    let response = &review["response"];
+    let patch = match response.get("patch") {
+        Some(patch) => {
+            let bytes: ByteString = serde_json::from_value(patch.clone()).expect("base64");
+            serde_json::from_slice(&bytes.0).expect("a JSON patch")
+        }
+        None => Value::Null,
+    };
+    json!({
+        "allowed": response["allowed"],
+        "message": response.pointer("/status/message").cloned().unwrap_or(Value::Null),
+        "warnings": response.get("warnings").cloned().unwrap_or(json!([])),
+        "patch": patch,
+    })
+}
+
+/// explain's verdict, reduced to what an AdmissionReview response says.
+fn answered(verdict: &Value) -> Value {
+    json!({
+        "allowed": verdict["allowed"],
+        "message": verdict.get("message").cloned().unwrap_or(Value::Null),
+        "warnings": verdict.get("warnings").cloned().unwrap_or(json!([])),
+        "patch": verdict.get("patch").cloned().unwrap_or(Value::Null),
+    })
+}
+
+#[test]
+fn json_verdicts_equal_admits_answers_for_every_reason_and_mode() {
+    let objects = example("rollout.yaml");
+    let dir = tempfile::tempdir().unwrap();
+    let cases = cases();
+    assert!(cases.len() >= 20);
+    let mut covered = std::collections::BTreeSet::new();
+    for (i, case) in cases.iter().enumerate() {
+        let pod = pod(i, case);
+        let pod_file = dir.path().join(format!("pod-{i}.json"));
+        let review_file = dir.path().join(format!("review-{i}.json"));
+        std::fs::write(&pod_file, pod.to_string()).unwrap();
+        std::fs::write(&review_file, review(i, &pod).to_string()).unwrap();
+
+        let explained = explain_json(&objects, &pod_file);
+        let what = format!("pod {i} in {}: {}", case.namespace, explained["validate"]);
+        assert_eq!(explained["validate"]["reason"], case.validate, "{what}");
+        for webhook in ["mutate", "validate"] {
+            assert_eq!(
+                answered(&explained[webhook]),
+                admitted(&objects, &review_file, webhook),
+                "{what}: {webhook}"
+            );
+        }
+        let mode = explained["validate"]["mode"].as_str().unwrap().to_owned();
+        covered.insert((case.validate, mode));
+    }
+    for reason in [
+        "missing_edge_tolerations",
+        "no_matching_node",
+        "outside_pool",
+    ] {
+        for mode in ["enforce", "warn", "dryrun"] {
+            assert!(
+                covered.contains(&(reason, mode.to_owned())),
+                "{reason} in {mode} is not covered: {covered:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn unusable_input_exits_2_with_the_reason() {
+    let rollout = example("rollout.yaml");
+    let cases: [(Vec<&str>, &str); 4] = [
+        (
+            vec![
+                "explain",
+                "--objects",
+                &rollout,
+                "--pod",
+                "/nonexistent.yaml",
+            ],
+            "/nonexistent.yaml",
+        ),
+        (
+            vec!["explain", "--objects", &rollout, "--pod", &rollout],
+            "expected one Pod",
+        ),
+        (
+            vec![
+                "explain",
+                "--objects",
+                &rollout,
+                "--namespace",
+                "a",
+                "--name",
+                "b",
+            ],
+            "--kubeconfig",
+        ),
+        (vec!["explain", "--pod", &rollout], "--objects"),
+    ];
+    for (args, mentions) in cases {
+        let output = run(&args);
+        assert_eq!(
+            output.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            describe(&output)
+        );
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(mentions), "{args:?}: {}", describe(&output));
+    }
+}

@@ -1,0 +1,145 @@
+//! The two admission registration kinds, read, patched and watched by name.
+
+use std::fmt::Debug;
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::ClusterResourceScope;
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
+use kube::api::{Patch, PatchParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Resource};
+use serde::de::DeserializeOwned;
+
+use crate::desired::DesiredSelectors;
+use crate::error::SelectorError;
+use crate::patch::{StoredConfiguration, StoredEntry, selector_patch};
+use crate::settings::{ConfigurationKind, ManagedConfiguration};
+
+/// The field manager of poolkeeper's selector patches (in `managedFields`).
+pub const FIELD_MANAGER: &str = "poolkeeper";
+
+/// A Mutating- or ValidatingWebhookConfiguration.
+pub(crate) trait Configuration:
+    Resource<DynamicType = (), Scope = ClusterResourceScope>
+    + Clone
+    + DeserializeOwned
+    + Debug
+    + Send
+    + Sync
+    + 'static
+{
+    fn stored(&self) -> StoredConfiguration<'_>;
+}
+
+impl Configuration for MutatingWebhookConfiguration {
+    fn stored(&self) -> StoredConfiguration<'_> {
+        StoredConfiguration {
+            resource_version: self.metadata.resource_version.as_deref(),
+            entries: self
+                .webhooks
+                .iter()
+                .flatten()
+                .map(|webhook| StoredEntry {
+                    name: &webhook.name,
+                    namespace_selector: webhook.namespace_selector.as_ref(),
+                    object_selector: webhook.object_selector.as_ref(),
+                })
+                .collect(),
+        }
+    }
+}
+
+impl Configuration for ValidatingWebhookConfiguration {
+    fn stored(&self) -> StoredConfiguration<'_> {
+        StoredConfiguration {
+            resource_version: self.metadata.resource_version.as_deref(),
+            entries: self
+                .webhooks
+                .iter()
+                .flatten()
+                .map(|webhook| StoredEntry {
+                    name: &webhook.name,
+                    namespace_selector: webhook.namespace_selector.as_ref(),
+                    object_selector: webhook.object_selector.as_ref(),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// What one update did to a configuration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Updated {
+    /// Its selectors were right: nothing written.
+    InStep,
+    Patched,
+}
+
+/// Reads the configuration `managed` names and, when its selectors differ
+/// from `desired`, patches them; each request within `timeout`.
+pub(crate) async fn update<K: Configuration>(
+    client: &Client,
+    managed: &ManagedConfiguration,
+    desired: &DesiredSelectors,
+    timeout: Duration,
+) -> Result<Updated, SelectorError> {
+    let api = Api::<K>::all(client.clone());
+    let timed_out = || SelectorError::Timeout {
+        kind: managed.kind,
+        name: managed.name.clone(),
+        timeout,
+    };
+    let stored = tokio::time::timeout(timeout, api.get_opt(&managed.name))
+        .await
+        .map_err(|_| timed_out())?
+        .map_err(|source| SelectorError::Read {
+            kind: managed.kind,
+            name: managed.name.clone(),
+            source,
+        })?
+        .ok_or_else(|| SelectorError::ConfigurationMissing {
+            kind: managed.kind,
+            name: managed.name.clone(),
+        })?;
+    let Some(patch) = selector_patch(&stored.stored(), managed, desired)? else {
+        return Ok(Updated::InStep);
+    };
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_owned()),
+        ..PatchParams::default()
+    };
+    let patch = Patch::Json::<()>(patch);
+    tokio::time::timeout(timeout, api.patch(&managed.name, &params, &patch))
+        .await
+        .map_err(|_| timed_out())?
+        .map_err(|source| SelectorError::Patch {
+            kind: managed.kind,
+            name: managed.name.clone(),
+            source,
+        })?;
+    Ok(Updated::Patched)
+}
+
+/// One item per change of the configuration `managed` names (created,
+/// changed, deleted, and once the watch has listed it), or a watch error
+/// (the watch retries with backoff). A field selector on the name keeps
+/// the watch within RBAC's `resourceNames`.
+pub(crate) fn changes<K: Configuration>(
+    client: Client,
+    managed: &ManagedConfiguration,
+) -> impl Stream<Item = (ConfigurationKind, Result<(), watcher::Error>)> + Send + 'static {
+    let kind = managed.kind;
+    let config = watcher::Config::default().fields(&format!("metadata.name={}", managed.name));
+    watcher(Api::<K>::all(client), config)
+        .default_backoff()
+        .filter_map(move |event| async move {
+            match event {
+                Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => None,
+                Ok(_) => Some((kind, Ok(()))),
+                Err(error) => Some((kind, Err(error))),
+            }
+        })
+}

@@ -1,0 +1,387 @@
+//! The selector keeper against a real kube-apiserver and etcd, acting as
+//! poolkeeper's ServiceAccount under `deploy/rbac.yaml`, on the webhook
+//! configurations of `deploy/webhooks` (nothing serves them: no Pod is
+//! created here).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Patch, PatchParams};
+use kube::{Api, Client};
+use poolkeeper_bus::{Bus, Event, ResourceKind};
+use poolkeeper_config::Config;
+use poolkeeper_index::{Index, IndexResource};
+use poolkeeper_selectors::{SelectorSettings, WebhookSelectors, desired_selectors};
+use poolkeeper_supervisor::testing::{Running, spawn};
+use poolkeeper_testenv::{TestEnv, WebhookCert, WebhookRegistration, eventually};
+use serde_json::{Value, json};
+
+const SERVICE_ACCOUNT: &str = "system:serviceaccount:poolkeeper-system:poolkeeper";
+const WAIT: Duration = Duration::from_secs(30);
+/// No webhook server listens here: the configurations are only read.
+const UNSERVED_PORT: u16 = 9;
+
+fn deploy() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../deploy")
+}
+
+/// A client acting as poolkeeper's ServiceAccount with the RBAC of `deploy/`.
+async fn controller_identity(env: &TestEnv) -> Client {
+    env.create_namespace("machine-system").await.unwrap();
+    env.apply_files([deploy().join("namespace.yaml"), deploy().join("rbac.yaml")])
+        .await
+        .expect("apply deploy/namespace.yaml and deploy/rbac.yaml");
+    let options = kube::config::KubeConfigOptions::default();
+    let mut config = kube::Config::from_custom_kubeconfig(env.kubeconfig(), &options)
+        .await
+        .expect("kubeconfig");
+    config.auth_info.impersonate = Some(SERVICE_ACCOUNT.to_owned());
+    Client::try_from(config).expect("client")
+}
+
+struct Setup {
+    env: TestEnv,
+    settings: SelectorSettings,
+    bus: Bus,
+    index: Arc<Index>,
+    ca_pem: String,
+    running: Option<Running>,
+}
+
+impl Setup {
+    /// A control plane, the selector keeper running as poolkeeper, and the
+    /// placement policy binding `bound`; the webhook configurations are
+    /// registered when `register` says so.
+    async fn start(bound: &[&str], register: bool) -> Self {
+        let env = TestEnv::builder()
+            .start()
+            .await
+            .expect("start the local control plane (see crates/testenv)");
+        let identity = controller_identity(&env).await;
+        let config = Config::default();
+        let settings = SelectorSettings::from(&config);
+        let bus = Bus::default();
+        let index = Arc::new(Index::new(&config.placement.pool_label));
+        let ca_pem = WebhookCert::generate().unwrap().ca_pem;
+        let mut setup = Self {
+            env,
+            settings: settings.clone(),
+            bus: bus.clone(),
+            index: index.clone(),
+            ca_pem,
+            running: None,
+        };
+        setup.set_bindings(bound);
+        if register {
+            setup.register().await;
+        }
+        let component = WebhookSelectors::new(identity, &bus, index, settings);
+        bus.start();
+        let mut running = spawn(Box::new(component));
+        running.wait_ready(WAIT).await;
+        setup.running = Some(running);
+        setup
+    }
+
+    /// `deploy/webhooks`, registered (again) as they are shipped.
+    async fn register(&self) {
+        let registration = WebhookRegistration::new(UNSERVED_PORT, self.ca_pem.clone())
+            .with_files([deploy().join("webhooks")])
+            .expect("deploy/webhooks parses");
+        self.env.register_webhooks(registration).await.unwrap();
+    }
+
+    /// The placement ConfigMap with these bindings, as the watchers would
+    /// bring it: into the index, then `ResourceChanged` on the bus.
+    fn set_bindings(&self, bound: &[&str]) {
+        let mut policy = String::from("bindings:\n");
+        for namespace in bound {
+            policy.push_str(&format!(
+                "  - {{namespace: {namespace}, nodePool: pool-a}}\n"
+            ));
+        }
+        if bound.is_empty() {
+            policy = "bindings: []\n".to_owned();
+        }
+        self.set_policy(&policy);
+    }
+
+    fn set_policy(&self, policy: &str) {
+        let source = &self.settings.policy;
+        let config_map: ConfigMap = serde_json::from_value(json!({
+            "metadata": {"namespace": source.namespace, "name": source.name},
+            "data": {source.key.clone(): policy},
+        }))
+        .unwrap();
+        if let Some(changed) = self.index.apply(config_map) {
+            self.bus.publish(Event::ResourceChanged {
+                kind: ResourceKind::ConfigMap,
+                key: changed.key,
+                change: changed.change,
+                initial: false,
+                related: changed.related,
+            });
+        }
+    }
+
+    fn admin(&self) -> Client {
+        self.env.client()
+    }
+
+    async fn stored(&self) -> (Value, Value) {
+        let mutating = Api::<MutatingWebhookConfiguration>::all(self.admin())
+            .get(&self.settings.mutating.name)
+            .await
+            .unwrap();
+        let validating = Api::<ValidatingWebhookConfiguration>::all(self.admin())
+            .get(&self.settings.validating.name)
+            .await
+            .unwrap();
+        (
+            serde_json::to_value(mutating).unwrap(),
+            serde_json::to_value(validating).unwrap(),
+        )
+    }
+
+    /// Entry name -> (namespaceSelector, objectSelector) of both
+    /// configurations.
+    async fn selectors(&self) -> BTreeMap<String, (Value, Value)> {
+        let (mutating, validating) = self.stored().await;
+        [mutating, validating]
+            .iter()
+            .flat_map(|configuration| configuration["webhooks"].as_array().unwrap().clone())
+            .map(|entry| {
+                (
+                    entry["name"].as_str().unwrap().to_owned(),
+                    (
+                        entry["namespaceSelector"].clone(),
+                        entry["objectSelector"].clone(),
+                    ),
+                )
+            })
+            .collect()
+    }
+
+    /// What `selectors` must show for these bindings.
+    fn expected(&self, bound: &[&str]) -> BTreeMap<String, (Value, Value)> {
+        let desired = desired_selectors(
+            bound.iter().copied(),
+            &self.settings.pool_label,
+            &self.settings.excluded_namespaces,
+        );
+        let pair = |selectors: &poolkeeper_selectors::EntrySelectors| {
+            (
+                serde_json::to_value(&selectors.namespace_selector).unwrap(),
+                serde_json::to_value(&selectors.object_selector).unwrap(),
+            )
+        };
+        let mut expected = BTreeMap::new();
+        for managed in self.settings.configurations() {
+            expected.insert(
+                managed.bound_namespaces_entry.clone(),
+                pair(&desired.bound_namespaces),
+            );
+            expected.insert(
+                managed.pool_labelled_entry.clone(),
+                pair(&desired.pool_labelled),
+            );
+        }
+        expected
+    }
+
+    async fn wait_selectors(&self, bound: &[&str]) -> Duration {
+        let started = tokio::time::Instant::now();
+        let expected = self.expected(bound);
+        let waited = eventually(&format!("selectors for {bound:?}"), WAIT, || async {
+            (self.selectors().await == expected).then_some(())
+        })
+        .await;
+        if let Err(error) = waited {
+            panic!("{error}: stored {:#?}", self.selectors().await);
+        }
+        started.elapsed()
+    }
+
+    async fn resource_versions(&self) -> (String, String) {
+        let (mutating, validating) = self.stored().await;
+        let version = |object: &Value| {
+            object["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        };
+        (version(&mutating), version(&validating))
+    }
+
+    /// `metadata.generation` of both: it counts the changes of `webhooks`.
+    async fn generations(&self) -> (i64, i64) {
+        let (mutating, validating) = self.stored().await;
+        let generation = |object: &Value| object["metadata"]["generation"].as_i64().unwrap();
+        (generation(&mutating), generation(&validating))
+    }
+
+    async fn stop(mut self) {
+        if let Some(running) = self.running.take() {
+            running.stop().await.expect("stops cleanly");
+        }
+    }
+}
+
+/// The shipped selectors are those of "nothing bound"; the keeper fills in
+/// the bindings, follows a change of them, and in a steady state writes
+/// nothing, while every other field (the caBundle above all) stays as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn selectors_follow_the_bindings_and_a_steady_state_writes_nothing() {
+    let setup = Setup::start(&[], true).await;
+    // The manifests are exactly the selectors of no binding.
+    setup.wait_selectors(&[]).await;
+    let before = setup.resource_versions().await;
+    let (mutating_before, validating_before) = setup.stored().await;
+
+    setup.set_bindings(&["shop", "lab", "shop-b"]);
+    let took = setup.wait_selectors(&["lab", "shop", "shop-b"]).await;
+    println!("selectors followed a new binding in {took:?}");
+    let after = setup.resource_versions().await;
+    assert_ne!(before.0, after.0);
+    assert_ne!(before.1, after.1);
+
+    let (mutating, validating) = setup.stored().await;
+    for (now, was) in [
+        (&mutating, &mutating_before),
+        (&validating, &validating_before),
+    ] {
+        for i in 0..2 {
+            let entry = &now["webhooks"][i];
+            let old = &was["webhooks"][i];
+            for field in [
+                "clientConfig",
+                "rules",
+                "failurePolicy",
+                "sideEffects",
+                "timeoutSeconds",
+            ] {
+                assert_eq!(entry[field], old[field], "{field} of {}", entry["name"]);
+            }
+        }
+        assert_eq!(
+            now["metadata"]["annotations"],
+            was["metadata"]["annotations"]
+        );
+        let managers: Vec<&str> = now["metadata"]["managedFields"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|entry| entry["manager"].as_str())
+            .collect();
+        assert!(managers.contains(&"poolkeeper"), "{managers:?}");
+    }
+
+    // The same bindings again (another key of the ConfigMap changed, say),
+    // and an update of the order only: nothing is written.
+    setup.set_policy(
+        "bindings:\n  - {namespace: shop-b, nodePool: p}\n  - {namespace: lab, nodePool: p}\n  - {namespace: shop, nodePool: q}\n",
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        setup.resource_versions().await,
+        after,
+        "no write in a steady state"
+    );
+
+    setup.set_bindings(&["lab"]);
+    setup.wait_selectors(&["lab"]).await;
+    setup.set_bindings(&[]);
+    setup.wait_selectors(&[]).await;
+    setup.stop().await;
+}
+
+/// Configurations that appear after the keeper started, or are applied
+/// again as shipped (resetting the selectors), are brought in step without
+/// any change of the bindings: the keeper watches them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn configurations_created_or_reset_later_are_brought_in_step() {
+    let setup = Setup::start(&["shop"], false).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    setup.register().await;
+    let took = setup.wait_selectors(&["shop"]).await;
+    println!("registered configurations in step after {took:?}");
+
+    let before = setup.generations().await;
+    setup.register().await;
+    let took = setup.wait_selectors(&["shop"]).await;
+    println!("re-applied configurations in step after {took:?}");
+    // Each was reset by the apply and set again by the keeper.
+    let expected = (before.0 + 2, before.1 + 2);
+    eventually("two changes of each configuration", WAIT, || async {
+        (setup.generations().await == expected).then_some(())
+    })
+    .await
+    .unwrap();
+    setup.stop().await;
+}
+
+/// An invalid placement policy leaves the selectors as they are (the
+/// validating webhook reports it for the Pods it still gets); the next
+/// valid one applies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_policy_leaves_the_selectors_alone() {
+    let setup = Setup::start(&["shop"], true).await;
+    setup.wait_selectors(&["shop"]).await;
+    let versions = setup.resource_versions().await;
+    setup.set_policy("bindings:\n  - {namespace: Not_A_Namespace, nodePool: p}\n");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(setup.resource_versions().await, versions);
+    setup.set_bindings(&["lab"]);
+    setup.wait_selectors(&["lab"]).await;
+    setup.stop().await;
+}
+
+/// A configuration lacking one of the managed entries is not made up: it is
+/// reported, and the other configuration is still brought in step.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configuration_without_a_managed_entry_does_not_hold_up_the_other() {
+    let setup = Setup::start(&["shop"], true).await;
+    setup.wait_selectors(&["shop"]).await;
+    // The validating configuration loses its pool-labelled entry.
+    let validating = Api::<ValidatingWebhookConfiguration>::all(setup.admin());
+    let remove = json_patch::Patch(vec![json_patch::PatchOperation::Remove(
+        json_patch::RemoveOperation {
+            path: json_patch::jsonptr::PointerBuf::parse("/webhooks/1").unwrap(),
+        },
+    )]);
+    validating
+        .patch(
+            &setup.settings.validating.name,
+            &PatchParams::default(),
+            &Patch::Json::<()>(remove),
+        )
+        .await
+        .unwrap();
+    let validating_version = setup.resource_versions().await.1;
+
+    setup.set_bindings(&["lab"]);
+    let expected = setup.expected(&["lab"]);
+    eventually("the mutating configuration in step", WAIT, || async {
+        let selectors = setup.selectors().await;
+        let mutating = &setup.settings.mutating;
+        (selectors.get(&mutating.bound_namespaces_entry)
+            == expected.get(&mutating.bound_namespaces_entry)
+            && selectors.get(&mutating.pool_labelled_entry)
+                == expected.get(&mutating.pool_labelled_entry))
+        .then_some(())
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        setup.resource_versions().await.1,
+        validating_version,
+        "the incomplete configuration is left alone"
+    );
+    setup.stop().await;
+}
