@@ -98,7 +98,7 @@ struct Stats {
 
 impl Stats {
     fn read(&mut self, line: &str) {
-        let Some((name, value)) = line.trim().split_once(':') else {
+        let Some((name, value)) = line.trim().rsplit_once(':') else {
             return;
         };
         let Ok(value) = value.trim().parse::<u64>() else {

@@ -54,6 +54,15 @@ fn machine_changed(key: &ObjectKey, change: Change, class_names: &[&str]) -> Cha
 impl MachinesState {
     pub(crate) fn upsert_class(&mut self, class: MachineClass) -> Option<Changed> {
         let key = class.key.clone();
+        // Another controller's writes (labels, annotations, status) move only the
+        // resourceVersion. It is kept for the next patch's guard but not reported, or
+        // each such write would start the debounce of the class over.
+        if let Some(existing) = self.classes.get_mut(&key)
+            && existing.differs_only_in_resource_version(&class)
+        {
+            existing.resource_version = class.resource_version;
+            return None;
+        }
         upsert_keyed(&mut self.classes, class, |class| &class.key).changed(|| key)
     }
 

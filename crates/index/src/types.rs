@@ -70,6 +70,25 @@ pub struct MachineClass {
     pub resource_version: String,
 }
 
+impl MachineClass {
+    /// Equal but for `resource_version`: nothing the decision reads changed.
+    pub(crate) fn differs_only_in_resource_version(&self, other: &Self) -> bool {
+        // Destructured, so that a new field has to be placed on one side or the other.
+        let Self {
+            key,
+            finalizers,
+            deleting,
+            spec_hash,
+            resource_version,
+        } = self;
+        *resource_version != other.resource_version
+            && *key == other.key
+            && *finalizers == other.finalizers
+            && *deleting == other.deleting
+            && *spec_hash == other.spec_hash
+    }
+}
+
 /// What the index keeps of a Machine.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Machine {

@@ -320,6 +320,17 @@ mod tests {
         )
         .unwrap();
         let first = process.pid().unwrap();
+        // Killed before its first line, the process would leave nothing to compare.
+        let wait_for_lines = |count: usize| {
+            (0..250)
+                .map(|_| {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                    log_tail(&log, 5)
+                })
+                .find(|tail| tail.lines().count() == count)
+                .unwrap_or_else(|| log_tail(&log, 5))
+        };
+        assert_eq!(wait_for_lines(1), "started");
         assert!(
             process.respawn().is_err(),
             "a running process is not started twice"
@@ -333,15 +344,8 @@ mod tests {
         let second = process.pid().unwrap();
         assert_ne!(first, second);
         assert!(process.is_running());
-        let lines = (0..50)
-            .map(|_| {
-                std::thread::sleep(std::time::Duration::from_millis(20));
-                log_tail(&log, 5)
-            })
-            .find(|tail| tail.lines().count() == 3)
-            .unwrap_or_else(|| log_tail(&log, 5));
         assert_eq!(
-            lines,
+            wait_for_lines(3),
             "started\n--- poolkeeper-testenv: sh started again ---\nstarted"
         );
         drop(process);

@@ -116,6 +116,16 @@ fn only_a_changed_projection_is_reported() {
             Some((class_key.clone(), Change::Updated)),
         ),
         (
+            "another controller labels the class: only its resourceVersion moves",
+            Box::new(move |i| {
+                let mut labelled = class_with_finalizer("debian");
+                labelled.metadata.resource_version = Some("3".into());
+                labelled.metadata.labels = Some([("team".into(), "edge".into())].into());
+                report(i, labelled)
+            }),
+            None,
+        ),
+        (
             "new machine",
             Box::new(|i| report(i, machine(NS, "m1", "c1"))),
             Some((machine_key.clone(), Change::Created)),
@@ -138,6 +148,12 @@ fn only_a_changed_projection_is_reported() {
     for (what, write, expected) in cases {
         assert_eq!(write(&index), expected, "{what}");
     }
+    // The next finalizer patch is guarded by the newest resourceVersion, reported or not.
+    let stored = index
+        .machines()
+        .machine_class(&class_key)
+        .map(|class| class.resource_version.clone());
+    assert_eq!(stored.as_deref(), Some("3"));
 }
 
 #[test]
