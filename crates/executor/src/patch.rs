@@ -1,10 +1,12 @@
 //! JSON patches (RFC 6902) that change only `metadata.finalizers`.
 //!
-//! Each patch first tests `metadata.resourceVersion` and the current
-//! finalizer list as the index saw them. If anything changed since, the API
-//! server rejects the patch (422 for a failed test, 409 for a racing
-//! update) instead of clobbering the other writer; the executor retries
-//! after `conflictRetry` with fresh index data.
+//! Each patch first tests the finalizer list as the index saw it. If another
+//! writer changed it since, the API server rejects the patch (422 for a failed
+//! test) instead of clobbering that writer; the executor retries after
+//! `conflictRetry` with fresh index data. Writes to anything else (labels,
+//! annotations, status) do not stand in the way. Only the first finalizer of
+//! an empty list is guarded by `metadata.resourceVersion`: the API server
+//! stores an empty list as no list, which a `test` cannot match.
 
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, Patch, PatchOperation, RemoveOperation, TestOperation};
@@ -35,18 +37,18 @@ pub fn finalizer_patch(
         .map(|(i, _)| i)
         .collect();
     let mut ops = Vec::new();
-    if !class.resource_version.is_empty() {
-        ops.push(PatchOperation::Test(TestOperation {
-            path: pointer(&["metadata", "resourceVersion"]),
-            value: Value::String(class.resource_version.clone()),
-        }));
-    }
     match change {
         FinalizerPatch::Add if !present.is_empty() => return None,
         // An empty list may be absent from the object altogether, where a
         // test on it would fail; `add` on the member creates or replaces it,
-        // and the resourceVersion test still guards it.
+        // and the resourceVersion test guards it instead.
         FinalizerPatch::Add if class.finalizers.is_empty() => {
+            if !class.resource_version.is_empty() {
+                ops.push(PatchOperation::Test(TestOperation {
+                    path: pointer(&["metadata", "resourceVersion"]),
+                    value: Value::String(class.resource_version.clone()),
+                }));
+            }
             ops.push(PatchOperation::Add(AddOperation {
                 path: pointer(&["metadata", "finalizers"]),
                 value: Value::Array(vec![Value::String(finalizer.to_owned())]),
@@ -154,7 +156,6 @@ mod tests {
         assert_eq!(
             serde_json::to_value(&patch).unwrap(),
             json!([
-                {"op": "test", "path": "/metadata/resourceVersion", "value": "7"},
                 {"op": "test", "path": "/metadata/finalizers", "value": ["a/b"]},
                 {"op": "add", "path": "/metadata/finalizers/-", "value": FINALIZER},
             ])
@@ -171,7 +172,6 @@ mod tests {
         assert_eq!(
             serde_json::to_value(&patch).unwrap(),
             json!([
-                {"op": "test", "path": "/metadata/resourceVersion", "value": "9"},
                 {"op": "test", "path": "/metadata/finalizers", "value": current},
                 {"op": "remove", "path": "/metadata/finalizers/1"},
             ])
@@ -231,13 +231,36 @@ mod tests {
     }
 
     #[test]
-    fn a_changed_resource_version_fails_the_patch() {
+    fn the_first_finalizer_fails_on_a_changed_resource_version() {
+        // Another writer may have added its own finalizer since: `add` of the
+        // whole list would drop it.
         let patch = finalizer_patch(&class(&[], "3"), FinalizerPatch::Add, FINALIZER).unwrap();
-        let err = apply(&patch, object(None, "4")).unwrap_err();
+        let err = apply(&patch, object(Some(&["a/b"]), "4")).unwrap_err();
         assert!(matches!(err.kind, json_patch::PatchErrorKind::TestFailed));
-        let patch =
-            finalizer_patch(&class(&[FINALIZER], "3"), FinalizerPatch::Remove, FINALIZER).unwrap();
-        assert!(apply(&patch, object(Some(&[FINALIZER]), "4")).is_err());
+    }
+
+    #[test]
+    fn other_writes_since_the_read_do_not_fail_a_guarded_list() {
+        // Labels or status written since: a new resourceVersion, the same list.
+        let cases = [
+            (
+                class(&["a/b"], "3"),
+                FinalizerPatch::Add,
+                ["a/b"].as_slice(),
+            ),
+            (
+                class(&[FINALIZER], "3"),
+                FinalizerPatch::Remove,
+                [FINALIZER].as_slice(),
+            ),
+        ];
+        for (class, change, stored) in cases {
+            let patch = finalizer_patch(&class, change, FINALIZER).unwrap();
+            assert!(
+                apply(&patch, object(Some(stored), "4")).is_ok(),
+                "{change:?}"
+            );
+        }
     }
 
     #[test]
@@ -262,10 +285,12 @@ mod tests {
     }
 
     #[test]
-    fn without_a_resource_version_only_the_list_is_tested() {
-        let patch = finalizer_patch(&class(&["a/b"], ""), FinalizerPatch::Add, FINALIZER).unwrap();
+    fn without_a_resource_version_the_first_finalizer_is_added_unguarded() {
+        let patch = finalizer_patch(&class(&[], ""), FinalizerPatch::Add, FINALIZER).unwrap();
         let ops = serde_json::to_value(&patch).unwrap();
-        assert_eq!(ops[0]["path"], "/metadata/finalizers");
-        assert_eq!(ops.as_array().map(Vec::len), Some(2));
+        assert_eq!(
+            ops,
+            json!([{"op": "add", "path": "/metadata/finalizers", "value": [FINALIZER]}])
+        );
     }
 }

@@ -152,7 +152,7 @@ async fn the_long_retry_requeue_fires_a_pass_for_that_key() {
     assert_eq!(h.passes(), 1);
     // Only "b" changes later, so only "b" is rescheduled.
     h.at(secs(60)).await;
-    let mut b = class("b", &[]);
+    let mut b = class("b", &["example.com/other"]);
     b.metadata.resource_version = Some("2".into());
     h.fake.insert(&b);
     h.apply(ResourceKind::MachineClass, b);
