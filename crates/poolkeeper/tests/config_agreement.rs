@@ -29,6 +29,17 @@ const INVALID: &[(&str, &str)] = &[
     ),
     ("webhook: {shutdownTimeout: 1m}", "webhook.shutdownTimeout"),
     (
+        "webhook: {tlsHandshakeTimeout: 0s}",
+        "webhook.tlsHandshakeTimeout",
+    ),
+    (
+        "webhook: {headerReadTimeout: 0s}",
+        "webhook.headerReadTimeout",
+    ),
+    ("webhook: {bodyReadTimeout: 0s}", "webhook.bodyReadTimeout"),
+    ("webhook: {idleTimeout: 0s}", "webhook.idleTimeout"),
+    ("webhook: {maxConnections: 0}", "webhook.maxConnections"),
+    (
         "reconciler: {debounceInterval: 2s, maxDelay: 1s}",
         "reconciler.maxDelay",
     ),
@@ -60,6 +71,7 @@ const VALID: &[&str] = &[
     "executor: {concurrency: 1024, shortRetry: 1s, longRetry: 1s}",
     "leaderElection: {leaseDuration: 3s, renewDeadline: 2s, retryPeriod: 1s}",
     "webhook: {maxBodyBytes: 1024, shutdownTimeout: 20s}",
+    "webhook: {maxConnections: 1, tlsHandshakeTimeout: 1ms, headerReadTimeout: 1ms, bodyReadTimeout: 1ms, idleTimeout: 1ms}",
     "placement: {defaultMode: dryrun}\naudit: {interval: 0s}",
     "watchers: {pageSize: 1}",
     "machineClasses: {enabled: false}\nplacement: {enabled: false}\nwebhook: {enabled: false}",
