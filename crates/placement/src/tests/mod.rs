@@ -9,6 +9,7 @@ mod mutate;
 mod objects;
 mod pod;
 mod policy;
+mod properties;
 mod tolerations;
 mod validate;
 
