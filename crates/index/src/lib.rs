@@ -14,11 +14,13 @@
 //! [`Index::machines`]) that holds a read lock and must not be kept across an
 //! `.await`. No I/O happens here.
 
+mod labels;
 mod machines;
 mod nested_sets;
 mod placement;
 mod projection;
 mod resource;
+mod shared;
 mod types;
 
 use std::fmt;
@@ -26,11 +28,13 @@ use std::fmt;
 use parking_lot::RwLock;
 use poolkeeper_bus::IntoEnumIterator;
 
+pub use labels::Labels;
 pub use machines::MachinesView;
 pub use placement::PlacementView;
 pub use poolkeeper_bus::{Change, ObjectKey, ResourceKind};
 pub use projection::object_key;
 pub use resource::IndexResource;
+pub use shared::SharedString;
 pub use types::{Changed, Machine, MachineClass, Node, NodePool, PoolType, Taint};
 
 use machines::MachinesState;

@@ -1,42 +1,42 @@
 //! Nodes, NodePools and ConfigMaps: the state the admission webhook reads.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
-use std::sync::Arc;
 
 use parking_lot::RwLockReadGuard;
 use poolkeeper_bus::{Change, ObjectKey};
 
+use crate::labels::Labels;
 use crate::nested_sets::NestedSets;
+use crate::shared::{Interner, SharedString};
 use crate::types::{Changed, Node, NodePool, Upsert, retain_keyed, upsert_keyed};
 
 /// Node names by label key, then label value, sharing their name strings with
 /// the primary map. Readers list a key's values in order, so a `BTreeMap`
 /// holds them.
-type LabelIndex = NestedSets<BTreeMap<String, BTreeSet<Arc<str>>>>;
+type LabelIndex = NestedSets<BTreeMap<String, BTreeSet<SharedString>>>;
 
 /// Moves `node` from the entries of `old` labels to those of `new`.
-fn relabel(
-    labels: &mut LabelIndex,
-    node: &Arc<str>,
-    old: &BTreeMap<String, String>,
-    new: &BTreeMap<String, String>,
-) {
+fn relabel(labels: &mut LabelIndex, node: &SharedString, old: &Labels, new: &Labels) {
     for (key, value) in old {
         if new.get(key) != Some(value) {
-            labels.remove(key, value, node.as_ref());
+            labels.remove(key, value, node.as_str());
         }
     }
     for (key, value) in new {
         if old.get(key) != Some(value) {
-            labels.insert(key, value, Arc::clone(node));
+            labels.insert(key, value, node.clone());
         }
     }
 }
 
 #[derive(Debug, Default)]
 pub(crate) struct PlacementState {
-    pub(crate) nodes: BTreeMap<Arc<str>, Node>,
+    pub(crate) nodes: BTreeMap<SharedString, Node>,
     labels: LabelIndex,
+    /// One copy of each Node name, label key and label value in use: ~13
+    /// labels per Node repeat across the cluster, and `kubernetes.io/hostname`
+    /// repeats the Node's name.
+    strings: Interner<SharedString>,
     pub(crate) pools: BTreeMap<String, NodePool>,
     pub(crate) config_maps: BTreeMap<ObjectKey, BTreeMap<String, String>>,
     config_maps_generation: u64,
@@ -52,22 +52,31 @@ fn cluster_name(key: &ObjectKey) -> Option<&str> {
 }
 
 impl PlacementState {
-    pub(crate) fn upsert_node(&mut self, node: Node) -> Option<Changed> {
+    pub(crate) fn upsert_node(&mut self, mut node: Node) -> Option<Changed> {
         let key = ObjectKey::cluster(node.name.as_str());
-        let upsert = match self.nodes.get_key_value(node.name.as_str()) {
-            Some((_, existing)) if *existing == node => Upsert::Unchanged,
-            Some((name, existing)) => {
-                let name = Arc::clone(name);
-                relabel(&mut self.labels, &name, &existing.labels, &node.labels);
-                self.nodes.insert(name, node);
+        if self.nodes.get(node.name.as_str()) == Some(&node) {
+            return None;
+        }
+        // Shared before the old Node's strings are released, so that the
+        // strings both have stay stored.
+        self.strings.share(&mut node.name);
+        node.labels.share(&mut self.strings);
+        let name = node.name.clone();
+        let upsert = match self.nodes.insert(name.clone(), node) {
+            Some(old) => {
+                relabel(
+                    &mut self.labels,
+                    &name,
+                    &old.labels,
+                    &self.nodes[&name].labels,
+                );
+                self.release(old);
                 Upsert::Updated
             }
             None => {
-                let name: Arc<str> = Arc::from(node.name.as_str());
-                for (key, value) in &node.labels {
-                    self.labels.insert(key, value, Arc::clone(&name));
+                for (key, value) in &self.nodes[&name].labels {
+                    self.labels.insert(key, value, name.clone());
                 }
-                self.nodes.insert(name, node);
                 Upsert::Created
             }
         };
@@ -80,14 +89,23 @@ impl PlacementState {
         for (label, value) in &node.labels {
             self.labels.remove(label, value, name);
         }
+        self.release(node);
         Some(Changed::new(key.clone(), Change::Deleted))
+    }
+
+    /// Hands the strings of a Node that left the index back to the interner.
+    fn release(&mut self, node: Node) {
+        self.strings.release(node.name);
+        for string in node.labels.into_strings() {
+            self.strings.release(string);
+        }
     }
 
     pub(crate) fn retain_nodes(&mut self, keep: &HashSet<ObjectKey>) -> Vec<Changed> {
         let gone: Vec<ObjectKey> = self
             .nodes
             .keys()
-            .map(|name| ObjectKey::cluster(name.as_ref()))
+            .map(|name| ObjectKey::cluster(name.as_str()))
             .filter(|key| !keep.contains(key))
             .collect();
         gone.iter()
@@ -154,6 +172,12 @@ impl PlacementState {
         self.labels.member_count()
     }
 
+    /// The distinct Node names, label keys and values stored, each once.
+    #[cfg(test)]
+    pub(crate) fn shared_strings(&self) -> usize {
+        self.strings.len()
+    }
+
     #[cfg(test)]
     pub(crate) fn label_index_keys(&self) -> usize {
         self.labels.outer_count()
@@ -196,7 +220,7 @@ impl<'a> PlacementView<'a> {
             .members(key, value)
             .into_iter()
             .flatten()
-            .filter_map(|name| self.state.nodes.get(name.as_ref()))
+            .filter_map(|name| self.state.nodes.get(name.as_str()))
     }
 
     /// How many nodes carry `key=value`, in O(1).
@@ -223,7 +247,7 @@ impl<'a> PlacementView<'a> {
             .into_iter()
             .flat_map(|values| values.values())
             .flatten()
-            .filter_map(|name| self.state.nodes.get(name.as_ref()))
+            .filter_map(|name| self.state.nodes.get(name.as_str()))
     }
 
     /// The distinct values of label `key` over all nodes, sorted.

@@ -50,8 +50,8 @@ impl From<&core::Node> for Node {
             .map(|taints| taints.iter().map(Taint::from).collect())
             .unwrap_or_default();
         Self {
-            name: node.metadata.name.clone().unwrap_or_default(),
-            labels: node.metadata.labels.clone().unwrap_or_default(),
+            name: node.metadata.name.clone().unwrap_or_default().into(),
+            labels: node.metadata.labels.clone().unwrap_or_default().into(),
             taints,
             ready,
         }

@@ -194,7 +194,12 @@ impl<S: Shareable> Interner<S> {
     /// handle a removed Node held, after the index has dropped its own.
     pub(crate) fn release(&mut self, value: S) {
         let last = value.holders() == 2;
-        if last && self.values.get(&value).is_some_and(|stored| stored.same(&value)) {
+        if last
+            && self
+                .values
+                .get(&value)
+                .is_some_and(|stored| stored.same(&value))
+        {
             self.values.remove(&value);
         }
         drop(value);
@@ -226,11 +231,16 @@ mod tests {
         let shared = SharedString::from("zone-a");
         assert_eq!(shared.as_str(), "zone-a");
         assert_eq!(shared.len(), 6);
-        assert!(shared == "zone-a" && "zone-a" == shared);
-        assert!(shared == *"zone-a" && *"zone-a" == shared);
-        assert!(shared == "zone-a".to_owned() && "zone-a".to_owned() == shared);
+        let text = String::from("zone-a");
+        assert_eq!(shared, "zone-a");
+        assert_eq!("zone-a", shared);
+        assert_eq!(shared, *"zone-a");
+        assert_eq!(*"zone-a", shared);
+        assert_eq!(shared, text);
+        assert_eq!(text, shared);
         assert_ne!(shared, SharedString::from("zone-b"));
-        assert!(shared < SharedString::from("zone-b"));
+        let later = SharedString::from("zone-b");
+        assert!(shared < later, "ordered as text");
         assert_eq!(format!("{shared} {shared:?}"), "zone-a \"zone-a\"");
         assert_eq!(serde_json::to_string(&shared).unwrap(), "\"zone-a\"");
         let set: HashSet<SharedString> = HashSet::from([shared.clone()]);
@@ -253,7 +263,11 @@ mod tests {
     fn interner_shares_and_releases() {
         let cases: &[Case] = &[
             ("one value", &[Share("a")], &[1]),
-            ("same text twice is one value", &[Share("a"), Share("a")], &[1, 1]),
+            (
+                "same text twice is one value",
+                &[Share("a"), Share("a")],
+                &[1, 1],
+            ),
             ("two texts", &[Share("a"), Share("b")], &[1, 2]),
             ("released last handle", &[Share("a"), Release(0)], &[1, 0]),
             (

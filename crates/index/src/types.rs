@@ -5,6 +5,8 @@ use std::fmt;
 
 use poolkeeper_bus::{Change, ObjectKey};
 
+use crate::{Labels, SharedString};
+
 /// A Node taint.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Taint {
@@ -14,11 +16,12 @@ pub struct Taint {
     pub effect: String,
 }
 
-/// What the index keeps of a Node.
+/// What the index keeps of a Node. Its name and label strings are shared
+/// with every other Node that has the same text.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Node {
-    pub name: String,
-    pub labels: BTreeMap<String, String>,
+    pub name: SharedString,
+    pub labels: Labels,
     pub taints: Vec<Taint>,
     /// The `Ready` condition is `True`.
     pub ready: bool,

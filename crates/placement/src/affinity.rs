@@ -17,7 +17,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{NodeSelector, NodeSelectorRequirement, NodeSelectorTerm};
-use poolkeeper_index::Node;
+use poolkeeper_index::{Labels, Node};
 
 use crate::names::{label_value_errors, qualified_name_errors};
 use crate::pod::PodPlacement;
@@ -48,7 +48,7 @@ pub(crate) struct LabelRequirement {
 
 impl LabelRequirement {
     /// `labels.Requirement.Matches`.
-    pub(crate) fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+    pub(crate) fn matches(&self, labels: &Labels) -> bool {
         let value = labels.get(&self.key);
         match &self.op {
             LabelOp::In(values) => value.is_some_and(|v| values.contains(v)),

@@ -90,7 +90,7 @@ impl NodeSet {
             names: nodes
                 .iter()
                 .take(EXPLAIN_NAMES)
-                .map(|node| node.name.clone())
+                .map(|node| node.name.to_string())
                 .collect(),
             problems: Vec::new(),
         }

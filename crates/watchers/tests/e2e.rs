@@ -155,7 +155,7 @@ fn names_in_pool(index: &Index, pool: &str) -> Vec<String> {
     index
         .placement()
         .nodes_in_pool(pool)
-        .map(|n| n.name.clone())
+        .map(|n| n.name.to_string())
         .collect()
 }
 

@@ -77,7 +77,7 @@ pub(super) fn config_map(namespace: &str, name: &str, data: &[(&str, &str)]) -> 
 }
 
 pub(super) fn names<'a>(nodes: impl Iterator<Item = &'a Node>) -> Vec<String> {
-    nodes.map(|n| n.name.clone()).collect()
+    nodes.map(|n| n.name.to_string()).collect()
 }
 
 pub(super) fn machine_names<'a>(machines: impl Iterator<Item = &'a crate::Machine>) -> Vec<String> {

@@ -234,3 +234,81 @@ fn pool_type_change_is_seen() {
         Some(PoolType::Cloud)
     );
 }
+
+/// Node names, label keys and values are stored once however many Nodes
+/// have them, and forgotten with the last Node that had them.
+#[test]
+fn node_strings_are_shared_and_released() {
+    let index = crate::Index::new(POOL);
+    let apply = |name: &str, labels: &[(&str, &str)]| index.apply(node(name, labels));
+    let delete =
+        |name: &str| IndexResource::<core::Node>::delete(&index, &ObjectKey::cluster(name));
+    let stored = || index.placement.read().shared_strings();
+    let hostname = "kubernetes.io/hostname";
+    // What, the write, the distinct strings stored after it.
+    type Write<'a> = Box<dyn Fn() + 'a>;
+    let steps: Vec<(&str, Write, usize)> = vec![
+        (
+            "first node: name, 2 keys, 2 values",
+            Box::new(|| {
+                apply("n1", &[(POOL, "p1"), (hostname, "n1")]);
+            }),
+            4,
+        ),
+        (
+            "second node: its name, same keys, its pool",
+            Box::new(|| {
+                apply("n2", &[(POOL, "p1"), (hostname, "n2")]);
+            }),
+            5,
+        ),
+        (
+            "n2 moves to p2: p2 added, p1 still n1's",
+            Box::new(|| {
+                apply("n2", &[(POOL, "p2"), (hostname, "n2")]);
+            }),
+            6,
+        ),
+        (
+            "n1 moves to p2: p1 released",
+            Box::new(|| {
+                apply("n1", &[(POOL, "p2"), (hostname, "n1")]);
+            }),
+            5,
+        ),
+        (
+            "n1 deleted: its name released",
+            Box::new(|| {
+                delete("n1");
+            }),
+            4,
+        ),
+        (
+            "n2 deleted: nothing left",
+            Box::new(|| {
+                delete("n2");
+            }),
+            0,
+        ),
+    ];
+    for (what, write, expected) in steps {
+        write();
+        assert_eq!(stored(), expected, "{what}");
+    }
+
+    apply("n1", &[(POOL, "p1"), (hostname, "n1")]);
+    apply("n2", &[(POOL, "p1"), (hostname, "n2")]);
+    let view = index.placement();
+    let (n1, n2) = (view.node("n1").unwrap(), view.node("n2").unwrap());
+    let value = |node: &crate::Node, key: &str| node.labels.get(key).unwrap().as_ptr();
+    assert_eq!(
+        value(n1, POOL),
+        value(n2, POOL),
+        "one copy of the pool name"
+    );
+    assert_eq!(
+        n1.name.as_ptr(),
+        value(n1, hostname),
+        "the hostname is the name"
+    );
+}

@@ -33,7 +33,7 @@ fn big_cluster() -> Index {
 }
 
 fn names(nodes: &[&Node]) -> Vec<String> {
-    nodes.iter().map(|n| n.name.clone()).collect()
+    nodes.iter().map(|n| n.name.to_string()).collect()
 }
 
 fn specs() -> Vec<Value> {

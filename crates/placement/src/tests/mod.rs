@@ -13,8 +13,6 @@ mod properties;
 mod tolerations;
 mod validate;
 
-use std::collections::BTreeMap;
-
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::core::v1::Pod;
 use poolkeeper_config::Config;
@@ -28,11 +26,8 @@ pub(crate) const POOL: &str = "apps.openyurt.io/nodepool";
 
 pub(crate) fn node(name: &str, labels: &[(&str, &str)]) -> Node {
     Node {
-        name: name.to_owned(),
-        labels: labels
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect::<BTreeMap<_, _>>(),
+        name: name.into(),
+        labels: labels.iter().copied().collect(),
         taints: Vec::new(),
         ready: true,
     }

@@ -2,10 +2,8 @@
 //! brute-force reference of Kubernetes' rules, and mutation followed by
 //! validation.
 
-use std::collections::BTreeMap;
-
 use k8s_openapi::api::core::v1::{NodeSelector, NodeSelectorRequirement, NodeSelectorTerm};
-use poolkeeper_index::Node;
+use poolkeeper_index::{Labels, Node};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
@@ -112,7 +110,7 @@ fn label_value_ok(value: &str) -> bool {
             && value.chars().all(inner))
 }
 
-fn expression_holds(e: &NodeSelectorRequirement, labels: &BTreeMap<String, String>) -> bool {
+fn expression_holds(e: &NodeSelectorRequirement, labels: &Labels) -> bool {
     let values = e.values.clone().unwrap_or_default();
     let label = labels.get(&e.key);
     let number = label.and_then(|v| v.parse::<i64>().ok());
