@@ -1,5 +1,6 @@
 //! `cargo xtask`: the project's automation. Run `cargo xtask help` for the commands.
 
+mod bench_scale;
 mod checks;
 mod controlplane;
 mod crds;
@@ -37,6 +38,12 @@ commands:
                             buildah or podman (FROM scratch: no base image is pulled)
   bench [CARGO BENCH ARGS]  run the benchmarks (all, or those selected by the arguments); the
                             webhook load benchmark needs wrk (`apt-get install wrk`)
+  bench-webhook             the one-core webhook benchmark: server and load generator (vegeta,
+                            built from its Go module) pinned to one core each, fixed rates
+  bench-scale [ARGS]        the scale benchmark: a local control plane loaded with 5,000 Nodes,
+                            500 NodePools, 2,000 MachineClasses and 20,000 Machines, then the
+                            release binary measured against it (ARGS go to poolkeeper-scale;
+                            report in target/bench-scale/report.md)
   fuzz [TARGET]... [--time 10m]
                             run the libFuzzer targets of fuzz/ (all, or those named) one after
                             the other with cargo-fuzz (nightly; installed when missing), then
@@ -106,6 +113,8 @@ fn main() -> ExitCode {
         "image" => image::command(rest),
         "crds" => crds::command(rest),
         "bench" => bench(rest),
+        "bench-webhook" => bench_webhook(rest),
+        "bench-scale" => bench_scale::command(rest),
         "fuzz" => fuzz::command(rest),
         "soak" => soak::command(rest),
         "help" | "-h" | "--help" => {
@@ -152,6 +161,15 @@ fn bench(args: &[String]) -> Result<()> {
     if !selects_packages {
         command.args(["--workspace", "--benches"]);
     }
+    command.args(args);
+    run::status(&mut command)
+}
+
+/// The one-core benchmark of the webhook server (`crates/webhook/benches/one_core.rs`).
+fn bench_webhook(args: &[String]) -> Result<()> {
+    let root = workspace_root();
+    let mut command = run::cargo(&root);
+    command.args(["bench", "-j2", "-p", WRK_PACKAGE, "--bench", "one_core"]);
     command.args(args);
     run::status(&mut command)
 }

@@ -392,7 +392,7 @@ pub fn machine_class_object(class: usize, namespace: &str) -> Value {
         },
         "secretRef": {"name": format!("{shoot}-cloudprovider"), "namespace": namespace},
         "credentialsSecretRef": {"name": format!("{shoot}-credentials"), "namespace": namespace},
-        "nodeTemplate": {"capacity": {"cpu": cpu, "memory": memory, "gpu": "0"},
+        "nodeTemplate": {"architecture": "amd64", "capacity": {"cpu": cpu, "memory": memory, "gpu": "0"},
                          "instanceType": instance_type, "region": REGION, "zone": zone},
     })
 }

@@ -1,0 +1,46 @@
+//! `cargo xtask bench-scale [ARGS]`: the scale benchmark of `crates/scale` against a local
+//! control plane. Builds poolkeeper and `poolkeeper-scale` in release, then runs the benchmark
+//! with the repository's CRDs and webhook configurations; ARGS go to `poolkeeper-scale` (for
+//! example `--nodes 500 --machines 2000` for a quick run; `-- --help` lists them). The report
+//! goes to `target/bench-scale/report.md`.
+
+use std::process::Command;
+
+use crate::run::{cargo, display};
+use crate::{Result, controlplane, target_dir, workspace_root};
+
+pub fn command(args: &[String]) -> Result<()> {
+    let root = workspace_root();
+    let binaries = controlplane::ensure(&root, false)?;
+    let mut build = cargo(&root);
+    build.args([
+        "build",
+        "--release",
+        "-j2",
+        "-p",
+        "poolkeeper",
+        "--bin",
+        "poolkeeper",
+    ]);
+    build.args(["-p", "poolkeeper-scale", "--bin", "poolkeeper-scale"]);
+    println!("$ {}", display(&build));
+    crate::run::status(&mut build)?;
+
+    let target = target_dir(&root);
+    let release = target.join("release");
+    let mut bench = Command::new(release.join("poolkeeper-scale"));
+    bench
+        .current_dir(&root)
+        .env("POOLKEEPER_CONTROL_PLANE", &binaries)
+        .arg("--poolkeeper")
+        .arg(release.join("poolkeeper"))
+        .arg("--crds")
+        .arg(root.join("deploy/crds"))
+        .arg("--webhooks")
+        .arg(root.join("deploy/webhooks"))
+        .arg("--out")
+        .arg(target.join("bench-scale"))
+        .args(args);
+    println!("$ {}", display(&bench));
+    crate::run::status(&mut bench)
+}
