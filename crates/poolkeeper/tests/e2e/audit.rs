@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Taint};
+use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use k8s_openapi::api::events::v1::Event as KubeEvent;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
@@ -24,13 +24,9 @@ use poolkeeper_testenv::{Process, TestEnv, eventually};
 use serde_json::{Value, json};
 
 use crate::harness::{Running, TIMEOUT, metric_sum, test_config};
+use crate::objects::{CONTROLLER_NAMESPACE, POOL_LABEL, apply_policy, labelled_pod};
 
-pub(crate) const POOL_LABEL: &str = "apps.openyurt.io/nodepool";
 pub(crate) const EDGE_TAINT: &str = "node-role.kubernetes.io/edge";
-pub(crate) const CONTROLLER_NAMESPACE: &str = "poolkeeper-system";
-const POLICY_CONFIG_MAP: &str = "poolkeeper-placement";
-const POLICY_KEY: &str = "placement.yaml";
-const FIELD_MANAGER: &str = "poolkeeper-e2e";
 const BINARY: &str = env!("CARGO_BIN_EXE_poolkeeper");
 /// How often the controller audits in these tests.
 const AUDIT_INTERVAL: Duration = Duration::from_secs(1);
@@ -95,34 +91,12 @@ pub(crate) async fn write_policy(client: &Client, bindings: &[(&str, &str, &str)
     policy.push_str(&format!(
         "edgeTolerations:\n  - {{key: {EDGE_TAINT}, operator: Exists, effect: NoSchedule}}\n"
     ));
-    let config_map = json!({
-        "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": POLICY_CONFIG_MAP, "namespace": CONTROLLER_NAMESPACE},
-        "data": {POLICY_KEY: policy},
-    });
-    Api::<ConfigMap>::namespaced(client.clone(), CONTROLLER_NAMESPACE)
-        .patch(
-            POLICY_CONFIG_MAP,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&config_map),
-        )
-        .await
-        .expect("the placement ConfigMap is written");
+    apply_policy(client, &policy).await;
 }
 
 /// A Pod with one small container and `spec` merged in.
-pub(crate) fn pod(name: &str, mut spec: Value) -> Pod {
-    spec["containers"] = json!([{
-        "name": "app",
-        "image": "registry.example/app:1",
-        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}},
-    }]);
-    serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": spec,
-    }))
-    .expect("a valid Pod")
+pub(crate) fn pod(name: &str, spec: Value) -> Pod {
+    labelled_pod(name, json!({}), spec)
 }
 
 /// A Pod kube-scheduler can only bind to `node` (it tolerates the edge taint).

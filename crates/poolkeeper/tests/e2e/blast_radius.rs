@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
-use k8s_openapi::api::core::v1::{ConfigMap, Pod};
-use kube::api::{Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::PostParams;
 use kube::{Api, Client};
 use poolkeeper_api::{NodePool, NodePoolSpec, NodePoolType};
 use poolkeeper_config::Config;
@@ -28,11 +28,11 @@ use poolkeeper_testenv::{Process, TestEnv, WebhookCert, WebhookRegistration, eve
 use serde_json::{Value, json};
 
 use crate::harness::{Running, TIMEOUT, test_config};
+use crate::objects::{
+    CONTROLLER_NAMESPACE, POOL_LABEL, apply_policy, dry_run, free_port, labelled_pod, plain_pod,
+    pool_affinity,
+};
 
-const POOL_LABEL: &str = "apps.openyurt.io/nodepool";
-const CONTROLLER_NAMESPACE: &str = "poolkeeper-system";
-const POLICY_CONFIG_MAP: &str = "poolkeeper-placement";
-const POLICY_KEY: &str = "placement.yaml";
 const BOUND_NAMESPACE: &str = "shop";
 const UNBOUND_NAMESPACE: &str = "plain";
 const NEW_NAMESPACE: &str = "shop-new";
@@ -41,7 +41,6 @@ const WEBHOOK_MANIFESTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../depl
 const CONFIGURATION: &str = "poolkeeper";
 const MUTATE_BOUND: &str = "mutate-pods.poolkeeper.io";
 const MUTATE_LABELLED: &str = "mutate-labelled-pods.poolkeeper.io";
-const FIELD_MANAGER: &str = "poolkeeper-e2e";
 
 struct Cluster {
     env: TestEnv,
@@ -107,13 +106,6 @@ async fn setup() -> Cluster {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .expect("a free loopback port")
-        .port()
-}
-
 /// The placement ConfigMap binding each of `namespaces` to `cloud`.
 async fn write_bindings(client: &Client, namespaces: &[&str]) {
     let mut policy = String::from("bindings:\n");
@@ -122,63 +114,7 @@ async fn write_bindings(client: &Client, namespaces: &[&str]) {
             "  - {{namespace: {namespace}, nodePool: cloud}}\n"
         ));
     }
-    let config_map = json!({
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": POLICY_CONFIG_MAP, "namespace": CONTROLLER_NAMESPACE},
-        "data": {POLICY_KEY: policy},
-    });
-    Api::<ConfigMap>::namespaced(client.clone(), CONTROLLER_NAMESPACE)
-        .patch(
-            POLICY_CONFIG_MAP,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&config_map),
-        )
-        .await
-        .expect("the placement ConfigMap is written");
-}
-
-fn pod(name: &str, labels: Value) -> Pod {
-    serde_json::from_value(json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "labels": labels},
-        "spec": {"containers": [{
-            "name": "app",
-            "image": "registry.example/app:1",
-            "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}},
-        }]},
-    }))
-    .expect("a valid Pod")
-}
-
-fn dry_run() -> PostParams {
-    PostParams {
-        dry_run: true,
-        ..PostParams::default()
-    }
-}
-
-/// The pool of a required node affinity `poolLabel In [pool]`.
-fn pool_affinity(pod: &Pod) -> Option<String> {
-    let required = pod
-        .spec
-        .as_ref()?
-        .affinity
-        .as_ref()?
-        .node_affinity
-        .as_ref()?
-        .required_during_scheduling_ignored_during_execution
-        .as_ref()?;
-    let expression = required
-        .node_selector_terms
-        .first()?
-        .match_expressions
-        .as_ref()?
-        .first()?;
-    (expression.key == POOL_LABEL && expression.operator == "In")
-        .then(|| expression.values.as_ref()?.first().cloned())
-        .flatten()
+    apply_policy(client, &policy).await;
 }
 
 /// The namespaces listed by the bound-namespaces entry of both
@@ -238,7 +174,7 @@ async fn wait_listed(client: &Client, namespaces: &[&str]) -> Duration {
 async fn wait_placed(cluster: &Cluster, namespace: &str) -> Duration {
     let started = Instant::now();
     let pods = Api::<Pod>::namespaced(cluster.client.clone(), namespace);
-    let probe = pod("probe", json!({}));
+    let probe = plain_pod("probe");
     eventually(&format!("pods of {namespace} placed"), TIMEOUT, || async {
         let created = pods.create(&dry_run(), &probe).await.ok()?;
         (pool_affinity(&created).as_deref() == Some("cloud")).then_some(())
@@ -292,10 +228,7 @@ async fn only_the_pods_poolkeeper_places_depend_on_it() {
     for i in 0..20 {
         let one = Instant::now();
         let created = plain
-            .create(
-                &PostParams::default(),
-                &pod(&format!("plain-{i}"), json!({})),
-            )
+            .create(&PostParams::default(), &plain_pod(&format!("plain-{i}")))
             .await
             .unwrap_or_else(|e| panic!("plain-{i} while poolkeeper is down: {e}"));
         slowest = slowest.max(one.elapsed());
@@ -315,14 +248,14 @@ async fn only_the_pods_poolkeeper_places_depend_on_it() {
     assert_refused(
         &cluster.client,
         BOUND_NAMESPACE,
-        &pod("bound", json!({})),
+        &plain_pod("bound"),
         MUTATE_BOUND,
     )
     .await;
     assert_refused(
         &cluster.client,
         UNBOUND_NAMESPACE,
-        &pod("labelled", labelled.clone()),
+        &labelled_pod("labelled", labelled.clone(), json!({})),
         MUTATE_LABELLED,
     )
     .await;
@@ -330,7 +263,10 @@ async fn only_the_pods_poolkeeper_places_depend_on_it() {
     // neither can be locked out by its outage.
     for namespace in ["kube-system", CONTROLLER_NAMESPACE] {
         Api::<Pod>::namespaced(cluster.client.clone(), namespace)
-            .create(&PostParams::default(), &pod("labelled", labelled.clone()))
+            .create(
+                &PostParams::default(),
+                &labelled_pod("labelled", labelled.clone(), json!({})),
+            )
             .await
             .unwrap_or_else(|e| panic!("a labelled Pod in {namespace}: {e}"));
     }
@@ -353,7 +289,7 @@ async fn only_the_pods_poolkeeper_places_depend_on_it() {
     );
 
     let created = Api::<Pod>::namespaced(cluster.client.clone(), NEW_NAMESPACE)
-        .create(&PostParams::default(), &pod("app", json!({})))
+        .create(&PostParams::default(), &plain_pod("app"))
         .await
         .unwrap();
     assert_eq!(pool_affinity(&created).as_deref(), Some("cloud"));

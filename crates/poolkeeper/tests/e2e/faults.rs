@@ -11,25 +11,26 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Taint};
+use k8s_openapi::api::core::v1::{Pod, Taint};
 use kube::api::{DeleteParams, ListParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client};
 use poolkeeper_api::NodePoolType;
-use poolkeeper_api::{ClassSpec, Machine, MachineClass, MachineSpec, NodePool, NodePoolSpec};
+use poolkeeper_api::{Machine, MachineClass, NodePool, NodePoolSpec};
 use poolkeeper_bus::{Change, Delivery, Event, ObjectKey, ResourceKind, Subscription};
 use poolkeeper_config::Config;
 use poolkeeper_executor::KubeClassWriter;
 use poolkeeper_testenv::{Process, TestEnv, WebhookCert, WebhookRegistration, eventually};
-use serde_json::{Value, json};
+use serde_json::Value;
 use tempfile::TempDir;
 
 use crate::harness::{Running, TIMEOUT, metric_sum, test_config};
+use crate::objects::{
+    CONTROLLER_NAMESPACE, POOL_LABEL, apply_policy, finalized_classes, machine, machine_class,
+    mutate_over_tls, plain_pod, pool_affinity,
+};
 
 const MACHINES: &str = "machine-system";
-const CONTROLLER_NAMESPACE: &str = "poolkeeper-system";
 const EDGE_NAMESPACE: &str = "shop-edge";
-const POOL_LABEL: &str = "apps.openyurt.io/nodepool";
 const EDGE_TAINT: &str = "node-role.kubernetes.io/edge";
 const WEBHOOK_MANIFESTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/webhooks");
 /// How long kube-apiserver stays down, as when the defect was seen by hand.
@@ -118,7 +119,7 @@ impl Plane {
             ..PostParams::default()
         };
         wait_until("the mutating webhook in effect", || async {
-            let created = pods.create(&dry_run, &pod("probe")).await.ok()?;
+            let created = pods.create(&dry_run, &plain_pod("probe")).await.ok()?;
             (pool_affinity(&created).as_deref() == Some("edge")).then_some(())
         })
         .await;
@@ -153,53 +154,7 @@ async fn placement_cluster(env: &TestEnv) {
         "bindings:\n  - namespace: {EDGE_NAMESPACE}\n    nodePool: edge\n\
          edgeTolerations:\n  - {{key: {EDGE_TAINT}, operator: Exists, effect: NoSchedule}}\n"
     );
-    let config_map: ConfigMap = serde_json::from_value(json!({
-        "metadata": {"name": "poolkeeper-placement", "namespace": CONTROLLER_NAMESPACE},
-        "data": {"placement.yaml": policy},
-    }))
-    .expect("a ConfigMap");
-    Api::<ConfigMap>::namespaced(client, CONTROLLER_NAMESPACE)
-        .create(&PostParams::default(), &config_map)
-        .await
-        .expect("the placement policy is written");
-}
-
-fn machine_class(name: &str) -> MachineClass {
-    MachineClass::new(name, json!({"machineType": "m5.large"}))
-}
-
-fn machine(name: &str, class: &str) -> Machine {
-    Machine::new(
-        name,
-        MachineSpec {
-            class: ClassSpec {
-                kind: Some("MachineClass".to_owned()),
-                name: class.to_owned(),
-                ..ClassSpec::default()
-            },
-            ..MachineSpec::default()
-        },
-    )
-}
-
-fn pod(name: &str) -> Pod {
-    serde_json::from_value(json!({
-        "metadata": {"name": name},
-        "spec": {"containers": [{"name": "app", "image": "registry.example/app:1"}]},
-    }))
-    .expect("a Pod")
-}
-
-/// The pool of the node affinity the mutating webhook adds.
-fn pool_affinity(pod: &Pod) -> Option<String> {
-    let spec = serde_json::to_value(pod.spec.as_ref()?).ok()?;
-    let terms = spec.pointer(
-        "/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms",
-    )?;
-    let expression = terms.pointer("/0/matchExpressions/0")?;
-    (expression["key"] == POOL_LABEL && expression["operator"] == "In")
-        .then(|| expression["values"][0].as_str().map(str::to_owned))
-        .flatten()
+    apply_policy(&client, &policy).await;
 }
 
 /// `eventually` that fails the test with what it waited for.
@@ -211,26 +166,6 @@ where
     eventually(what, TIMEOUT, check)
         .await
         .unwrap_or_else(|e| panic!("{e}"))
-}
-
-/// For every class: whether it has `finalizer`.
-async fn finalized(classes: &Api<MachineClass>, finalizer: &str) -> BTreeMap<String, bool> {
-    classes
-        .list(&ListParams::default())
-        .await
-        .expect("listing MachineClasses")
-        .items
-        .into_iter()
-        .map(|class| {
-            let has = class
-                .metadata
-                .finalizers
-                .iter()
-                .flatten()
-                .any(|f| f == finalizer);
-            (class.metadata.name.unwrap_or_default(), has)
-        })
-        .collect()
 }
 
 /// Finalizer expected exactly on the classes some Machine uses.
@@ -359,7 +294,7 @@ async fn create_until_stopped(
         let class = CREATED_CLASSES[created as usize % CREATED_CLASSES.len()];
         let machine = machine(&format!("m-{created:03}"), class);
         retry_create(&retried, || machines.create(&params, &machine)).await;
-        let pod = pod(&format!("p-{created:03}"));
+        let pod = plain_pod(&format!("p-{created:03}"));
         retry_create(&retried, || pods.create(&params, &pod)).await;
         created += 1;
         tokio::time::sleep(CREATE_PAUSE).await;
@@ -462,7 +397,7 @@ async fn an_apiserver_restart_while_machines_and_pods_are_created_loses_nothing(
     );
     wait_until(
         "the finalizers are exactly on the classes in use",
-        || async { (finalized(&classes, &finalizer).await == expected).then_some(()) },
+        || async { (finalized_classes(&classes, &finalizer).await == expected).then_some(()) },
     )
     .await;
     check_nothing_missed(&plane, &running, created).await;
@@ -557,7 +492,7 @@ async fn deletes_missed_during_a_watch_expiry_are_acted_on() {
             .expect("create machine");
     }
     wait_until("both classes protected", || async {
-        let state = finalized(&classes, &finalizer).await;
+        let state = finalized_classes(&classes, &finalizer).await;
         (state.values().filter(|has| **has).count() == 2).then_some(())
     })
     .await;
@@ -785,45 +720,11 @@ async fn conflict_storm(finalizer_too: bool) -> (Vec<Duration>, Duration) {
     (toggles, plane.config.reconciler.max_delay)
 }
 
-/// POSTs an AdmissionReview for a plain Pod of the edge namespace straight
-/// to the webhook, over TLS trusting `ca_file`; the review and how long the
+/// A mutate review over TLS, as `objects::mutate_over_tls`, and how long the
 /// answer took.
-async fn mutate_over_tls(port: u16, ca_file: &Path) -> (Value, Duration) {
-    let kubeconfig = Kubeconfig::from_yaml(&format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n  - name: webhook\n    cluster:\n      \
-         server: https://127.0.0.1:{port}\n      certificate-authority: {}\nusers:\n  - name: \
-         anonymous\n    user: {{}}\ncontexts:\n  - name: webhook\n    context: {{cluster: \
-         webhook, user: anonymous}}\ncurrent-context: webhook\n",
-        ca_file.display()
-    ))
-    .expect("a kubeconfig for the webhook server");
-    let mut config =
-        kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-            .await
-            .expect("a client configuration for the webhook server");
-    config.default_retry = false;
-    config.connect_timeout = Some(Duration::from_secs(5));
-    config.read_timeout = Some(Duration::from_secs(10));
-    let client = Client::try_from(config).expect("a client for the webhook server");
-    let review = json!({
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": "00000000-0000-4000-8000-0000000fa017",
-            "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "resource": {"group": "", "version": "v1", "resource": "pods"},
-            "namespace": EDGE_NAMESPACE,
-            "operation": "CREATE",
-            "userInfo": {"username": "e2e"},
-            "object": serde_json::to_value(pod("direct")).unwrap(),
-        },
-    });
-    let request = kube::core::Request::new("/mutate-pods")
-        .create(&PostParams::default(), serde_json::to_vec(&review).unwrap())
-        .expect("a request");
+async fn timed_mutate_over_tls(port: u16, ca_file: &Path) -> (Value, Duration) {
     let sent = Instant::now();
-    let answer = client
-        .request::<Value>(request)
+    let answer = mutate_over_tls(port, ca_file, EDGE_NAMESPACE)
         .await
         .expect("the webhook answers");
     (answer, sent.elapsed())
@@ -854,7 +755,7 @@ async fn the_webhook_answers_from_the_last_index_while_the_apiserver_is_down() {
     let mut running = Running::start(&plane.config, &plane.env).await;
     running.wait_ready().await;
     let port = running.webhook.expect("the webhook is enabled").port();
-    let (review, before) = mutate_over_tls(port, &plane.ca_file).await;
+    let (review, before) = timed_mutate_over_tls(port, &plane.ca_file).await;
     assert_placed(&review);
 
     plane
@@ -885,7 +786,7 @@ async fn the_webhook_answers_from_the_last_index_while_the_apiserver_is_down() {
     );
     let mut during = Vec::new();
     for _ in 0..5 {
-        let (review, took) = mutate_over_tls(port, &plane.ca_file).await;
+        let (review, took) = timed_mutate_over_tls(port, &plane.ca_file).await;
         assert_placed(&review);
         during.push(took);
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -907,7 +808,7 @@ async fn the_webhook_answers_from_the_last_index_while_the_apiserver_is_down() {
         .start(Process::ApiServer)
         .await
         .expect("kube-apiserver starts again");
-    let (review, _) = mutate_over_tls(port, &plane.ca_file).await;
+    let (review, _) = timed_mutate_over_tls(port, &plane.ca_file).await;
     assert_placed(&review);
     running.stop().await;
 }

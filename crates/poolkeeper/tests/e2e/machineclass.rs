@@ -11,7 +11,7 @@ use json_patch::Patch as JsonPatch;
 use k8s_openapi::api::events::v1::Event as KubeEvent;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
-use poolkeeper_api::{ClassSpec, Machine, MachineClass, MachineSpec};
+use poolkeeper_api::{Machine, MachineClass};
 use poolkeeper_bus::{
     Change, ClassOutcome, Delivery, EnqueueReason, Envelope, Event, ObjectKey, ResourceKind,
     Subscription,
@@ -23,6 +23,7 @@ use serde_json::{Value, json};
 use tempfile::TempDir;
 
 use crate::harness::{ExecutorTotals, Running, TIMEOUT, test_config};
+use crate::objects::{finalized_classes, machine, machine_class};
 
 const NAMESPACE: &str = "machine-system";
 
@@ -79,26 +80,6 @@ impl Cluster {
 
 fn key(name: &str) -> ObjectKey {
     ObjectKey::namespaced(NAMESPACE, name)
-}
-
-fn machine_class(name: &str) -> MachineClass {
-    let mut class = MachineClass::new(name, json!({"machineType": "m5.large"}));
-    class.provider = Some("AWS".to_owned());
-    class
-}
-
-fn machine(name: &str, class: &str) -> Machine {
-    Machine::new(
-        name,
-        MachineSpec {
-            class: ClassSpec {
-                kind: Some("MachineClass".to_owned()),
-                name: class.to_owned(),
-                ..ClassSpec::default()
-            },
-            ..MachineSpec::default()
-        },
-    )
 }
 
 async fn create_class(classes: &Api<MachineClass>, name: &str) {
@@ -200,26 +181,6 @@ fn is_reconciled(event: &Event, class: &ObjectKey, result: ClassOutcome) -> bool
 
 async fn stats(running: &Running) -> ExecutorTotals {
     running.executor_totals().await
-}
-
-/// For every class listed: whether it has `finalizer`.
-async fn finalized_classes(classes: &Api<MachineClass>, finalizer: &str) -> BTreeMap<String, bool> {
-    classes
-        .list(&ListParams::default())
-        .await
-        .expect("listing MachineClasses")
-        .items
-        .into_iter()
-        .map(|class| {
-            let protected = class
-                .metadata
-                .finalizers
-                .iter()
-                .flatten()
-                .any(|f| f == finalizer);
-            (class.metadata.name.unwrap_or_default(), protected)
-        })
-        .collect()
 }
 
 /// The classes the Machines listed reference.

@@ -10,6 +10,7 @@ mod harness;
 mod machineclass;
 mod manifests;
 mod modes;
+mod objects;
 mod placement;
 mod privilege;
 mod process;

@@ -11,8 +11,9 @@ use poolkeeper_bus::{AdmissionResult, Delivery, Event, Mode, WebhookKind};
 use poolkeeper_testenv::{Process, WebhookCert, WebhookRegistration, eventually};
 use serde_json::json;
 
-use crate::audit::{CONTROLLER_NAMESPACE, EDGE_TAINT, POOL_LABEL, cluster, pod, write_policy};
+use crate::audit::{EDGE_TAINT, cluster, pod, write_policy};
 use crate::harness::{Running, TIMEOUT, test_config};
+use crate::objects::{CONTROLLER_NAMESPACE, POOL_LABEL};
 
 const SHOP: &str = "shop-rollout";
 const WEBHOOK_MANIFESTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/webhooks");

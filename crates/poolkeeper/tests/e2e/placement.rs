@@ -14,12 +14,10 @@
 //! `cloud` and asks for the edge toleration; `plain` is bound to nothing.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{ConfigMap, NodeAffinity, Pod, Taint, Toleration};
-use kube::api::{Patch, PatchParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
+use k8s_openapi::api::core::v1::{Pod, Taint, Toleration};
+use kube::api::PostParams;
 use kube::{Api, Client};
 use poolkeeper_api::{NodePool, NodePoolSpec, NodePoolType};
 use poolkeeper_bus::{AdmissionResult, Delivery, Event, WebhookKind};
@@ -28,12 +26,12 @@ use poolkeeper_testenv::{Process, TestEnv, WebhookCert, WebhookRegistration, eve
 use serde_json::{Value, json};
 
 use crate::harness::{Running, TIMEOUT, test_config};
+use crate::objects::{
+    CONTROLLER_NAMESPACE, MUTATE_OVER_TLS_UID, POOL_LABEL, apply_policy, dry_run, labelled_pod,
+    mutate_over_tls, node_affinity, pool_affinity,
+};
 
-const POOL_LABEL: &str = "apps.openyurt.io/nodepool";
 const EDGE_TAINT: &str = "node-role.kubernetes.io/edge";
-const CONTROLLER_NAMESPACE: &str = "poolkeeper-system";
-const POLICY_CONFIG_MAP: &str = "poolkeeper-placement";
-const POLICY_KEY: &str = "placement.yaml";
 const EDGE_NAMESPACE: &str = "shop-edge";
 const CLOUD_NAMESPACE: &str = "shop-cloud";
 const UNBOUND_NAMESPACE: &str = "plain";
@@ -43,7 +41,6 @@ const UNWEBHOOKED_NAMESPACE: &str = "kube-system";
 const EDGE_NODES: [&str; 2] = ["edge-1", "edge-2"];
 const CLOUD_NODES: [&str; 2] = ["cloud-1", "cloud-2"];
 const UNPOOLED_NODE: &str = "loose-1";
-const FIELD_MANAGER: &str = "poolkeeper-e2e";
 const WEBHOOK_MANIFESTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/webhooks");
 const VALIDATING_WEBHOOK: &str = "validate-pods.poolkeeper.io";
 
@@ -190,47 +187,12 @@ async fn write_policy(client: &Client, bindings: &[(&str, &str)]) {
     policy.push_str(&format!(
         "edgeTolerations:\n  - {{key: {EDGE_TAINT}, operator: Exists, effect: NoSchedule}}\n"
     ));
-    let config_map = json!({
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": POLICY_CONFIG_MAP, "namespace": CONTROLLER_NAMESPACE},
-        "data": {POLICY_KEY: policy},
-    });
-    Api::<ConfigMap>::namespaced(client.clone(), CONTROLLER_NAMESPACE)
-        .patch(
-            POLICY_CONFIG_MAP,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&config_map),
-        )
-        .await
-        .expect("the placement ConfigMap is written");
+    apply_policy(client, &policy).await;
 }
 
-/// A Pod with one container (small requests) and `spec` merged in.
+/// A Pod with one small container and `spec` merged in.
 fn pod(name: &str, spec: Value) -> Pod {
     labelled_pod(name, json!({}), spec)
-}
-
-fn labelled_pod(name: &str, labels: Value, mut spec: Value) -> Pod {
-    spec["containers"] = json!([{
-        "name": "app",
-        "image": "registry.example/app:1",
-        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}},
-    }]);
-    serde_json::from_value(json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "labels": labels},
-        "spec": spec,
-    }))
-    .expect("a valid Pod")
-}
-
-fn dry_run() -> PostParams {
-    PostParams {
-        dry_run: true,
-        ..PostParams::default()
-    }
 }
 
 impl Cluster {
@@ -350,24 +312,6 @@ impl Cluster {
         }
         decisions
     }
-}
-
-fn node_affinity(pod: &Pod) -> Option<&NodeAffinity> {
-    pod.spec.as_ref()?.affinity.as_ref()?.node_affinity.as_ref()
-}
-
-/// The pool of a required node affinity exactly as poolkeeper writes it
-/// (`poolLabel In [pool]`, one term), `None` for any other affinity.
-fn pool_affinity(pod: &Pod) -> Option<String> {
-    let required = node_affinity(pod)?
-        .required_during_scheduling_ignored_during_execution
-        .as_ref()?;
-    let value = serde_json::to_value(required).ok()?;
-    let pool = value.pointer("/nodeSelectorTerms/0/matchExpressions/0/values/0")?;
-    let expected = json!({"nodeSelectorTerms": [{"matchExpressions": [
-        {"key": POOL_LABEL, "operator": "In", "values": [pool]},
-    ]}]});
-    (value == expected).then(|| pool.as_str().unwrap_or_default().to_owned())
 }
 
 fn tolerations(pod: &Pod) -> &[Toleration] {
@@ -863,7 +807,7 @@ async fn rotated_serving_certificate_is_served_and_trusted() {
     std::fs::write(&old_ca, &cluster.cert.ca_pem).unwrap();
 
     // Before: the old CA verifies the server.
-    let review = mutate_over_tls(cluster.port, &old_ca)
+    let review = mutate_over_tls(cluster.port, &old_ca, EDGE_NAMESPACE)
         .await
         .expect("the server presents the first certificate");
     assert_mutated_review(&review);
@@ -877,7 +821,7 @@ async fn rotated_serving_certificate_is_served_and_trusted() {
     // New connections get the new certificate once it is loaded.
     let deadline = tokio::time::Instant::now() + TIMEOUT;
     let review = loop {
-        match mutate_over_tls(cluster.port, &new_ca).await {
+        match mutate_over_tls(cluster.port, &new_ca, EDGE_NAMESPACE).await {
             Ok(review) => break review,
             Err(error) if tokio::time::Instant::now() < deadline => {
                 tracing::debug!(error = %error_chain(&error), "rotated certificate not served yet");
@@ -890,7 +834,7 @@ async fn rotated_serving_certificate_is_served_and_trusted() {
         }
     };
     assert_mutated_review(&review);
-    let error = mutate_over_tls(cluster.port, &old_ca)
+    let error = mutate_over_tls(cluster.port, &old_ca, EDGE_NAMESPACE)
         .await
         .expect_err("the old certificate is no longer served");
     let chain = error_chain(&error);
@@ -919,62 +863,9 @@ async fn rotated_serving_certificate_is_served_and_trusted() {
     cluster.running.stop().await;
 }
 
-/// POSTs an AdmissionReview for a plain Pod in the edge namespace to the
-/// mutate path, over a fresh TLS connection trusting only `ca_file`.
-async fn mutate_over_tls(port: u16, ca_file: &Path) -> Result<Value, kube::Error> {
-    let kubeconfig = Kubeconfig::from_yaml(&format!(
-        r#"
-apiVersion: v1
-kind: Config
-clusters:
-  - name: webhook
-    cluster:
-      server: https://127.0.0.1:{port}
-      certificate-authority: {}
-users:
-  - name: anonymous
-    user: {{}}
-contexts:
-  - name: webhook
-    context: {{cluster: webhook, user: anonymous}}
-current-context: webhook
-"#,
-        ca_file.display()
-    ))
-    .expect("a kubeconfig for the webhook server");
-    let mut config =
-        kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-            .await
-            .expect("a client configuration for the webhook server");
-    config.default_retry = false;
-    config.connect_timeout = Some(Duration::from_secs(5));
-    config.read_timeout = Some(Duration::from_secs(10));
-    let client = Client::try_from(config).expect("a client for the webhook server");
-    let review = json!({
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": "00000000-0000-4000-8000-00000000e2e0",
-            "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "resource": {"group": "", "version": "v1", "resource": "pods"},
-            "namespace": EDGE_NAMESPACE,
-            "operation": "CREATE",
-            "userInfo": {"username": "e2e"},
-            "object": serde_json::to_value(pod("direct", json!({}))).unwrap(),
-        },
-    });
-    let request = kube::core::Request::new("/mutate-pods")
-        .create(&PostParams::default(), serde_json::to_vec(&review).unwrap())
-        .expect("a request");
-    client.request::<Value>(request).await
-}
-
 fn assert_mutated_review(review: &Value) {
     let response = &review["response"];
-    assert_eq!(
-        response["uid"], "00000000-0000-4000-8000-00000000e2e0",
-        "{review}"
-    );
+    assert_eq!(response["uid"], MUTATE_OVER_TLS_UID, "{review}");
     assert_eq!(response["allowed"], true, "{review}");
     assert_eq!(response["patchType"], "JSONPatch", "{review}");
 }

@@ -15,14 +15,14 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Event as CoreEvent, Node, Pod, Secret};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
-use poolkeeper_api::{ClassSpec, Machine, MachineClass, MachineSpec};
+use poolkeeper_api::{Machine, MachineClass};
 use poolkeeper_testenv::{TestEnv, eventually};
 use serde_json::json;
 
 use crate::harness::{Running, TIMEOUT, controller_client, test_config};
+use crate::objects::{CONTROLLER_NAMESPACE, machine, plain_pod};
 
 const MACHINE_NAMESPACE: &str = "machine-system";
-const CONTROLLER_NAMESPACE: &str = "poolkeeper-system";
 const APP_NAMESPACE: &str = "shop";
 const FINALIZER: &str = "machine.sapcloud.io/machine-controller-manager";
 
@@ -65,7 +65,7 @@ async fn setup() -> Cluster {
         .await
         .unwrap();
     Api::<Pod>::namespaced(admin.clone(), APP_NAMESPACE)
-        .create(&PostParams::default(), &pod("app"))
+        .create(&PostParams::default(), &plain_pod("app"))
         .await
         .unwrap();
     for (namespace, name) in [
@@ -97,28 +97,6 @@ async fn setup() -> Cluster {
         _cert_dir: cert_dir,
         config,
     }
-}
-
-fn pod(name: &str) -> Pod {
-    serde_json::from_value(json!({
-        "metadata": {"name": name},
-        "spec": {"containers": [{"name": "app", "image": "registry.example/app:1"}]},
-    }))
-    .unwrap()
-}
-
-fn machine(name: &str, class: &str) -> Machine {
-    Machine::new(
-        name,
-        MachineSpec {
-            class: ClassSpec {
-                kind: Some("MachineClass".to_owned()),
-                name: class.to_owned(),
-                ..ClassSpec::default()
-            },
-            ..MachineSpec::default()
-        },
-    )
 }
 
 /// The API server's status code for a request that failed, 200 if it did
@@ -340,7 +318,7 @@ async fn only_what_the_roles_grant_is_allowed() {
             "create a Pod",
             code(
                 Api::<Pod>::namespaced(sa.clone(), APP_NAMESPACE)
-                    .create(&PostParams::default(), &pod("intruder"))
+                    .create(&PostParams::default(), &plain_pod("intruder"))
                     .await,
             ),
         ),

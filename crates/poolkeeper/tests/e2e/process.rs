@@ -2,11 +2,12 @@
 //! startup against a cluster that cannot be reached.
 
 use std::io::Write;
-use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::net::{Ipv4Addr, SocketAddr};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::harness::http_get;
+use crate::objects::free_port;
 
 const BINARY: &str = env!("CARGO_BIN_EXE_poolkeeper");
 const REFERENCE_CONFIG: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../config/poolkeeper.yaml");
@@ -86,13 +87,6 @@ fn run_with_an_invalid_config_exits_2_before_starting() {
     let output = poolkeeper(&["run", "--config", &file]);
     assert_eq!(output.status.code(), Some(2), "{output:?}");
     assert!(String::from_utf8_lossy(&output.stderr).contains("bus.capacity"));
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .and_then(|listener| listener.local_addr())
-        .expect("a free port")
-        .port()
 }
 
 const UNREACHABLE_KUBECONFIG: &str = r#"

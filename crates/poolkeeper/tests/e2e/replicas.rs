@@ -23,31 +23,29 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Taint};
+use k8s_openapi::api::core::v1::{Pod, Taint};
 use k8s_openapi::api::events::v1::Event as KubeEvent;
-use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::api::{ListParams, PostParams};
 use kube::{Api, Client};
-use poolkeeper_api::{
-    ClassSpec, Machine, MachineClass, MachineSpec, NodePool, NodePoolSpec, NodePoolType,
-};
+use poolkeeper_api::{Machine, MachineClass, NodePool, NodePoolSpec, NodePoolType};
 use poolkeeper_testenv::{Process, TestEnv, WebhookCert, WebhookRegistration};
-use serde_json::json;
 use tempfile::TempDir;
 use tokio::process::Child;
 
 use crate::balancer::{Backend, Balancer, http_get};
+use crate::harness::metric_sum;
+use crate::objects::{
+    CONTROLLER_NAMESPACE, POOL_LABEL, apply_policy, machine, machine_class, plain_pod,
+    pool_affinity,
+};
 
 const BINARY: &str = env!("CARGO_BIN_EXE_poolkeeper");
 const WEBHOOK_MANIFESTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/webhooks");
 
-const CONTROLLER_NAMESPACE: &str = "poolkeeper-system";
 const MACHINE_NAMESPACE: &str = "machine-system";
 const LEASE_NAME: &str = "poolkeeper";
 const FINALIZER: &str = "machine.sapcloud.io/machine-controller-manager";
-const POOL_LABEL: &str = "apps.openyurt.io/nodepool";
 const EDGE_TAINT: &str = "node-role.kubernetes.io/edge";
-const POLICY_CONFIG_MAP: &str = "poolkeeper-placement";
-const POLICY_KEY: &str = "placement.yaml";
 /// Bound to the pool `edge`.
 const EDGE_NAMESPACE: &str = "shop-edge";
 /// 6 × 110 Pods: room for every Pod the rolling restart creates.
@@ -55,7 +53,6 @@ const EDGE_NODES: [&str; 6] = ["edge-1", "edge-2", "edge-3", "edge-4", "edge-5",
 /// In no pool and untainted: a Pod that lacked the pool affinity could be
 /// scheduled here.
 const LOOSE_NODE: &str = "loose-1";
-const FIELD_MANAGER: &str = "poolkeeper-e2e";
 
 const LEASE_DURATION: Duration = Duration::from_secs(4);
 const RENEW_DEADLINE: Duration = Duration::from_secs(3);
@@ -402,20 +399,7 @@ async fn create_edge_pool(env: &TestEnv, client: &Client) {
         "bindings:\n  - namespace: {EDGE_NAMESPACE}\n    nodePool: edge\n\
          edgeTolerations:\n  - {{key: {EDGE_TAINT}, operator: Exists, effect: NoSchedule}}\n"
     );
-    let config_map = json!({
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": POLICY_CONFIG_MAP, "namespace": CONTROLLER_NAMESPACE},
-        "data": {POLICY_KEY: policy},
-    });
-    Api::<ConfigMap>::namespaced(client.clone(), CONTROLLER_NAMESPACE)
-        .patch(
-            POLICY_CONFIG_MAP,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&config_map),
-        )
-        .await
-        .expect("the placement ConfigMap is written");
+    apply_policy(client, &policy).await;
 }
 
 impl Fleet {
@@ -464,7 +448,7 @@ impl Fleet {
     /// in the bound namespace comes back with the pool affinity.
     async fn wait_webhooks_in_effect(&self) {
         let pods = self.pods();
-        let probe = pod("probe");
+        let probe = plain_pod("probe");
         let dry_run = PostParams {
             dry_run: true,
             ..PostParams::default()
@@ -508,11 +492,11 @@ impl Fleet {
                         .create(&PostParams::default(), &machine_class(&name))
                         .await
                         .unwrap_or_else(|e| panic!("creating MachineClass {name}: {e}"));
-                    let machine = format!("{name}-machine");
+                    let machine_name = format!("{name}-machine");
                     machines
-                        .create(&PostParams::default(), &machine_of(&machine, &name))
+                        .create(&PostParams::default(), &machine(&machine_name, &name))
                         .await
-                        .unwrap_or_else(|e| panic!("creating Machine {machine}: {e}"));
+                        .unwrap_or_else(|e| panic!("creating Machine {machine_name}: {e}"));
                 }
             })
             .buffer_unordered(8)
@@ -576,70 +560,6 @@ impl Fleet {
             self.env.log_tail(Process::ApiServer, 20)
         )
     }
-}
-
-fn machine_class(name: &str) -> MachineClass {
-    let mut class = MachineClass::new(name, json!({"machineType": "m5.large"}));
-    class.provider = Some("AWS".to_owned());
-    class
-}
-
-fn machine_of(name: &str, class: &str) -> Machine {
-    Machine::new(
-        name,
-        MachineSpec {
-            class: ClassSpec {
-                kind: Some("MachineClass".to_owned()),
-                name: class.to_owned(),
-                ..ClassSpec::default()
-            },
-            ..MachineSpec::default()
-        },
-    )
-}
-
-/// A plain Pod (one container, small requests).
-fn pod(name: &str) -> Pod {
-    serde_json::from_value(json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {"containers": [{
-            "name": "app",
-            "image": "registry.example/app:1",
-            "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}},
-        }]},
-    }))
-    .expect("a valid Pod")
-}
-
-/// The pool of a required node affinity exactly as poolkeeper writes it
-/// (`poolLabel In [pool]`, one term), `None` for any other affinity.
-fn pool_affinity(pod: &Pod) -> Option<String> {
-    let required = pod
-        .spec
-        .as_ref()?
-        .affinity
-        .as_ref()?
-        .node_affinity
-        .as_ref()?
-        .required_during_scheduling_ignored_during_execution
-        .as_ref()?;
-    let value = serde_json::to_value(required).ok()?;
-    let pool = value.pointer("/nodeSelectorTerms/0/matchExpressions/0/values/0")?;
-    let expected = json!({"nodeSelectorTerms": [{"matchExpressions": [
-        {"key": POOL_LABEL, "operator": "In", "values": [pool]},
-    ]}]});
-    (value == expected).then(|| pool.as_str().unwrap_or_default().to_owned())
-}
-
-/// The sum of the samples whose line starts with `prefix`.
-fn metric_sum(text: &str, prefix: &str) -> u64 {
-    text.lines()
-        .filter(|line| line.starts_with(prefix))
-        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
-        .map(|value| value as u64)
-        .sum()
 }
 
 const API_WRITES: &str = "poolkeeper_executor_api_writes_total";
@@ -835,7 +755,7 @@ async fn terminated_leader_hands_over_the_lease_and_restarts_as_a_serving_follow
     assert!(fleet.balancer.is_ready(A));
     let admitted = fleet
         .pods()
-        .create(&PostParams::default(), &pod("after-restart"))
+        .create(&PostParams::default(), &plain_pod("after-restart"))
         .await
         .unwrap_or_else(|e| {
             fleet.fail(&format!(
@@ -887,7 +807,7 @@ async fn replica_without_certificate_leads_and_serves_once_the_certificate_appea
     let serving = installed.elapsed();
     let admitted = fleet
         .pods()
-        .create(&PostParams::default(), &pod("certified"))
+        .create(&PostParams::default(), &plain_pod("certified"))
         .await
         .unwrap_or_else(|e| {
             fleet.fail(&format!("a Pod create once the certificate is there: {e}"))
@@ -977,7 +897,7 @@ async fn creator(pods: Api<Pod>, id: usize, start: Instant, stop: Arc<AtomicBool
         }
         let name = format!("rolling-{id}-{n}");
         let began = Instant::now();
-        match pods.create(&PostParams::default(), &pod(&name)).await {
+        match pods.create(&PostParams::default(), &plain_pod(&name)).await {
             Ok(created) => {
                 if pool_affinity(&created).as_deref() != Some("edge") {
                     creates.unplaced.push(name.clone());
