@@ -33,21 +33,15 @@ use crate::fixture::{POOL_LABEL, fixture};
 
 type Policy<'a> = Result<&'a PlacementPolicy, &'a PlacementError>;
 
-/// JSON the webhooks decode but a tree of `Value`s cannot hold, in a field
-/// the webhooks skip (every field they read is checked when they read it):
-/// JSON bounds no number (`tolerationSeconds: 1e99930`), and skipping a
-/// string checks its escapes' form, not the code points they name (a lone
+/// Well-formed JSON that a tree of `Value`s cannot hold, in a field the
+/// webhooks skip (every field they read is checked when they read it): JSON
+/// bounds no number (`tolerationSeconds: 1e99930`), and skipping a string
+/// checks the form of its escapes, not the code points they name (a lone
 /// surrogate `\uDDDD`, which the API server's Go decoder would turn into
-/// U+FFFD) nor its UTF-8.
-fn unrepresentable(error: &serde_json::Error) -> bool {
-    let message = error.to_string();
-    [
-        "number out of range",
-        "lone leading surrogate in hex escape",
-        "invalid unicode code point",
-    ]
-    .iter()
-    .any(|prefix| message.starts_with(prefix))
+/// U+FFFD) nor its UTF-8. Such a document still reads as JSON when nothing
+/// is built from it.
+fn unrepresentable(data: &[u8]) -> bool {
+    serde_json::from_slice::<serde::de::IgnoredAny>(data).is_ok()
 }
 
 /// An AdmissionReview (any bytes) decided by both webhooks over the fixture.
@@ -72,7 +66,7 @@ pub fn admission_review(data: &[u8]) {
     }
     let review = match serde_json::from_slice::<Value>(data) {
         Ok(review) => review,
-        Err(error) if unrepresentable(&error) => return,
+        Err(_) if unrepresentable(data) => return,
         Err(error) => panic!("a review that decodes is not JSON: {error}"),
     };
     let answers = [mutated, validated, fail_closed, unpatched].map(Result::unwrap);

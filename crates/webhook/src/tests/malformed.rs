@@ -115,6 +115,29 @@ fn malformed_cases() -> Vec<(&'static str, Vec<u8>, &'static str, &'static str)>
             "malformed_review",
         ),
     ]);
+    // Read fields are decoded in full: a lone surrogate, which a skipped
+    // field may carry, is refused in one the decisions read.
+    let lone_surrogate = |field: &str, value: &str| {
+        let marker = format!("\"{field}\":\"{value}\"");
+        let text = String::from_utf8(serde_json::to_vec(&valid).unwrap()).unwrap();
+        assert!(text.contains(&marker), "{marker} in {text}");
+        text.replace(&marker, &format!("\"{field}\":\"\\uDDDD\""))
+            .into_bytes()
+    };
+    cases.extend([
+        (
+            "lone surrogate in the uid",
+            lone_surrogate("uid", super::UID),
+            "malformed AdmissionReview",
+            "malformed_review",
+        ),
+        (
+            "lone surrogate in the namespace",
+            lone_surrogate("namespace", "shop-beijing"),
+            "malformed AdmissionReview",
+            "malformed_review",
+        ),
+    ]);
     let full = serde_json::to_vec(&valid).unwrap();
     cases.push((
         "truncated",
