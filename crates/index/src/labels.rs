@@ -60,7 +60,7 @@ impl Labels {
     }
 
     /// Swaps every key and value for the interner's copy.
-    pub(crate) fn share(&mut self, strings: &mut Interner<SharedString>) {
+    pub(crate) fn share(&mut self, strings: &mut Interner) {
         for (key, value) in self.0.iter_mut() {
             strings.share(key);
             strings.share(value);
@@ -218,6 +218,30 @@ mod tests {
                 .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
                 .collect();
             assert_ne!(labels, map, "{pairs:?}");
+        }
+    }
+
+    /// Labels built apart compare and hash as their pairs' texts.
+    #[test]
+    fn compare_and_hash_as_text() {
+        use std::hash::BuildHasher;
+        let hasher = std::collections::hash_map::RandomState::new();
+        type Pairs = &'static [(&'static str, &'static str)];
+        let cases: &[(Pairs, Pairs, bool)] = &[
+            (&[], &[], true),
+            (&[("zone", "a")], &[("zone", "a")], true),
+            (&[("a", "1"), ("b", "2")], &[("b", "2"), ("a", "1")], true),
+            (&[("zone", "a")], &[("zone", "b")], false),
+            (&[("zone", "a")], &[("zone-", "a")], false),
+            (&[("zone", "a")], &[("zone", "a"), ("pool", "p")], false),
+            (&[("zone", "")], &[], false),
+        ];
+        for (left, right, equal) in cases {
+            let (l, r) = (labels(left), labels(right));
+            assert_eq!(l == r, *equal, "{left:?} {right:?}");
+            if *equal {
+                assert_eq!(hasher.hash_one(&l), hasher.hash_one(&r), "{left:?}: hash");
+            }
         }
     }
 

@@ -36,7 +36,7 @@ pub(crate) struct PlacementState {
     /// One copy of each Node name, label key and label value in use: ~13
     /// labels per Node repeat across the cluster, and `kubernetes.io/hostname`
     /// repeats the Node's name.
-    strings: Interner<SharedString>,
+    strings: Interner,
     pub(crate) pools: BTreeMap<String, NodePool>,
     pub(crate) config_maps: BTreeMap<ObjectKey, BTreeMap<String, String>>,
     config_maps_generation: u64,

@@ -1,12 +1,12 @@
-//! Strings and taint lists stored once and shared by every Node that has
-//! them, and the interners that hand them out.
+//! Strings stored once and shared by every Node that has them, and the
+//! interner that hands them out.
 //!
 //! A Node's ~13 labels repeat across the cluster (the same keys on every
-//! Node, a handful of zones, instance types and pools), and so do its taints.
-//! The placement half keeps one copy of each in an [`Interner`] and every
-//! Node, and every label index entry, holds a counted reference to it. When
-//! the last Node that used a string goes, the interner forgets it, so the
-//! interners never outgrow the Nodes the index holds.
+//! Node, a handful of zones, instance types and pools). The placement half
+//! keeps one copy of each in an [`Interner`]; every Node, and every label
+//! index entry, holds a counted reference to it. When the last Node that used
+//! a string goes, the interner forgets it, so it never outgrows the Nodes the
+//! index holds.
 
 use std::borrow::Borrow;
 use std::cmp::Ordering;
@@ -129,25 +129,6 @@ impl Serialize for SharedString {
     }
 }
 
-/// A value an [`Interner`] can share: a cheap handle to one allocation.
-pub(crate) trait Shareable: Clone + Eq + Hash {
-    /// How many handles to this allocation exist, the interner's included.
-    fn holders(&self) -> usize;
-
-    /// Whether both are the same allocation.
-    fn same(&self, other: &Self) -> bool;
-}
-
-impl Shareable for SharedString {
-    fn holders(&self) -> usize {
-        Arc::strong_count(&self.0)
-    }
-
-    fn same(&self, other: &Self) -> bool {
-        SharedString::same(self, other)
-    }
-}
-
 /// Releases between two sweeps at least, so that small interners are not
 /// swept on every delete.
 const MIN_RELEASES_PER_SWEEP: usize = 1_024;
@@ -162,25 +143,16 @@ const MIN_RELEASES_PER_SWEEP: usize = 1_024;
 /// clone is dropped; a sweep after as many releases as the interner holds
 /// values (at least [`MIN_RELEASES_PER_SWEEP`]) forgets those too, so the
 /// cost stays O(1) per release on average.
-#[derive(Debug)]
-pub(crate) struct Interner<S> {
-    values: HashSet<S>,
+#[derive(Debug, Default)]
+pub(crate) struct Interner {
+    values: HashSet<SharedString>,
     releases_since_sweep: usize,
 }
 
-impl<S> Default for Interner<S> {
-    fn default() -> Self {
-        Self {
-            values: HashSet::new(),
-            releases_since_sweep: 0,
-        }
-    }
-}
-
-impl<S: Shareable> Interner<S> {
+impl Interner {
     /// Makes `value` the stored copy of its text: the existing one when
     /// there is one (the fresh allocation is dropped), else `value` itself.
-    pub(crate) fn share(&mut self, value: &mut S) {
+    pub(crate) fn share(&mut self, value: &mut SharedString) {
         match self.values.get(value) {
             Some(stored) => *value = stored.clone(),
             None => {
@@ -192,8 +164,9 @@ impl<S: Shareable> Interner<S> {
     /// Drops `value`, a handle this interner gave out, and forgets the value
     /// when that was the last handle outside the interner. Release every
     /// handle a removed Node held, after the index has dropped its own.
-    pub(crate) fn release(&mut self, value: S) {
-        let last = value.holders() == 2;
+    pub(crate) fn release(&mut self, value: SharedString) {
+        // The interner's copy and `value`: no Node holds it any more.
+        let last = Arc::strong_count(&value.0) == 2;
         if last
             && self
                 .values
@@ -211,7 +184,7 @@ impl<S: Shareable> Interner<S> {
 
     /// Forgets every value only the interner still holds.
     pub(crate) fn sweep(&mut self) {
-        self.values.retain(|value| value.holders() > 1);
+        self.values.retain(|value| Arc::strong_count(&value.0) > 1);
         self.releases_since_sweep = 0;
     }
 
@@ -245,6 +218,36 @@ mod tests {
         assert_eq!(serde_json::to_string(&shared).unwrap(), "\"zone-a\"");
         let set: HashSet<SharedString> = HashSet::from([shared.clone()]);
         assert!(set.contains("zone-a"), "looked up by &str");
+    }
+
+    /// Two separately allocated strings compare, order and hash as their
+    /// texts do, so maps keyed by them behave as maps keyed by `String`.
+    #[test]
+    fn compares_orders_and_hashes_as_text() {
+        use std::hash::BuildHasher;
+        let hasher = std::collections::hash_map::RandomState::new();
+        let cases: &[(&str, &str)] = &[
+            ("", ""),
+            ("a", "a"),
+            ("a", "b"),
+            ("b", "a"),
+            ("zone", "zone-a"),
+            ("Zone", "zone"),
+            ("ü", "u"),
+        ];
+        for (a, b) in cases {
+            let (x, y) = (SharedString::from(*a), SharedString::from(*b));
+            assert!(!x.same(&y), "{a} {b}: two allocations");
+            assert_eq!(x == y, a == b, "{a} {b}: equality");
+            assert_eq!(x.cmp(&y), a.cmp(b), "{a} {b}: order");
+            assert_eq!(
+                x.partial_cmp(&y),
+                a.partial_cmp(b),
+                "{a} {b}: partial order"
+            );
+            assert_eq!(hasher.hash_one(&x), hasher.hash_one(*a), "{a}: hash");
+            assert_eq!(x.clone(), x, "{a}: a clone");
+        }
     }
 
     /// What, the steps (share a fresh value, or release a handle of the
@@ -292,7 +295,7 @@ mod tests {
             ),
         ];
         for (what, steps, stored) in cases {
-            let mut interner = Interner::<SharedString>::default();
+            let mut interner = Interner::default();
             let mut handles: Vec<Option<SharedString>> = Vec::new();
             let mut seen = Vec::new();
             for step in *steps {
@@ -315,7 +318,7 @@ mod tests {
 
     #[test]
     fn release_of_a_value_it_did_not_give_out_keeps_the_stored_one() {
-        let mut interner = Interner::<SharedString>::default();
+        let mut interner = Interner::default();
         let mut stored = SharedString::from("a");
         interner.share(&mut stored);
         let stranger = SharedString::from("a");
@@ -329,7 +332,7 @@ mod tests {
 
     #[test]
     fn sweep_forgets_values_whose_clones_outlived_their_release() {
-        let mut interner = Interner::<SharedString>::default();
+        let mut interner = Interner::default();
         let mut value = SharedString::from("a");
         interner.share(&mut value);
         let kept_outside = value.clone();
@@ -342,7 +345,7 @@ mod tests {
 
     #[test]
     fn releases_trigger_a_sweep() {
-        let mut interner = Interner::<SharedString>::default();
+        let mut interner = Interner::default();
         let mut stray = SharedString::from("stray");
         interner.share(&mut stray);
         let kept_outside = stray.clone();

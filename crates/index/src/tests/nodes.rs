@@ -235,80 +235,108 @@ fn pool_type_change_is_seen() {
     );
 }
 
+const HOSTNAME: &str = "kubernetes.io/hostname";
+
+#[derive(Clone, Copy)]
+enum Write {
+    Apply(&'static str, &'static [(&'static str, &'static str)]),
+    Delete(&'static str),
+}
+
+/// What, the writes, the distinct strings stored after each.
+type SharingCase = (&'static str, &'static [Write], &'static [usize]);
+
+const SHARING: &[SharingCase] = {
+    use Write::{Apply, Delete};
+    &[
+        (
+            "first node: name (= hostname), 2 keys, pool",
+            &[Apply("n1", &[(POOL, "p1"), (HOSTNAME, "n1")])],
+            &[4],
+        ),
+        (
+            "second node: its name, same keys and pool",
+            &[
+                Apply("n1", &[(POOL, "p1"), (HOSTNAME, "n1")]),
+                Apply("n2", &[(POOL, "p1"), (HOSTNAME, "n2")]),
+            ],
+            &[4, 5],
+        ),
+        (
+            "a changed value releases the old one with its last Node",
+            &[
+                Apply("n1", &[(POOL, "p1"), (HOSTNAME, "n1")]),
+                Apply("n2", &[(POOL, "p1"), (HOSTNAME, "n2")]),
+                Apply("n2", &[(POOL, "p2"), (HOSTNAME, "n2")]),
+                Apply("n1", &[(POOL, "p2"), (HOSTNAME, "n1")]),
+            ],
+            &[4, 5, 6, 5],
+        ),
+        (
+            "a dropped key is released with its last Node",
+            &[
+                Apply("n1", &[(POOL, "p1"), ("gpu", "")]),
+                Apply("n2", &[(POOL, "p1"), ("gpu", "")]),
+                Apply("n1", &[(POOL, "p1")]),
+                Apply("n2", &[(POOL, "p1")]),
+            ],
+            &[5, 6, 6, 4],
+        ),
+        (
+            "an unchanged update keeps everything",
+            &[Apply("n1", &[(POOL, "p1")]), Apply("n1", &[(POOL, "p1")])],
+            &[3, 3],
+        ),
+        (
+            "deletes release names, then everything",
+            &[
+                Apply("n1", &[(POOL, "p1"), (HOSTNAME, "n1")]),
+                Apply("n2", &[(POOL, "p1"), (HOSTNAME, "n2")]),
+                Delete("n1"),
+                Delete("n2"),
+                Delete("n2"),
+            ],
+            &[4, 5, 4, 0, 0],
+        ),
+    ]
+};
+
 /// Node names, label keys and values are stored once however many Nodes
 /// have them, and forgotten with the last Node that had them.
 #[test]
 fn node_strings_are_shared_and_released() {
-    let index = crate::Index::new(POOL);
-    let apply = |name: &str, labels: &[(&str, &str)]| index.apply(node(name, labels));
-    let delete =
-        |name: &str| IndexResource::<core::Node>::delete(&index, &ObjectKey::cluster(name));
-    let stored = || index.placement.read().shared_strings();
-    let hostname = "kubernetes.io/hostname";
-    // What, the write, the distinct strings stored after it.
-    type Write<'a> = Box<dyn Fn() + 'a>;
-    let steps: Vec<(&str, Write, usize)> = vec![
-        (
-            "first node: name, 2 keys, 2 values",
-            Box::new(|| {
-                apply("n1", &[(POOL, "p1"), (hostname, "n1")]);
-            }),
-            4,
-        ),
-        (
-            "second node: its name, same keys, its pool",
-            Box::new(|| {
-                apply("n2", &[(POOL, "p1"), (hostname, "n2")]);
-            }),
-            5,
-        ),
-        (
-            "n2 moves to p2: p2 added, p1 still n1's",
-            Box::new(|| {
-                apply("n2", &[(POOL, "p2"), (hostname, "n2")]);
-            }),
-            6,
-        ),
-        (
-            "n1 moves to p2: p1 released",
-            Box::new(|| {
-                apply("n1", &[(POOL, "p2"), (hostname, "n1")]);
-            }),
-            5,
-        ),
-        (
-            "n1 deleted: its name released",
-            Box::new(|| {
-                delete("n1");
-            }),
-            4,
-        ),
-        (
-            "n2 deleted: nothing left",
-            Box::new(|| {
-                delete("n2");
-            }),
-            0,
-        ),
-    ];
-    for (what, write, expected) in steps {
-        write();
-        assert_eq!(stored(), expected, "{what}");
+    for (what, writes, stored) in SHARING {
+        let index = crate::Index::new(POOL);
+        let mut seen = Vec::new();
+        for write in *writes {
+            match *write {
+                Write::Apply(name, labels) => {
+                    index.apply(node(name, labels));
+                }
+                Write::Delete(name) => {
+                    IndexResource::<core::Node>::delete(&index, &ObjectKey::cluster(name));
+                }
+            }
+            seen.push(index.placement.read().shared_strings());
+        }
+        assert_eq!(seen, *stored, "{what}");
     }
+}
 
-    apply("n1", &[(POOL, "p1"), (hostname, "n1")]);
-    apply("n2", &[(POOL, "p1"), (hostname, "n2")]);
+#[test]
+fn equal_strings_are_one_allocation() {
+    let index = crate::Index::new(POOL);
+    index.apply(node("n1", &[(POOL, "p1"), (HOSTNAME, "n1")]));
+    index.apply(node("n2", &[(POOL, "p1"), (HOSTNAME, "n2")]));
     let view = index.placement();
     let (n1, n2) = (view.node("n1").unwrap(), view.node("n2").unwrap());
     let value = |node: &crate::Node, key: &str| node.labels.get(key).unwrap().as_ptr();
-    assert_eq!(
-        value(n1, POOL),
-        value(n2, POOL),
-        "one copy of the pool name"
-    );
+    assert_eq!(value(n1, POOL), value(n2, POOL), "one copy of the pool");
     assert_eq!(
         n1.name.as_ptr(),
-        value(n1, hostname),
+        value(n1, HOSTNAME),
         "the hostname is the name"
     );
+    let keys = |node: &crate::Node| node.labels.keys().map(|k| k.as_ptr()).collect::<Vec<_>>();
+    assert_eq!(keys(n1), keys(n2), "one copy of each key");
 }
