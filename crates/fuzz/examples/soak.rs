@@ -38,6 +38,10 @@ const BOUND_NAMESPACE: &str = "soak-edge";
 /// Bound to nothing: its Pods name their pool with the pool label.
 const LABELLED_NAMESPACE: &str = "soak-plain";
 const CLASSES: usize = 4;
+/// Consecutive Machine creates of one class. With [`MAX_MACHINES`] alive and the oldest
+/// deleted first, the Machines alive span two or three classes: each class in turn gets its
+/// first Machine and later loses its last, so the finalizer is added and removed all along.
+const CREATES_PER_CLASS: u64 = 6;
 /// Pods and Machines alive at once; older ones are deleted.
 const MAX_PODS: usize = 25;
 const MAX_MACHINES: usize = 12;
@@ -135,6 +139,7 @@ async fn soak(args: Args) -> Result<Vec<String>, BoxError> {
     let stop = controller.stop().await;
     print_table(&samples, &args);
     problems.extend(judge(&samples, &load));
+    problems.extend(judge_log(&log));
     if let Err(error) = stop {
         problems.push(format!("poolkeeper did not stop cleanly: {error}"));
     }
@@ -364,6 +369,7 @@ struct Load {
     denied_as_expected: u64,
     deleted_pods: u64,
     machine_ops: u64,
+    machine_creates: u64,
     failures: Vec<String>,
 }
 
@@ -378,6 +384,7 @@ impl Load {
             denied_as_expected: 0,
             deleted_pods: 0,
             machine_ops: 0,
+            machine_creates: 0,
             failures: Vec::new(),
         }
     }
@@ -459,8 +466,8 @@ impl Load {
         }
     }
 
-    /// One Machine created over the classes in turn, or the oldest deleted once there are
-    /// enough.
+    /// One Machine created ([`CREATES_PER_CLASS`] of each class in turn), or the oldest
+    /// deleted once there are enough.
     async fn churn_one(&mut self) {
         let api: Api<Machine> = Api::namespaced(self.client.clone(), MACHINE_NAMESPACE);
         self.machine_ops += 1;
@@ -474,7 +481,11 @@ impl Load {
             return;
         }
         let name = format!("soak-machine-{}", self.machine_ops);
-        let class = format!("class-{}", self.machine_ops as usize % CLASSES);
+        let class = format!(
+            "class-{}",
+            (self.machine_creates / CREATES_PER_CLASS) % CLASSES as u64
+        );
+        self.machine_creates += 1;
         let result = serde_json::from_value::<Machine>(json!({
             "apiVersion": "machine.sapcloud.io/v1alpha1", "kind": "Machine",
             "metadata": {"name": name},
@@ -583,8 +594,11 @@ struct Sample {
     passes: u64,
     reconciliations: u64,
     writes: u64,
+    conflicts: u64,
     write_errors: u64,
+    failed_passes: u64,
     watch_failures: u64,
+    bus_lagged: u64,
     created_pods: u64,
     load_failures: u64,
     machine_ops: u64,
@@ -613,8 +627,11 @@ async fn take_sample(at: Duration, pid: u32, admin: SocketAddr, load: &Load) -> 
         passes: sum("poolkeeper_executor_passes_total"),
         reconciliations: sum("poolkeeper_executor_reconciliations_total{"),
         writes: sum(r#"poolkeeper_executor_api_writes_total{result="ok"}"#),
+        conflicts: sum(r#"poolkeeper_executor_api_writes_total{result="conflict"}"#),
         write_errors: sum(r#"poolkeeper_executor_api_writes_total{result="error"}"#),
+        failed_passes: sum("poolkeeper_executor_failed_passes_total"),
         watch_failures: sum("poolkeeper_watch_failures_total{"),
+        bus_lagged: sum("poolkeeper_bus_events_lagged_total{"),
         created_pods: load.created_pods,
         load_failures: load.failures.len() as u64,
         machine_ops: load.machine_ops,
@@ -680,7 +697,7 @@ async fn drive(
 
 fn header() -> String {
     format!(
-        "{:>6} {:>8} {:>5} {:>11} {:>7} {:>8} {:>7} {:>7} {:>7} {:>9} {:>9} {:>9}",
+        "{:>6} {:>8} {:>5} {:>11} {:>7} {:>8} {:>7} {:>6} {:>6} {:>7} {:>7} {:>6} {:>8} {:>9} {:>9}",
         "min",
         "RSS MiB",
         "fds",
@@ -688,8 +705,11 @@ fn header() -> String {
         "passes",
         "reconc.",
         "writes",
+        "confl.",
         "w.err",
+        "f.pass",
         "watch.f",
+        "lagged",
         "pods ok",
         "machines",
         "failures"
@@ -700,7 +720,7 @@ fn header() -> String {
 fn row(sample: &Sample, previous: Option<&Sample>) -> String {
     let base = previous.cloned().unwrap_or_default();
     format!(
-        "{:>6.1} {:>8.1} {:>5} {:>11} {:>7} {:>8} {:>7} {:>7} {:>7} {:>9} {:>9} {:>9}",
+        "{:>6.1} {:>8.1} {:>5} {:>11} {:>7} {:>8} {:>7} {:>6} {:>6} {:>7} {:>7} {:>6} {:>8} {:>9} {:>9}",
         sample.at.as_secs_f64() / 60.0,
         sample.rss_kib as f64 / 1024.0,
         sample.fds,
@@ -708,8 +728,11 @@ fn row(sample: &Sample, previous: Option<&Sample>) -> String {
         sample.passes - base.passes.min(sample.passes),
         sample.reconciliations - base.reconciliations.min(sample.reconciliations),
         sample.writes - base.writes.min(sample.writes),
+        sample.conflicts,
         sample.write_errors,
+        sample.failed_passes,
         sample.watch_failures,
+        sample.bus_lagged,
         sample.created_pods - base.created_pods.min(sample.created_pods),
         sample.machine_ops - base.machine_ops.min(sample.machine_ops),
         sample.load_failures,
@@ -718,7 +741,7 @@ fn row(sample: &Sample, previous: Option<&Sample>) -> String {
 
 fn print_table(samples: &[Sample], args: &Args) {
     println!(
-        "\nsoak of {:?}: {} Pods/s, {} Machine operations/s (per-interval counts; RSS, fds, errors and failures are totals)",
+        "\nsoak of {:?}: {} Pods/s, {} Machine operations/s (per-interval counts; RSS, fds, conflicts, errors, failed passes, watch failures, lagged events and failures are totals)",
         args.duration, args.pods_per_second, args.machines_per_second
     );
     println!("{}", header());
@@ -775,6 +798,41 @@ fn judge(samples: &[Sample], load: &Load) -> Vec<String> {
     }
     problems.extend(load.failures.iter().take(20).cloned());
     problems
+}
+
+/// Counts the log's warnings and errors (a steady load should cause neither) and prints
+/// the first 30 distinct messages once each; an error is a problem.
+fn judge_log(path: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let mut counts: BTreeMap<(&str, &str), u64> = BTreeMap::new();
+    for line in text.lines() {
+        let mut words = line.split_whitespace();
+        let level = words.nth(1).unwrap_or_default();
+        if level == "WARN" || level == "ERROR" {
+            // The message without the timestamp: repeats of one message count together.
+            let message = line.split_once(level).map_or(line, |(_, rest)| rest.trim());
+            *counts.entry((level, message)).or_default() += 1;
+        }
+    }
+    let total = |wanted: &str| -> u64 {
+        counts
+            .iter()
+            .filter(|((level, _), _)| *level == wanted)
+            .map(|(_, n)| n)
+            .sum()
+    };
+    let (warnings, errors) = (total("WARN"), total("ERROR"));
+    println!(
+        "log: {} lines, {warnings} warnings, {errors} errors",
+        text.lines().count()
+    );
+    for ((level, message), n) in counts.iter().take(30) {
+        println!("  {n:>5} x {level} {message}");
+    }
+    if errors > 0 {
+        return vec![format!("{errors} errors in the poolkeeper log")];
+    }
+    Vec::new()
 }
 
 fn tail(path: &Path, lines: usize) -> String {

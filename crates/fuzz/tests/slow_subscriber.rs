@@ -1,12 +1,17 @@
 //! Backpressure on the bus: a consumer that cannot keep up is told how much
 //! it missed and resyncs, the publisher never waits for it, and the real
 //! reconciler turns a flood it cannot follow into one full trigger.
+//!
+//! Every test runs on tokio's paused clock and asserts counts, so the
+//! outcome does not depend on how busy the machine is.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use poolkeeper_bus::{Bus, Change, Delivery, Event, ObjectKey, ResourceKind, TriggerReason};
+use poolkeeper_bus::{
+    Bus, Change, Delivery, Event, ObjectKey, ResourceKind, Subscription, TriggerReason,
+};
 use poolkeeper_config::Config;
 use poolkeeper_reconciler::{Reconciler, ReconcilerSettings};
 use poolkeeper_supervisor::testing::{EventRecorder, spawn};
@@ -30,73 +35,94 @@ struct Tally {
     lagged: u64,
     lag_notices: u64,
     /// Full resyncs, one per lag notice: after a lag the consumer cannot
-    /// know what it missed, so it starts over from the index (as the
-    /// executor and the reconciler do).
+    /// know what it missed, so it starts over from the source of truth (as
+    /// the executor and the reconciler start over from the index).
     resyncs: u64,
     /// `seq` of the last event handled (`published - 1` at the end).
     last_seq: u64,
+    /// What the consumer knows: the events it handled plus its resyncs.
+    known: BTreeSet<u64>,
+    /// The lag metric of its subscription (`events_lagged_total`).
+    lagged_metric: u64,
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_slow_subscriber_lags_resyncs_and_accounts_for_every_event() {
-    let bus = Bus::new(1024);
-    let mut subscription = bus.subscribe("slow-consumer");
-    bus.start();
+/// The number in an event's key (`item-N`).
+fn item_of(event: &Event) -> Option<u64> {
+    match event {
+        Event::ResourceChanged { key, .. } => key.name.strip_prefix("item-")?.parse().ok(),
+        _ => None,
+    }
+}
 
-    let consumer = tokio::spawn(async move {
-        let mut tally = Tally::default();
-        while let Some(delivery) = subscription.recv().await {
-            match delivery {
-                Delivery::Lagged(missed) => {
-                    tally.lagged += missed;
-                    tally.lag_notices += 1;
-                    tally.resyncs += 1;
+fn item_changed(i: u64) -> Event {
+    Event::ResourceChanged {
+        kind: ResourceKind::Machine,
+        key: ObjectKey::namespaced("machine-system", format!("item-{i}")),
+        change: Change::Created,
+        initial: false,
+        related: Vec::new(),
+    }
+}
+
+/// Handles one event per (paused) millisecond, resyncing from `truth` on
+/// every lag notice, until the end marker.
+async fn slow_consumer(mut subscription: Subscription, truth: Arc<Mutex<BTreeSet<u64>>>) -> Tally {
+    let mut tally = Tally::default();
+    while let Some(delivery) = subscription.recv().await {
+        match delivery {
+            Delivery::Lagged(missed) => {
+                tally.lagged += missed;
+                tally.lag_notices += 1;
+                tally.resyncs += 1;
+                tally
+                    .known
+                    .extend(truth.lock().expect("the truth").iter().copied());
+            }
+            Delivery::Event(envelope) => {
+                tally.handled += 1;
+                tally.last_seq = envelope.seq;
+                if matches!(envelope.event, Event::ShutdownRequested) {
+                    break;
                 }
-                Delivery::Event(envelope) => {
-                    tally.handled += 1;
-                    tally.last_seq = envelope.seq;
-                    if matches!(envelope.event, Event::ShutdownRequested) {
-                        return tally;
-                    }
-                    // Far slower than the publisher: one event per millisecond.
-                    tokio::time::sleep(Duration::from_millis(1)).await;
-                }
+                tally.known.extend(item_of(&envelope.event));
+                tokio::time::sleep(Duration::from_millis(1)).await;
             }
         }
-        tally
-    });
+    }
+    tally.lagged_metric = subscription.lagged_total();
+    tally
+}
 
-    // A plain thread, outside any runtime: `publish` is synchronous, so the
-    // publisher cannot await the consumer even if it wanted to.
-    let publisher_bus = bus.clone();
-    let slowest = Arc::new(AtomicU64::new(0));
-    let slowest_publish = Arc::clone(&slowest);
-    let publisher = std::thread::spawn(move || {
-        let started = Instant::now();
-        for i in 0..FLOOD {
-            let before = Instant::now();
-            publisher_bus.publish(machine_changed(i));
-            let took = before.elapsed().as_nanos() as u64;
-            slowest_publish.fetch_max(took, Ordering::Relaxed);
+#[tokio::test(start_paused = true)]
+async fn a_slow_subscriber_lags_resyncs_and_accounts_for_every_event() {
+    const CAPACITY: usize = 1024;
+    const BURSTS: u64 = 50;
+    const BURST: u64 = FLOOD / BURSTS;
+    const _: () = assert!(BURST as usize > CAPACITY, "each burst overflows the buffer");
+    let bus = Bus::new(CAPACITY);
+    let truth = Arc::new(Mutex::new(BTreeSet::new()));
+    let consumer = tokio::spawn(slow_consumer(bus.subscribe("slow-consumer"), truth.clone()));
+    bus.start();
+
+    for burst in 0..BURSTS {
+        // `publish` is synchronous and this runtime has one thread: the
+        // consumer cannot run until the burst is out, so a publish that
+        // waited for it would never return.
+        for i in burst * BURST..(burst + 1) * BURST {
+            truth.lock().expect("the truth").insert(i);
+            bus.publish(item_changed(i));
         }
-        // The last event marks the end; being the newest, it is never dropped.
-        publisher_bus.publish(Event::ShutdownRequested);
-        started.elapsed()
-    });
-    let publishing = publisher.join().expect("the publisher finishes");
-    let tally = tokio::time::timeout(Duration::from_secs(60), consumer)
-        .await
-        .expect("the consumer catches up")
-        .expect("the consumer does not panic");
+        // Ten (paused) milliseconds: about ten events for the consumer.
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // The newest event is never the one dropped.
+    bus.publish(Event::ShutdownRequested);
+    let tally = consumer.await.expect("the consumer does not panic");
 
     let published = FLOOD + 1;
     println!(
-        "published {published} in {publishing:?} (slowest publish {:?}); handled {}, lagged {} in {} notices, {} resyncs",
-        Duration::from_nanos(slowest.load(Ordering::Relaxed)),
-        tally.handled,
-        tally.lagged,
-        tally.lag_notices,
-        tally.resyncs
+        "published {published}; handled {}, lagged {} in {} notices, {} resyncs",
+        tally.handled, tally.lagged, tally.lag_notices, tally.resyncs
     );
     assert_eq!(
         tally.last_seq + 1,
@@ -108,16 +134,24 @@ async fn a_slow_subscriber_lags_resyncs_and_accounts_for_every_event() {
         published,
         "every event is either handled or reported missed"
     );
-    assert!(tally.lagged > 0, "the consumer is too slow not to lag");
-    assert!(tally.resyncs >= 1);
+    assert_eq!(
+        tally.lagged_metric, tally.lagged,
+        "the lag metric counts what was missed"
+    );
+    assert_eq!(
+        tally.lag_notices, BURSTS,
+        "one notice for each burst it could not follow"
+    );
     assert_eq!(tally.resyncs, tally.lag_notices);
     assert!(
-        tally.lag_notices < tally.lagged,
-        "a notice covers many missed events"
+        tally.handled > CAPACITY as u64 && tally.handled < published / 10,
+        "handled {}: the consumer drains the buffer but is far slower than the flood",
+        tally.handled
     );
-    assert!(
-        publishing < Duration::from_secs(1),
-        "publishing {published} events took {publishing:?}"
+    assert_eq!(
+        tally.known,
+        *truth.lock().expect("the truth"),
+        "after its resyncs the consumer knows every item"
     );
 }
 

@@ -13,101 +13,39 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, Pod, Taint};
-use k8s_openapi::api::events::v1::Event as KubeEvent;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
-use poolkeeper_api::{NodePool, NodePoolSpec, NodePoolType};
+use poolkeeper_api::NodePoolType;
 use poolkeeper_bus::{Delivery, Event};
 use poolkeeper_config::Config;
-use poolkeeper_testenv::{Process, TestEnv, eventually};
+use poolkeeper_testenv::{TestEnv, eventually};
 use serde_json::{Value, json};
 
-use crate::harness::{Running, TIMEOUT, metric_sum, test_config};
-use crate::objects::{CONTROLLER_NAMESPACE, POOL_LABEL, apply_policy, labelled_pod};
+use crate::harness::{
+    BINARY, Running, TIMEOUT, control_plane, metric_sum, scheduled_node, test_config,
+};
+use crate::objects::{
+    CONTROLLER_NAMESPACE, POOL_LABEL, create_pool, pinned, poolkeeper_events, write_policy,
+};
 
-pub(crate) const EDGE_TAINT: &str = "node-role.kubernetes.io/edge";
-const BINARY: &str = env!("CARGO_BIN_EXE_poolkeeper");
 /// How often the controller audits in these tests.
 const AUDIT_INTERVAL: Duration = Duration::from_secs(1);
 
 /// The control plane with the pools and nodes of the table above.
 pub(crate) async fn cluster(scheduler: bool, namespaces: &[&str]) -> TestEnv {
-    let env = TestEnv::builder()
-        .scheduler(scheduler)
-        .crds(poolkeeper_api::crds())
-        .start()
-        .await
-        .expect("the control plane starts");
-    let client = env.client();
-    for namespace in [CONTROLLER_NAMESPACE].iter().chain(namespaces) {
-        env.create_namespace(namespace).await.unwrap();
-    }
-    for (name, pool_type) in [("edge", NodePoolType::Edge), ("cloud", NodePoolType::Cloud)] {
-        let pool = NodePool::new(
-            name,
-            NodePoolSpec {
-                pool_type: Some(pool_type),
-                ..NodePoolSpec::default()
-            },
-        );
-        Api::<NodePool>::all(client.clone())
-            .create(&PostParams::default(), &pool)
-            .await
-            .unwrap_or_else(|e| panic!("creating NodePool {name}: {e}"));
-    }
-    let edge_taint = Taint {
-        key: EDGE_TAINT.to_owned(),
-        effect: "NoSchedule".to_owned(),
-        ..Taint::default()
-    };
-    env.ready_node("edge-1", pool_labels("edge"), vec![edge_taint])
-        .await
-        .unwrap();
-    for name in ["cloud-1", "cloud-2"] {
-        env.ready_node(name, pool_labels("cloud"), Vec::new())
-            .await
-            .unwrap();
-    }
+    let namespaces: Vec<&str> = [CONTROLLER_NAMESPACE]
+        .iter()
+        .chain(namespaces)
+        .copied()
+        .collect();
+    let env = control_plane(TestEnv::builder().scheduler(scheduler), &namespaces).await;
+    create_pool(&env, "edge", NodePoolType::Edge, &["edge-1"]).await;
+    create_pool(&env, "cloud", NodePoolType::Cloud, &["cloud-1", "cloud-2"]).await;
     env.ready_node("loose-1", BTreeMap::new(), Vec::new())
         .await
         .unwrap();
     env
-}
-
-fn pool_labels(pool: &str) -> BTreeMap<String, String> {
-    BTreeMap::from([(POOL_LABEL.to_owned(), pool.to_owned())])
-}
-
-/// Creates or replaces the placement ConfigMap: `(namespace, pool, mode)`
-/// bindings plus the edge toleration.
-pub(crate) async fn write_policy(client: &Client, bindings: &[(&str, &str, &str)]) {
-    let mut policy = String::from("bindings:\n");
-    for (namespace, pool, mode) in bindings {
-        policy.push_str(&format!(
-            "  - {{namespace: {namespace}, nodePool: {pool}, mode: {mode}}}\n"
-        ));
-    }
-    policy.push_str(&format!(
-        "edgeTolerations:\n  - {{key: {EDGE_TAINT}, operator: Exists, effect: NoSchedule}}\n"
-    ));
-    apply_policy(client, &policy).await;
-}
-
-/// A Pod with one small container and `spec` merged in.
-pub(crate) fn pod(name: &str, spec: Value) -> Pod {
-    labelled_pod(name, json!({}), spec)
-}
-
-/// A Pod kube-scheduler can only bind to `node` (it tolerates the edge taint).
-fn pinned(name: &str, node: &str) -> Pod {
-    pod(
-        name,
-        json!({
-            "nodeSelector": {"kubernetes.io/hostname": node},
-            "tolerations": [{"key": EDGE_TAINT, "operator": "Exists", "effect": "NoSchedule"}],
-        }),
-    )
 }
 
 /// The controller, auditing every [`AUDIT_INTERVAL`].
@@ -129,14 +67,8 @@ async fn schedule(env: &TestEnv, namespace: &str, pods: &[Pod]) {
         api.create(&PostParams::default(), pod).await.unwrap();
     }
     for pod in pods {
-        let name = pod.metadata.name.clone().unwrap();
-        eventually(
-            &format!("{namespace}/{name} scheduled"),
-            TIMEOUT,
-            || async { api.get(&name).await.ok()?.spec?.node_name },
-        )
-        .await
-        .unwrap_or_else(|e| panic!("{e}\n{}", env.log_tail(Process::Scheduler, 30)));
+        let name = pod.metadata.name.as_deref().unwrap();
+        scheduled_node(env, namespace, name).await;
     }
 }
 
@@ -191,14 +123,9 @@ fn set(items: &[&str]) -> Violations {
 /// The Warning Events the audit wrote in `namespace`: `(pod, reason)` with
 /// the regarded UID.
 async fn audit_events(client: &Client, namespace: &str) -> Vec<(String, String, Option<String>)> {
-    let events: Api<KubeEvent> = Api::namespaced(client.clone(), namespace);
-    let mut found: Vec<_> = events
-        .list(&ListParams::default())
+    let mut found: Vec<_> = poolkeeper_events(client, namespace)
         .await
-        .unwrap()
-        .items
         .into_iter()
-        .filter(|event| event.reporting_controller.as_deref() == Some("poolkeeper"))
         .map(|event| {
             let regarding = event.regarding.unwrap_or_default();
             (
@@ -273,8 +200,7 @@ async fn pods_placed_before_their_namespace_was_bound_are_reported_once() {
     for _ in 0..3 {
         next_round(&mut running, "the same violations", |v| *v == expected).await;
     }
-    let (status, metrics) = running.get("/metrics").await;
-    assert_eq!(status, 200);
+    let metrics = running.metrics().await;
     let gauge = format!(
         "poolkeeper_audit_violations{{namespace=\"{LATE}\",pool=\"cloud\",reason=\"outside_pool\"}}"
     );
@@ -340,7 +266,7 @@ async fn pods_placed_before_their_namespace_was_bound_are_reported_once() {
     .await
     .unwrap();
     next_round(&mut running, "no violation", Violations::is_empty).await;
-    let (_, metrics) = running.get("/metrics").await;
+    let metrics = running.metrics().await;
     assert_eq!(metric_sum(&metrics, &gauge), 0, "{metrics}");
     let (code, table) = audit_command(&env, "table");
     assert_eq!(code, 0, "{table}");

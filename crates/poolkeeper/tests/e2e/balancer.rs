@@ -10,16 +10,16 @@
 //! connections are forwarded at once, and dropping the [`Balancer`] stops
 //! its listener, its probes and every connection it forwards.
 
-use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
+
+use crate::harness::try_http_get;
 
 /// How often each backend's `/readyz` is polled: well below the replicas'
 /// `shutdown.drainDelay`, so a draining replica leaves before it stops.
@@ -175,7 +175,7 @@ async fn probe(shared: Arc<Shared>, index: usize) {
     loop {
         ticker.tick().await;
         let ready = matches!(
-            http_get(endpoint.backend.admin, "/readyz", PROBE_TIMEOUT).await,
+            try_http_get(endpoint.backend.admin, "/readyz", PROBE_TIMEOUT).await,
             Ok((200, _))
         );
         if endpoint.ready.swap(ready, Ordering::SeqCst) != ready {
@@ -239,35 +239,4 @@ async fn forward(mut inbound: TcpStream, shared: &Shared) {
     let _ = inbound.set_nodelay(true);
     let _ = outbound.set_nodelay(true);
     let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
-}
-
-/// A minimal HTTP/1.0 GET with an overall `timeout`: status code and body.
-/// Unlike the harness's, it reports a dead or silent server as an error,
-/// since probing one is routine here.
-pub async fn http_get(
-    addr: SocketAddr,
-    path: &str,
-    timeout: Duration,
-) -> io::Result<(u16, String)> {
-    let exchange = async {
-        let mut stream = TcpStream::connect(addr).await?;
-        let request = format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-        stream.write_all(request.as_bytes()).await?;
-        let mut response = Vec::new();
-        stream.read_to_end(&mut response).await?;
-        Ok::<_, io::Error>(response)
-    };
-    let response = tokio::time::timeout(timeout, exchange)
-        .await
-        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, format!("GET {addr}{path}")))??;
-    let response = String::from_utf8_lossy(&response);
-    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|code| code.parse().ok())
-        .ok_or_else(|| {
-            io::Error::new(io::ErrorKind::InvalidData, format!("no status in {head:?}"))
-        })?;
-    Ok((status, body.to_owned()))
 }

@@ -22,22 +22,24 @@ use k8s_openapi::api::admissionregistration::v1::{
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::PostParams;
 use kube::{Api, Client};
-use poolkeeper_api::{NodePool, NodePoolSpec, NodePoolType};
+use poolkeeper_api::NodePoolType;
 use poolkeeper_config::Config;
-use poolkeeper_testenv::{Process, TestEnv, WebhookCert, WebhookRegistration, eventually};
+use poolkeeper_testenv::TestEnv;
 use serde_json::{Value, json};
 
-use crate::harness::{Running, TIMEOUT, test_config};
+use crate::harness::{
+    Running, TIMEOUT, control_plane, deploy_webhooks, scheduled_node, serving_cert, test_config,
+    wait_placed,
+};
 use crate::objects::{
-    CONTROLLER_NAMESPACE, POOL_LABEL, apply_policy, dry_run, free_port, labelled_pod, plain_pod,
-    pool_affinity,
+    CONTROLLER_NAMESPACE, POOL_LABEL, create_pool, free_port, labelled_pod, plain_pod,
+    pool_affinity, write_policy,
 };
 
 const BOUND_NAMESPACE: &str = "shop";
 const UNBOUND_NAMESPACE: &str = "plain";
 const NEW_NAMESPACE: &str = "shop-new";
 const CLOUD_NODES: [&str; 2] = ["cloud-1", "cloud-2"];
-const WEBHOOK_MANIFESTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/webhooks");
 const CONFIGURATION: &str = "poolkeeper";
 const MUTATE_BOUND: &str = "mutate-pods.poolkeeper.io";
 const MUTATE_LABELLED: &str = "mutate-labelled-pods.poolkeeper.io";
@@ -50,54 +52,33 @@ struct Cluster {
 }
 
 async fn setup() -> Cluster {
-    let env = TestEnv::builder()
-        .scheduler(true)
-        .crds(poolkeeper_api::crds())
-        .start()
-        .await
-        .expect("the control plane starts");
+    let env = control_plane(
+        TestEnv::builder().scheduler(true),
+        &[
+            CONTROLLER_NAMESPACE,
+            BOUND_NAMESPACE,
+            UNBOUND_NAMESPACE,
+            NEW_NAMESPACE,
+        ],
+    )
+    .await;
     let client = env.client();
-    for namespace in [
-        CONTROLLER_NAMESPACE,
-        BOUND_NAMESPACE,
-        UNBOUND_NAMESPACE,
-        NEW_NAMESPACE,
-    ] {
-        env.create_namespace(namespace).await.unwrap();
-    }
-    let pool = NodePool::new(
-        "cloud",
-        NodePoolSpec {
-            pool_type: Some(NodePoolType::Cloud),
-            ..NodePoolSpec::default()
-        },
-    );
-    Api::<NodePool>::all(client.clone())
-        .create(&PostParams::default(), &pool)
-        .await
-        .unwrap();
-    for name in CLOUD_NODES {
-        let labels = BTreeMap::from([(POOL_LABEL.to_owned(), "cloud".to_owned())]);
-        env.ready_node(name, labels, Vec::new()).await.unwrap();
-    }
+    create_pool(&env, "cloud", NodePoolType::Cloud, &CLOUD_NODES).await;
     env.ready_node("loose-1", BTreeMap::new(), Vec::new())
         .await
         .unwrap();
     write_bindings(&client, &[BOUND_NAMESPACE]).await;
 
-    let cert_dir = tempfile::tempdir().unwrap();
-    let cert = WebhookCert::generate().unwrap();
-    cert.write_to_dir(cert_dir.path()).unwrap();
+    let (cert_dir, cert) = serving_cert();
     let mut config = test_config(CONTROLLER_NAMESPACE, cert_dir.path());
     config.machine_classes.enabled = false;
     // A fixed port, so that a restarted controller is where the
     // configurations point.
     let port = free_port();
     config.webhook.listen = ([127, 0, 0, 1], port).into();
-    let registration = WebhookRegistration::new(port, &cert.ca_pem)
-        .with_files([WEBHOOK_MANIFESTS])
-        .expect("deploy/webhooks parses");
-    env.register_webhooks(registration).await.unwrap();
+    env.register_webhooks(deploy_webhooks(port, &cert.ca_pem))
+        .await
+        .unwrap();
     Cluster {
         env,
         client,
@@ -108,13 +89,11 @@ async fn setup() -> Cluster {
 
 /// The placement ConfigMap binding each of `namespaces` to `cloud`.
 async fn write_bindings(client: &Client, namespaces: &[&str]) {
-    let mut policy = String::from("bindings:\n");
-    for namespace in namespaces {
-        policy.push_str(&format!(
-            "  - {{namespace: {namespace}, nodePool: cloud}}\n"
-        ));
-    }
-    apply_policy(client, &policy).await;
+    let bindings: Vec<_> = namespaces
+        .iter()
+        .map(|namespace| (*namespace, "cloud", "enforce"))
+        .collect();
+    write_policy(client, &bindings).await;
 }
 
 /// The namespaces listed by the bound-namespaces entry of both
@@ -171,21 +150,9 @@ async fn wait_listed(client: &Client, namespaces: &[&str]) -> Duration {
 
 /// Waits until the apiserver (which loads configurations asynchronously)
 /// has poolkeeper place a dry-run Pod of `namespace`; the time it took.
-async fn wait_placed(cluster: &Cluster, namespace: &str) -> Duration {
+async fn time_to_placed(cluster: &Cluster, namespace: &str) -> Duration {
     let started = Instant::now();
-    let pods = Api::<Pod>::namespaced(cluster.client.clone(), namespace);
-    let probe = plain_pod("probe");
-    eventually(&format!("pods of {namespace} placed"), TIMEOUT, || async {
-        let created = pods.create(&dry_run(), &probe).await.ok()?;
-        (pool_affinity(&created).as_deref() == Some("cloud")).then_some(())
-    })
-    .await
-    .unwrap_or_else(|e| {
-        panic!(
-            "{e}\nkube-apiserver log:\n{}",
-            cluster.env.log_tail(Process::ApiServer, 30)
-        )
-    });
+    wait_placed(&cluster.env, namespace, "cloud").await;
     started.elapsed()
 }
 
@@ -219,7 +186,7 @@ async fn only_the_pods_poolkeeper_places_depend_on_it() {
     let running = Running::start(&cluster.config, &cluster.env).await;
     running.wait_ready().await;
     wait_listed(&cluster.client, &[BOUND_NAMESPACE]).await;
-    wait_placed(&cluster, BOUND_NAMESPACE).await;
+    time_to_placed(&cluster, BOUND_NAMESPACE).await;
     running.stop().await;
 
     let plain = Api::<Pod>::namespaced(cluster.client.clone(), UNBOUND_NAMESPACE);
@@ -273,11 +240,11 @@ async fn only_the_pods_poolkeeper_places_depend_on_it() {
 
     let running = Running::start(&cluster.config, &cluster.env).await;
     running.wait_ready().await;
-    wait_placed(&cluster, BOUND_NAMESPACE).await;
+    time_to_placed(&cluster, BOUND_NAMESPACE).await;
     let written = Instant::now();
     write_bindings(&cluster.client, &[BOUND_NAMESPACE, NEW_NAMESPACE]).await;
     let followed = wait_listed(&cluster.client, &[BOUND_NAMESPACE, NEW_NAMESPACE]).await;
-    let in_effect = wait_placed(&cluster, NEW_NAMESPACE).await;
+    let in_effect = time_to_placed(&cluster, NEW_NAMESPACE).await;
     println!(
         "new binding: selectors followed in {followed:?}; the apiserver called the webhooks \
          {in_effect:?} later; Pods placed {:?} after the ConfigMap write",
@@ -293,12 +260,7 @@ async fn only_the_pods_poolkeeper_places_depend_on_it() {
         .await
         .unwrap();
     assert_eq!(pool_affinity(&created).as_deref(), Some("cloud"));
-    let pods = Api::<Pod>::namespaced(cluster.client.clone(), NEW_NAMESPACE);
-    let node = eventually("shop-new/app bound to a node", TIMEOUT, || async {
-        pods.get("app").await.ok()?.spec?.node_name
-    })
-    .await
-    .unwrap();
+    let node = scheduled_node(&cluster.env, NEW_NAMESPACE, "app").await;
     assert!(
         CLOUD_NODES.contains(&node.as_str()),
         "scheduled onto {node}"

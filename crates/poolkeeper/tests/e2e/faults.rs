@@ -4,35 +4,35 @@
 //! while the API server is unreachable but the webhook is asked to admit.
 //! Every figure the tests print is in RELIABILITY.md.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
-use k8s_openapi::api::core::v1::{Pod, Taint};
-use kube::api::{DeleteParams, ListParams, PostParams};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{ListParams, PostParams};
 use kube::{Api, Client};
-use poolkeeper_api::NodePoolType;
-use poolkeeper_api::{Machine, MachineClass, NodePool, NodePoolSpec};
-use poolkeeper_bus::{Change, Delivery, Event, ObjectKey, ResourceKind, Subscription};
+use poolkeeper_api::{Machine, MachineClass, NodePoolType};
+use poolkeeper_bus::{Change, Event, ObjectKey, ResourceKind};
 use poolkeeper_config::Config;
 use poolkeeper_executor::KubeClassWriter;
-use poolkeeper_testenv::{Process, TestEnv, WebhookCert, WebhookRegistration, eventually};
+use poolkeeper_testenv::{Process, TestEnv, TestEnvBuilder, WebhookCert};
 use serde_json::Value;
 use tempfile::TempDir;
 
-use crate::harness::{Running, TIMEOUT, metric_sum, test_config};
+use crate::harness::{
+    Running, TIMEOUT, control_plane, deploy_webhooks, metric_sum, next_event, serving_cert,
+    test_config, wait_placed, wait_until,
+};
 use crate::objects::{
-    CONTROLLER_NAMESPACE, POOL_LABEL, apply_policy, finalized_classes, machine, machine_class,
-    mutate_over_tls, plain_pod, pool_affinity,
+    CONTROLLER_NAMESPACE, MACHINE_NAMESPACE, POOL_LABEL, create_class, create_machine, create_pool,
+    delete_machine, expected_state, finalized_classes, has_finalizer, machine, mutate_over_tls,
+    plain_pod, pool_affinity, used_classes, write_policy,
 };
 
-const MACHINES: &str = "machine-system";
 const EDGE_NAMESPACE: &str = "shop-edge";
-const EDGE_TAINT: &str = "node-role.kubernetes.io/edge";
-const WEBHOOK_MANIFESTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/webhooks");
 /// How long kube-apiserver stays down, as when the defect was seen by hand.
 const OUTAGE: Duration = Duration::from_secs(10);
 /// A change made once the API server is back is acted on within this long,
@@ -58,23 +58,15 @@ struct Plane {
 }
 
 impl Plane {
-    async fn start(builder: poolkeeper_testenv::TestEnvBuilder, features: Features) -> Self {
-        let env = builder
-            .crds(poolkeeper_api::crds())
-            .start()
-            .await
-            .expect("the control plane starts");
-        for namespace in [MACHINES, CONTROLLER_NAMESPACE, EDGE_NAMESPACE] {
-            env.create_namespace(namespace)
-                .await
-                .unwrap_or_else(|e| panic!("namespace {namespace}: {e}"));
-        }
-        let cert_dir = tempfile::tempdir().expect("a temporary directory");
-        let cert = WebhookCert::generate().expect("a webhook certificate");
-        cert.write_to_dir(cert_dir.path())
-            .expect("the certificate is written");
+    async fn start(builder: TestEnvBuilder, features: Features) -> Self {
+        let env = control_plane(
+            builder,
+            &[MACHINE_NAMESPACE, CONTROLLER_NAMESPACE, EDGE_NAMESPACE],
+        )
+        .await;
+        let (cert_dir, cert) = serving_cert();
         let ca_file = cert_dir.path().join("ca.crt");
-        let mut config = test_config(MACHINES, cert_dir.path());
+        let mut config = test_config(MACHINE_NAMESPACE, cert_dir.path());
         config.machine_classes.enabled = features != Features::Placement;
         config.placement.enabled = features != Features::MachineClasses;
         config.webhook.enabled = config.placement.enabled;
@@ -91,11 +83,11 @@ impl Plane {
     }
 
     fn classes(&self) -> Api<MachineClass> {
-        Api::namespaced(self.env.client(), MACHINES)
+        Api::namespaced(self.env.client(), MACHINE_NAMESPACE)
     }
 
     fn machines(&self) -> Api<Machine> {
-        Api::namespaced(self.env.client(), MACHINES)
+        Api::namespaced(self.env.client(), MACHINE_NAMESPACE)
     }
 
     fn finalizer(&self) -> String {
@@ -106,98 +98,19 @@ impl Plane {
     /// effect (a dry-run Pod of the edge namespace comes back mutated).
     async fn register_webhooks(&self, running: &Running) {
         let port = running.webhook.expect("the webhook is enabled").port();
-        let registration = WebhookRegistration::new(port, &self.cert.ca_pem)
-            .with_files([WEBHOOK_MANIFESTS])
-            .expect("deploy/webhooks parses");
         self.env
-            .register_webhooks(registration)
+            .register_webhooks(deploy_webhooks(port, &self.cert.ca_pem))
             .await
             .expect("the webhooks are registered");
-        let pods: Api<Pod> = Api::namespaced(self.env.client(), EDGE_NAMESPACE);
-        let dry_run = PostParams {
-            dry_run: true,
-            ..PostParams::default()
-        };
-        wait_until("the mutating webhook in effect", || async {
-            let created = pods.create(&dry_run, &plain_pod("probe")).await.ok()?;
-            (pool_affinity(&created).as_deref() == Some("edge")).then_some(())
-        })
-        .await;
+        wait_placed(&self.env, EDGE_NAMESPACE, "edge").await;
     }
 }
 
 /// An edge pool with one Ready node, and the policy binding the edge
 /// namespace to it.
 async fn placement_cluster(env: &TestEnv) {
-    let client = env.client();
-    let pool = NodePool::new(
-        "edge",
-        NodePoolSpec {
-            pool_type: Some(NodePoolType::Edge),
-            ..NodePoolSpec::default()
-        },
-    );
-    Api::<NodePool>::all(client.clone())
-        .create(&PostParams::default(), &pool)
-        .await
-        .expect("the edge NodePool is created");
-    let taint = Taint {
-        key: EDGE_TAINT.to_owned(),
-        effect: "NoSchedule".to_owned(),
-        ..Taint::default()
-    };
-    let labels = BTreeMap::from([(POOL_LABEL.to_owned(), "edge".to_owned())]);
-    env.ready_node("edge-1", labels, vec![taint])
-        .await
-        .expect("the edge node is created");
-    let policy = format!(
-        "bindings:\n  - namespace: {EDGE_NAMESPACE}\n    nodePool: edge\n\
-         edgeTolerations:\n  - {{key: {EDGE_TAINT}, operator: Exists, effect: NoSchedule}}\n"
-    );
-    apply_policy(&client, &policy).await;
-}
-
-/// `eventually` that fails the test with what it waited for.
-async fn wait_until<T, F, Fut>(what: &str, check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    eventually(what, TIMEOUT, check)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"))
-}
-
-/// Finalizer expected exactly on the classes some Machine uses.
-async fn expected_finalized(machines: &Api<Machine>, classes: &[&str]) -> BTreeMap<String, bool> {
-    let used: BTreeSet<String> = machines
-        .list(&ListParams::default())
-        .await
-        .expect("listing Machines")
-        .items
-        .into_iter()
-        .map(|machine| machine.spec.class.name)
-        .collect();
-    classes
-        .iter()
-        .map(|class| (class.to_string(), used.contains(*class)))
-        .collect()
-}
-
-async fn has_finalizer(classes: &Api<MachineClass>, name: &str, finalizer: &str) -> bool {
-    classes
-        .get_opt(name)
-        .await
-        .ok()
-        .flatten()
-        .is_some_and(|class| {
-            class
-                .metadata
-                .finalizers
-                .iter()
-                .flatten()
-                .any(|f| f == finalizer)
-        })
+    create_pool(env, "edge", NodePoolType::Edge, &["edge-1"]).await;
+    write_policy(&env.client(), &[(EDGE_NAMESPACE, "edge", "enforce")]).await;
 }
 
 /// Polls every 20 ms, for at most `limit`, until `name` has (or lacks)
@@ -219,27 +132,9 @@ async fn time_to_finalizer(
     None
 }
 
-/// Events from `events` until `wanted` holds for one, or `TIMEOUT`.
-async fn next_event(events: &mut Subscription, what: &str, mut wanted: impl FnMut(&Event) -> bool) {
-    let deadline = tokio::time::Instant::now() + TIMEOUT;
-    loop {
-        let delivery = tokio::time::timeout_at(deadline, events.recv())
-            .await
-            .unwrap_or_else(|_| panic!("no {what} within {TIMEOUT:?}"))
-            .expect("the bus stays open while the controller runs");
-        match delivery {
-            Delivery::Event(envelope) if wanted(&envelope.event) => return,
-            Delivery::Event(_) => {}
-            Delivery::Lagged(missed) => panic!("lagged by {missed} waiting for {what}"),
-        }
-    }
-}
-
 /// The value of the series `name{labels}` in `/metrics`.
 async fn metric(running: &Running, series: &str) -> u64 {
-    let (status, text) = running.get("/metrics").await;
-    assert_eq!(status, 200, "{text}");
-    metric_sum(&text, series)
+    metric_sum(&running.metrics().await, series)
 }
 
 /// Machines and Pods created one after the other, each create retried until
@@ -286,7 +181,7 @@ async fn create_until_stopped(
     stop: Arc<AtomicBool>,
     retried: Arc<AtomicU64>,
 ) -> u64 {
-    let machines: Api<Machine> = Api::namespaced(client.clone(), MACHINES);
+    let machines: Api<Machine> = Api::namespaced(client.clone(), MACHINE_NAMESPACE);
     let pods: Api<Pod> = Api::namespaced(client, EDGE_NAMESPACE);
     let params = PostParams::default();
     let mut created = 0;
@@ -340,23 +235,14 @@ async fn an_apiserver_restart_while_machines_and_pods_are_created_loses_nothing(
     plane.register_webhooks(&running).await;
     let all = ["c0", "c1", "c2", "c3", "c4"];
     for name in all {
-        classes
-            .create(&PostParams::default(), &machine_class(name))
-            .await
-            .expect("create class");
+        create_class(&classes, name).await;
     }
     // c3 is in use until its Machine goes during the test; c4 until a
     // Machine uses it once the API server is back.
-    machines
-        .create(&PostParams::default(), &machine("m-c3", "c3"))
-        .await
-        .expect("create m-c3");
+    create_machine(&machines, "m-c3", "c3").await;
     let creator = Creator::start(plane.env.client());
     tokio::time::sleep(Duration::from_secs(2)).await;
-    machines
-        .delete("m-c3", &DeleteParams::default())
-        .await
-        .expect("delete m-c3");
+    delete_machine(&machines, "m-c3").await;
 
     plane
         .env
@@ -389,7 +275,8 @@ async fn an_apiserver_restart_while_machines_and_pods_are_created_loses_nothing(
     // Creating goes on a while after the restart, then everything settles.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let (created, retried) = creator.finish().await;
-    let expected = expected_finalized(&machines, &all).await;
+    let used: Vec<String> = used_classes(&machines).await.into_iter().collect();
+    let expected = expected_state(&all, &used);
     assert_eq!(
         expected.values().filter(|used| **used).count(),
         4,
@@ -480,16 +367,10 @@ async fn deletes_missed_during_a_watch_expiry_are_acted_on() {
         Running::start_as(&plane.config, client.clone(), KubeClassWriter::new(client)).await;
     running.wait_ready().await;
     for name in ["busy", "emptied"] {
-        classes
-            .create(&PostParams::default(), &machine_class(name))
-            .await
-            .expect("create class");
+        create_class(&classes, name).await;
     }
     for (name, class) in [("kept", "busy"), ("gone-1", "busy"), ("last", "emptied")] {
-        machines
-            .create(&PostParams::default(), &machine(name, class))
-            .await
-            .expect("create machine");
+        create_machine(&machines, name, class).await;
     }
     wait_until("both classes protected", || async {
         let state = finalized_classes(&classes, &finalizer).await;
@@ -509,10 +390,7 @@ async fn deletes_missed_during_a_watch_expiry_are_acted_on() {
     })
     .await;
     for name in ["gone-1", "last"] {
-        machines
-            .delete(name, &DeleteParams::default())
-            .await
-            .expect("delete while cut off");
+        delete_machine(&machines, name).await;
     }
     let revision = plane.env.compact_etcd().await.expect("compact etcd");
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -523,7 +401,7 @@ async fn deletes_missed_during_a_watch_expiry_are_acted_on() {
 
     proxy.restore().await.expect("restore the proxy");
     let restored = Instant::now();
-    let last = ObjectKey::namespaced(MACHINES, "last");
+    let last = ObjectKey::namespaced(MACHINE_NAMESPACE, "last");
     next_event(&mut running.events, "the delete of last from the relist", |event| {
         matches!(event, Event::ResourceChanged { kind: ResourceKind::Machine, key, change: Change::Deleted, initial: false, .. } if *key == last)
     })
@@ -631,10 +509,7 @@ async fn conflict_storm(finalizer_too: bool) -> (Vec<Duration>, Duration) {
     let (classes, machines, finalizer) = (plane.classes(), plane.machines(), plane.finalizer());
     let running = Running::start(&plane.config, &plane.env).await;
     running.wait_ready().await;
-    classes
-        .create(&PostParams::default(), &machine_class("contested"))
-        .await
-        .expect("create class");
+    create_class(&classes, "contested").await;
     let before = running.executor_totals().await;
     let started = Instant::now();
     let storm = tokio::spawn(other_writer(
@@ -651,26 +526,17 @@ async fn conflict_storm(finalizer_too: bool) -> (Vec<Duration>, Duration) {
         round += 1;
         let name = format!("user-{round}");
         let changed = Instant::now();
-        machines
-            .create(&PostParams::default(), &machine(&name, "contested"))
-            .await
-            .expect("create the user");
+        create_machine(&machines, &name, "contested").await;
         let added =
             time_to_finalizer(&classes, "contested", &finalizer, true, changed, TIMEOUT).await;
         let changed = Instant::now();
-        machines
-            .delete(&name, &DeleteParams::default())
-            .await
-            .expect("delete the user");
+        delete_machine(&machines, &name).await;
         let removed =
             time_to_finalizer(&classes, "contested", &finalizer, false, changed, TIMEOUT).await;
         toggles.push(added.expect("finalizer added"));
         toggles.push(removed.expect("finalizer removed"));
     }
-    machines
-        .create(&PostParams::default(), &machine("final-user", "contested"))
-        .await
-        .expect("create the final user");
+    create_machine(&machines, "final-user", "contested").await;
     let other = storm.await.expect("the other writer finishes");
     let (label, other_finalizer) = other.last.clone().expect("the other writer wrote");
 

@@ -1,21 +1,151 @@
-//! Shared setup: a configuration for tests, the controller running in the
-//! test's runtime, and plain HTTP requests to its admin server.
+//! Shared setup: the control plane, a configuration for tests, the
+//! controller running in the test's runtime, waiting for what they do
+//! asynchronously, and plain HTTP requests to the admin server.
 
+use std::future::Future;
+use std::io;
 use std::net::SocketAddr;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
+use kube::Client;
 use poolkeeper::controller::Controller;
-use poolkeeper_bus::Subscription;
+use poolkeeper_bus::{AdmissionResult, Delivery, Envelope, Event, Mode, Subscription, WebhookKind};
 use poolkeeper_config::{Config, LogFormat};
 use poolkeeper_executor::{ClassWriter, KubeClassWriter};
-use poolkeeper_testenv::TestEnv;
+use poolkeeper_testenv::{
+    Process, TestEnv, TestEnvBuilder, TestEnvError, WebhookCert, WebhookRegistration, eventually,
+};
+use tempfile::TempDir;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+use crate::objects::{dry_run, plain_pod, pool_affinity};
+
 /// Generous bound for anything the control plane does asynchronously.
 pub const TIMEOUT: Duration = Duration::from_secs(30);
+pub const BINARY: &str = env!("CARGO_BIN_EXE_poolkeeper");
+const WEBHOOK_MANIFESTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/webhooks");
+
+/// A control plane from `builder` with poolkeeper's CRDs installed and
+/// `namespaces` created.
+pub async fn control_plane(builder: TestEnvBuilder, namespaces: &[&str]) -> TestEnv {
+    let env = builder
+        .crds(poolkeeper_api::crds())
+        .start()
+        .await
+        .expect("the control plane starts");
+    for namespace in namespaces {
+        env.create_namespace(namespace)
+            .await
+            .unwrap_or_else(|e| panic!("namespace {namespace}: {e}"));
+    }
+    env
+}
+
+/// A serving certificate, written into the directory returned with it (the
+/// `webhook.certDir` of the controller).
+pub fn serving_cert() -> (TempDir, WebhookCert) {
+    let cert_dir = tempfile::tempdir().expect("a temporary directory");
+    let cert = WebhookCert::generate().expect("a webhook certificate");
+    cert.write_to_dir(cert_dir.path())
+        .expect("the certificate is written");
+    (cert_dir, cert)
+}
+
+/// The webhook configurations of `deploy/webhooks`, pointed at a server on
+/// the loopback `port` that presents a certificate of `ca_pem`.
+pub fn deploy_webhooks(port: u16, ca_pem: &str) -> WebhookRegistration {
+    WebhookRegistration::new(port, ca_pem)
+        .with_files([WEBHOOK_MANIFESTS])
+        .expect("deploy/webhooks parses")
+}
+
+/// `eventually` within [`TIMEOUT`] that fails the test with what it waited
+/// for.
+pub async fn wait_until<T, F, Fut>(what: &str, check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    eventually(what, TIMEOUT, check)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Waits, for at most `within`, until the apiserver has poolkeeper place a
+/// dry-run Pod of `namespace` into `pool` (it loads webhook configurations,
+/// and poolkeeper its policy, asynchronously).
+pub async fn placed_within(
+    client: &Client,
+    namespace: &str,
+    pool: &str,
+    within: Duration,
+) -> Result<(), TestEnvError> {
+    let pods = kube::Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), namespace);
+    let probe = plain_pod("probe");
+    let what = format!("pods of {namespace} placed into {pool}");
+    eventually(&what, within, || async {
+        let created = pods.create(&dry_run(), &probe).await.ok()?;
+        (pool_affinity(&created).as_deref() == Some(pool)).then_some(())
+    })
+    .await
+}
+
+/// [`placed_within`] [`TIMEOUT`], failing the test with the apiserver's log.
+pub async fn wait_placed(env: &TestEnv, namespace: &str, pool: &str) {
+    placed_within(&env.client(), namespace, pool, TIMEOUT)
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "{e}\nkube-apiserver log:\n{}",
+                env.log_tail(Process::ApiServer, 30)
+            )
+        });
+}
+
+/// The node kube-scheduler binds Pod `namespace/name` to.
+pub async fn scheduled_node(env: &TestEnv, namespace: &str, name: &str) -> String {
+    let pods = kube::Api::<k8s_openapi::api::core::v1::Pod>::namespaced(env.client(), namespace);
+    eventually(
+        &format!("pod {namespace}/{name} bound to a node"),
+        TIMEOUT,
+        || async { pods.get(name).await.ok()?.spec?.node_name },
+    )
+    .await
+    .unwrap_or_else(|e| {
+        panic!(
+            "{e}\nscheduler log:\n{}",
+            env.log_tail(Process::Scheduler, 30)
+        )
+    })
+}
+
+/// Reads `events` until one satisfies `wanted`. Fails on a timeout and on a
+/// lag (the awaited event may be among the missed ones).
+pub async fn next_event(
+    events: &mut Subscription,
+    what: &str,
+    mut wanted: impl FnMut(&Event) -> bool,
+) -> Arc<Envelope> {
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    loop {
+        let delivery = tokio::time::timeout_at(deadline, events.recv())
+            .await
+            .unwrap_or_else(|_| panic!("no {what} within {TIMEOUT:?}"))
+            .expect("the bus stays open while the controller runs");
+        match delivery {
+            Delivery::Event(envelope) if wanted(&envelope.event) => return envelope,
+            Delivery::Event(_) => {}
+            Delivery::Lagged(missed) => {
+                panic!("the observer lagged ({missed} events missed) waiting for {what}")
+            }
+        }
+    }
+}
 
 /// A configuration for one test: loopback ports chosen by the kernel, no
 /// leader election (one replica), a short debounce so tests run quickly.
@@ -113,6 +243,35 @@ impl Running {
         http_get(self.admin, path).await
     }
 
+    /// The text of `/metrics`.
+    pub async fn metrics(&self) -> String {
+        let (status, text) = self.get("/metrics").await;
+        assert_eq!(status, 200, "{text}");
+        text
+    }
+
+    /// `(webhook, result, mode, reason)` of the AdmissionDecided events
+    /// published since the last call.
+    pub fn admission_decisions(
+        &mut self,
+    ) -> Vec<(WebhookKind, AdmissionResult, Mode, &'static str)> {
+        let mut found = Vec::new();
+        while let Some(delivery) = self.events.try_recv() {
+            if let Delivery::Event(envelope) = delivery
+                && let Event::AdmissionDecided {
+                    webhook,
+                    result,
+                    mode,
+                    reason,
+                    ..
+                } = &envelope.event
+            {
+                found.push((*webhook, *result, *mode, *reason));
+            }
+        }
+        found
+    }
+
     /// The executor's totals as `/metrics` reports them, once they have
     /// stopped changing (the metrics observer follows the bus
     /// asynchronously).
@@ -129,8 +288,7 @@ impl Running {
     }
 
     async fn scrape_executor_totals(&self) -> ExecutorTotals {
-        let (status, text) = self.get("/metrics").await;
-        assert_eq!(status, 200, "{text}");
+        let text = self.metrics().await;
         ExecutorTotals {
             passes: metric_sum(&text, "poolkeeper_executor_passes_total"),
             reconciliations: metric_sum(&text, "poolkeeper_executor_reconciliations_total{"),
@@ -201,23 +359,42 @@ pub fn metric_sum(text: &str, prefix: &str) -> u64 {
         .sum()
 }
 
-/// A minimal HTTP/1.0 GET: status code and body.
+/// A minimal HTTP/1.0 GET: status code and body. Fails the test when the
+/// server does not answer within [`TIMEOUT`].
 pub async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
-    let mut stream = tokio::net::TcpStream::connect(addr)
+    try_http_get(addr, path, TIMEOUT)
         .await
-        .unwrap_or_else(|e| panic!("connecting to {addr}: {e}"));
-    let request = format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut response = Vec::new();
-    stream.read_to_end(&mut response).await.unwrap();
+        .unwrap_or_else(|e| panic!("GET {addr}{path}: {e}"))
+}
+
+/// A minimal HTTP/1.0 GET with an overall `timeout`: status code and body,
+/// or the error of a dead or silent server.
+pub async fn try_http_get(
+    addr: SocketAddr,
+    path: &str,
+    timeout: Duration,
+) -> io::Result<(u16, String)> {
+    let exchange = async {
+        let mut stream = TcpStream::connect(addr).await?;
+        let request = format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await?;
+        let mut response = Vec::new();
+        stream.read_to_end(&mut response).await?;
+        Ok::<_, io::Error>(response)
+    };
+    let response = tokio::time::timeout(timeout, exchange)
+        .await
+        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, format!("GET {addr}{path}")))??;
     let response = String::from_utf8_lossy(&response);
     let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
     let status = head
         .split_whitespace()
         .nth(1)
         .and_then(|code| code.parse().ok())
-        .unwrap_or_else(|| panic!("no status line in {head:?}"));
-    (status, body.to_owned())
+        .ok_or_else(|| {
+            io::Error::new(io::ErrorKind::InvalidData, format!("no status in {head:?}"))
+        })?;
+    Ok((status, body.to_owned()))
 }
 
 /// One subscriber for every test binary's logs; `RUST_LOG` selects them.

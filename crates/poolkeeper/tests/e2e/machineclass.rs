@@ -2,30 +2,29 @@
 //! the webhook disabled) against a real kube-apiserver, one control plane
 //! per test.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use json_patch::Patch as JsonPatch;
-use k8s_openapi::api::events::v1::Event as KubeEvent;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use poolkeeper_api::{Machine, MachineClass};
 use poolkeeper_bus::{
-    Change, ClassOutcome, Delivery, EnqueueReason, Envelope, Event, ObjectKey, ResourceKind,
-    Subscription,
+    Change, ClassOutcome, Delivery, EnqueueReason, Event, ObjectKey, ResourceKind,
 };
 use poolkeeper_config::Config;
 use poolkeeper_executor::{ClassWriter, KubeClassWriter, WriteError};
-use poolkeeper_testenv::{TestEnv, eventually};
+use poolkeeper_testenv::TestEnv;
 use serde_json::{Value, json};
 use tempfile::TempDir;
 
-use crate::harness::{ExecutorTotals, Running, TIMEOUT, test_config};
-use crate::objects::{finalized_classes, machine, machine_class};
-
-const NAMESPACE: &str = "machine-system";
+use crate::harness::{Running, TIMEOUT, control_plane, next_event, test_config, wait_until};
+use crate::objects::{
+    MACHINE_NAMESPACE, create_class, create_machine, delete_machine, expected_state,
+    finalized_classes, finalizers_of, has_finalizer, machine, poolkeeper_events, used_classes,
+};
 
 /// A control plane with the namespace created, and the configuration of a
 /// controller that does MachineClass protection only.
@@ -37,21 +36,24 @@ struct Cluster {
 
 impl Cluster {
     async fn start() -> Self {
-        Self::start_with(TestEnv::builder().crds(poolkeeper_api::crds())).await
+        Self::with(control_plane(TestEnv::builder(), &[MACHINE_NAMESPACE]).await)
     }
 
     /// Without the MachineClass and Machine CRDs.
     async fn start_without_crds() -> Self {
-        Self::start_with(TestEnv::builder()).await
-    }
-
-    async fn start_with(builder: poolkeeper_testenv::TestEnvBuilder) -> Self {
-        let env = builder.start().await.expect("the control plane starts");
-        env.create_namespace(NAMESPACE)
+        let env = TestEnv::builder()
+            .start()
+            .await
+            .expect("the control plane starts");
+        env.create_namespace(MACHINE_NAMESPACE)
             .await
             .expect("the namespace is created");
+        Self::with(env)
+    }
+
+    fn with(env: TestEnv) -> Self {
         let cert_dir = tempfile::tempdir().expect("a temporary directory");
-        let mut config = test_config(NAMESPACE, cert_dir.path());
+        let mut config = test_config(MACHINE_NAMESPACE, cert_dir.path());
         config.placement.enabled = false;
         config.webhook.enabled = false;
         Self {
@@ -66,11 +68,11 @@ impl Cluster {
     }
 
     fn classes(&self) -> Api<MachineClass> {
-        Api::namespaced(self.client(), NAMESPACE)
+        Api::namespaced(self.client(), MACHINE_NAMESPACE)
     }
 
     fn machines(&self) -> Api<Machine> {
-        Api::namespaced(self.client(), NAMESPACE)
+        Api::namespaced(self.client(), MACHINE_NAMESPACE)
     }
 
     fn finalizer(&self) -> String {
@@ -79,54 +81,7 @@ impl Cluster {
 }
 
 fn key(name: &str) -> ObjectKey {
-    ObjectKey::namespaced(NAMESPACE, name)
-}
-
-async fn create_class(classes: &Api<MachineClass>, name: &str) {
-    classes
-        .create(&PostParams::default(), &machine_class(name))
-        .await
-        .unwrap_or_else(|e| panic!("creating MachineClass {name}: {e}"));
-}
-
-async fn create_machine(machines: &Api<Machine>, name: &str, class: &str) {
-    machines
-        .create(&PostParams::default(), &machine(name, class))
-        .await
-        .unwrap_or_else(|e| panic!("creating Machine {name}: {e}"));
-}
-
-async fn delete_machine(machines: &Api<Machine>, name: &str) {
-    machines
-        .delete(name, &DeleteParams::default())
-        .await
-        .unwrap_or_else(|e| panic!("deleting Machine {name}: {e}"));
-}
-
-/// The class's finalizers; `None` once it is gone.
-async fn finalizers_of(classes: &Api<MachineClass>, name: &str) -> Option<Vec<String>> {
-    classes
-        .get_opt(name)
-        .await
-        .unwrap_or_else(|e| panic!("reading MachineClass {name}: {e}"))
-        .map(|class| class.metadata.finalizers.unwrap_or_default())
-}
-
-async fn has_finalizer(classes: &Api<MachineClass>, name: &str, finalizer: &str) -> bool {
-    finalizers_of(classes, name)
-        .await
-        .is_some_and(|finalizers| finalizers.iter().any(|f| f == finalizer))
-}
-
-/// `eventually` that fails the test with what it waited for.
-async fn wait_until<T, F, Fut>(what: &str, check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    eventually(what, TIMEOUT, check)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"))
+    ObjectKey::namespaced(MACHINE_NAMESPACE, name)
 }
 
 async fn wait_finalizer(classes: &Api<MachineClass>, name: &str, finalizer: &str, present: bool) {
@@ -143,29 +98,6 @@ async fn wait_finalizer(classes: &Api<MachineClass>, name: &str, finalizer: &str
     .await;
 }
 
-/// Reads `events` until one satisfies `wanted`. Fails on a timeout and on a
-/// lag (the awaited event may be among the missed ones).
-async fn next_event(
-    events: &mut Subscription,
-    what: &str,
-    mut wanted: impl FnMut(&Event) -> bool,
-) -> Arc<Envelope> {
-    let deadline = tokio::time::Instant::now() + TIMEOUT;
-    loop {
-        let delivery = tokio::time::timeout_at(deadline, events.recv())
-            .await
-            .unwrap_or_else(|_| panic!("no {what} within {TIMEOUT:?}"))
-            .expect("the bus stays open while the controller runs");
-        match delivery {
-            Delivery::Event(envelope) if wanted(&envelope.event) => return envelope,
-            Delivery::Event(_) => {}
-            Delivery::Lagged(missed) => {
-                panic!("the observer lagged ({missed} events missed) waiting for {what}")
-            }
-        }
-    }
-}
-
 /// `MachineEnqueued` of `machine` for `why`.
 fn is_enqueued(event: &Event, machine: &ObjectKey, why: EnqueueReason) -> bool {
     matches!(event, Event::MachineEnqueued { key, reason } if key == machine && *reason == why)
@@ -177,29 +109,6 @@ fn is_reconciled(event: &Event, class: &ObjectKey, result: ClassOutcome) -> bool
         event,
         Event::MachineClassReconciled { key, outcome, .. } if key == class && *outcome == result
     )
-}
-
-async fn stats(running: &Running) -> ExecutorTotals {
-    running.executor_totals().await
-}
-
-/// The classes the Machines listed reference.
-async fn used_classes(machines: &Api<Machine>) -> BTreeSet<String> {
-    machines
-        .list(&ListParams::default())
-        .await
-        .expect("listing Machines")
-        .items
-        .into_iter()
-        .map(|machine| machine.spec.class.name)
-        .collect()
-}
-
-/// Classes, finalizer flags: used ones protected, the others not.
-fn expected_state(all: &[&str], used: &[&str]) -> BTreeMap<String, bool> {
-    all.iter()
-        .map(|name| (name.to_string(), used.contains(name)))
-        .collect()
 }
 
 /// Add, keep while in use, remove with the last Machine; a class deleted
@@ -318,7 +227,7 @@ async fn finalizer_follows_machines_and_holds_back_deletion() {
     })
     .await;
 
-    let totals = stats(&running).await;
+    let totals = running.executor_totals().await;
     println!("finalizer lifecycle: {totals:?} in {:?}", started.elapsed());
     assert_eq!(totals.errors, 0, "{totals:?}");
     running.stop().await;
@@ -367,7 +276,7 @@ async fn moving_a_machine_moves_the_finalizer() {
     )
     .await;
 
-    let totals = stats(&running).await;
+    let totals = running.executor_totals().await;
     println!("machine move: {totals:?} in {:?}", started.elapsed());
     // Add on old, add on new, remove from old.
     assert_eq!(totals.writes, 3, "{totals:?}");
@@ -426,7 +335,7 @@ async fn a_burst_converges_in_few_passes_and_requeues_write_nothing() {
             seen.insert(key.clone());
         }
     }
-    let before = stats(&running).await;
+    let before = running.executor_totals().await;
     assert_eq!(before.writes, 0, "nothing to write for unused classes");
 
     let burst_started = Instant::now();
@@ -460,7 +369,7 @@ async fn a_burst_converges_in_few_passes_and_requeues_write_nothing() {
     // A write is counted when its answer is back, right after the API
     // server has stored it.
     let converged = wait_until("the executor counted its writes", || async {
-        let now = stats(&running).await;
+        let now = running.executor_totals().await;
         (now.writes >= BURST_CLASSES as u64).then_some(now)
     })
     .await;
@@ -508,7 +417,7 @@ async fn a_burst_converges_in_few_passes_and_requeues_write_nothing() {
         matches!(event, Event::ReconciliationCompleted { .. })
     })
     .await;
-    let settled = stats(&running).await;
+    let settled = running.executor_totals().await;
     let settled_in = burst_started.elapsed();
     let passes = settled.passes - before.passes;
     let reconciliations = settled.reconciliations - before.reconciliations;
@@ -530,7 +439,7 @@ async fn a_burst_converges_in_few_passes_and_requeues_write_nothing() {
     // Steady state: every class is requeued every longRetry (5 s); the
     // re-checks find nothing to do.
     tokio::time::sleep(STEADY_STATE).await;
-    let steady = stats(&running).await;
+    let steady = running.executor_totals().await;
     let steady_passes = steady.passes - settled.passes;
     let steady_reconciliations = steady.reconciliations - settled.reconciliations;
     println!(
@@ -635,7 +544,7 @@ async fn a_restarted_controller_catches_up() {
     )
     .await;
     let totals = wait_until("the executor counted its writes", || async {
-        let now = stats(&running).await;
+        let now = running.executor_totals().await;
         (now.writes >= 4).then_some(now)
     })
     .await;
@@ -759,7 +668,7 @@ async fn a_conflicting_write_is_retried_without_clobbering() {
     .await;
     wait_finalizer(&classes, "contested", &finalizer, true).await;
     let totals = wait_until("the executor counted its write", || async {
-        let now = stats(&running).await;
+        let now = running.executor_totals().await;
         (now.writes >= 1).then_some(now)
     })
     .await;
@@ -893,7 +802,7 @@ async fn readiness_waits_for_the_index_and_admin_endpoints_report() {
     create_machine(&machines, "m1", "observed").await;
     wait_finalizer(&classes, "observed", &finalizer, true).await;
     wait_until("the executor counted its write", || async {
-        (stats(&running).await.writes >= 1).then_some(())
+        (running.executor_totals().await.writes >= 1).then_some(())
     })
     .await;
 
@@ -951,16 +860,11 @@ async fn readiness_waits_for_the_index_and_admin_endpoints_report() {
 /// The Kubernetes Events poolkeeper reported about MachineClass `name`:
 /// (reason, type, series count) of each, oldest first.
 async fn class_events(client: &Client, name: &str) -> Vec<(String, String, i32)> {
-    let events: Api<KubeEvent> = Api::namespaced(client.clone(), NAMESPACE);
-    let mut listed: Vec<KubeEvent> = events
-        .list(&ListParams::default())
+    let mut listed: Vec<_> = poolkeeper_events(client, MACHINE_NAMESPACE)
         .await
-        .expect("events are listed")
-        .items
         .into_iter()
         .filter(|event| {
-            event.reporting_controller.as_deref() == Some("poolkeeper")
-                && event.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+            event.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
                 && event
                     .regarding
                     .as_ref()

@@ -7,24 +7,20 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 use kube::api::PostParams;
 use kube::{Api, Client};
-use poolkeeper_bus::{AdmissionResult, Delivery, Event, Mode, WebhookKind};
-use poolkeeper_testenv::{Process, WebhookCert, WebhookRegistration, eventually};
-use serde_json::json;
+use poolkeeper_bus::{AdmissionResult, Mode, WebhookKind};
+use poolkeeper_testenv::{Process, WebhookRegistration, eventually};
 
-use crate::audit::{EDGE_TAINT, cluster, pod, write_policy};
-use crate::harness::{Running, TIMEOUT, test_config};
-use crate::objects::{CONTROLLER_NAMESPACE, POOL_LABEL};
+use crate::audit::cluster;
+use crate::harness::{Running, TIMEOUT, deploy_webhooks, serving_cert, test_config, wait_until};
+use crate::objects::{CONTROLLER_NAMESPACE, pinned, plain_pod, pool_affinity, write_policy};
 
 const SHOP: &str = "shop-rollout";
-const WEBHOOK_MANIFESTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/webhooks");
 
 /// The webhook configurations of `deploy/webhooks`, their bound-namespace
 /// entries selecting [`SHOP`] (what the leader's selector upkeep makes of
 /// them once `SHOP` is bound).
 fn registration(port: u16, ca_pem: &str) -> WebhookRegistration {
-    let mut registration = WebhookRegistration::new(port, ca_pem)
-        .with_files([WEBHOOK_MANIFESTS])
-        .expect("deploy/webhooks parses");
+    let mut registration = deploy_webhooks(port, ca_pem);
     let selector = LabelSelector {
         match_expressions: Some(vec![LabelSelectorRequirement {
             key: "kubernetes.io/metadata.name".to_owned(),
@@ -79,13 +75,7 @@ async fn create(client: &Client, pod: &Pod, dry_run: bool) -> Created {
 
 /// Selects `edge-1`, a node of another pool than `SHOP`'s `cloud`.
 fn foreign(name: &str) -> Pod {
-    pod(
-        name,
-        json!({
-            "nodeSelector": {"kubernetes.io/hostname": "edge-1"},
-            "tolerations": [{"key": EDGE_TAINT, "operator": "Exists", "effect": "NoSchedule"}],
-        }),
-    )
+    pinned(name, "edge-1")
 }
 
 /// The denial of [`foreign`], as the validating webhook words it.
@@ -99,36 +89,10 @@ fn warned(created: &Created) -> bool {
 
 /// Waits until the webhooks answer [`foreign`] as `in_effect` says.
 async fn wait_for(client: &Client, what: &str, in_effect: impl Fn(&Created) -> bool) {
-    eventually(what, TIMEOUT, || async {
+    wait_until(what, || async {
         in_effect(&create(client, &foreign("probe"), true).await).then_some(())
     })
-    .await
-    .unwrap_or_else(|e| panic!("{e}"));
-}
-
-fn has_pool_affinity(pod: &Pod, pool: &str) -> bool {
-    let affinity = serde_json::to_value(&pod.spec.as_ref().unwrap().affinity).unwrap();
-    affinity.pointer("/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms/0/matchExpressions/0")
-        == Some(&json!({"key": POOL_LABEL, "operator": "In", "values": [pool]}))
-}
-
-/// `(webhook, result, mode, reason)` of the AdmissionDecided events so far.
-fn decisions(running: &mut Running) -> Vec<(WebhookKind, AdmissionResult, Mode, &'static str)> {
-    let mut found = Vec::new();
-    while let Some(delivery) = running.events.try_recv() {
-        if let Delivery::Event(envelope) = delivery
-            && let Event::AdmissionDecided {
-                webhook,
-                result,
-                mode,
-                reason,
-                ..
-            } = &envelope.event
-        {
-            found.push((*webhook, *result, *mode, *reason));
-        }
-    }
-    found
+    .await;
 }
 
 /// DESIGN §12: in `warn` a Pod with a foreign nodeSelector is created and
@@ -141,9 +105,7 @@ async fn a_binding_rolls_out_warn_dryrun_enforce_without_restart() {
     let env = cluster(false, &[SHOP]).await;
     let client = env.client();
     write_policy(&client, &[(SHOP, "cloud", "warn")]).await;
-    let cert_dir = tempfile::tempdir().unwrap();
-    let cert = WebhookCert::generate().unwrap();
-    cert.write_to_dir(cert_dir.path()).unwrap();
+    let (cert_dir, cert) = serving_cert();
     let mut config = test_config(CONTROLLER_NAMESPACE, cert_dir.path());
     config.machine_classes.enabled = false;
     let mut running = Running::start(&config, &env).await;
@@ -160,11 +122,11 @@ async fn a_binding_rolls_out_warn_dryrun_enforce_without_restart() {
     assert_eq!(created.status, 201, "{:?}", created.warnings);
     assert!(warned(&created), "{:?}", created.warnings);
     let plain = pods
-        .create(&PostParams::default(), &pod("plain-warn", json!({})))
+        .create(&PostParams::default(), &plain_pod("plain-warn"))
         .await
         .unwrap();
     assert!(
-        has_pool_affinity(&plain, "cloud"),
+        pool_affinity(&plain).as_deref() == Some("cloud"),
         "warn still patches: {:?}",
         plain.spec
     );
@@ -175,7 +137,7 @@ async fn a_binding_rolls_out_warn_dryrun_enforce_without_restart() {
         c.status == 201 && c.warnings.is_empty()
     })
     .await;
-    decisions(&mut running);
+    running.admission_decisions();
     let created = create(&client, &foreign("foreign-dryrun"), false).await;
     assert_eq!(
         (created.status, created.warnings.len()),
@@ -186,7 +148,7 @@ async fn a_binding_rolls_out_warn_dryrun_enforce_without_restart() {
     let stored = pods.get("foreign-dryrun").await.unwrap();
     assert_eq!(stored.spec.as_ref().unwrap().affinity, None, "unchanged");
     let plain = pods
-        .create(&PostParams::default(), &pod("plain-dryrun", json!({})))
+        .create(&PostParams::default(), &plain_pod("plain-dryrun"))
         .await
         .unwrap();
     assert_eq!(
@@ -208,13 +170,13 @@ async fn a_binding_rolls_out_warn_dryrun_enforce_without_restart() {
     );
     let mut seen = Vec::new();
     let counted = eventually("the dryrun decisions counted", TIMEOUT, || {
-        seen.extend(decisions(&mut running));
+        seen.extend(running.admission_decisions());
         let done = seen.contains(&validated) && seen.contains(&mutated);
         async move { done.then_some(()) }
     })
     .await;
     assert!(counted.is_ok(), "{counted:?}: {seen:?}");
-    let (_, metrics) = running.get("/metrics").await;
+    let metrics = running.metrics().await;
     assert!(
         metrics.lines().any(
             |line| line.starts_with("poolkeeper_webhook_admissions_total{")

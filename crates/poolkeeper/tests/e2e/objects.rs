@@ -1,25 +1,45 @@
 //! The objects the end-to-end tests create and read, built one way for all
 //! of them.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::path::Path;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{ConfigMap, NodeAffinity, Pod};
-use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::{ConfigMap, NodeAffinity, Pod, Taint};
+use k8s_openapi::api::events::v1::Event as KubeEvent;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client};
-use poolkeeper_api::{ClassSpec, Machine, MachineClass, MachineSpec};
+use poolkeeper_api::{
+    ClassSpec, Machine, MachineClass, MachineSpec, NodePool, NodePoolSpec, NodePoolType,
+};
+use poolkeeper_testenv::TestEnv;
 use serde_json::{Value, json};
 
 pub(crate) const POOL_LABEL: &str = "apps.openyurt.io/nodepool";
+pub(crate) const EDGE_TAINT: &str = "node-role.kubernetes.io/edge";
 pub(crate) const CONTROLLER_NAMESPACE: &str = "poolkeeper-system";
+/// Where the MachineClasses and Machines of the tests live.
+pub(crate) const MACHINE_NAMESPACE: &str = "machine-system";
+/// `machineClasses.finalizer` when the configuration does not set it.
+pub(crate) const FINALIZER: &str = "machine.sapcloud.io/machine-controller-manager";
 pub(crate) const POLICY_CONFIG_MAP: &str = "poolkeeper-placement";
 pub(crate) const POLICY_KEY: &str = "placement.yaml";
 const FIELD_MANAGER: &str = "poolkeeper-e2e";
 
-/// Creates or replaces the placement ConfigMap with `policy` (YAML).
-pub(crate) async fn apply_policy(client: &Client, policy: &str) {
+/// Creates or replaces the placement ConfigMap: each `(namespace, pool,
+/// mode)` binding, and the toleration of [`EDGE_TAINT`] for Edge pools.
+pub(crate) async fn write_policy(client: &Client, bindings: &[(&str, &str, &str)]) {
+    let mut policy = String::from("bindings:\n");
+    for (namespace, pool, mode) in bindings {
+        policy.push_str(&format!(
+            "  - {{namespace: {namespace}, nodePool: {pool}, mode: {mode}}}\n"
+        ));
+    }
+    policy.push_str(&format!(
+        "edgeTolerations:\n  - {{key: {EDGE_TAINT}, operator: Exists, effect: NoSchedule}}\n"
+    ));
     let config_map = json!({
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -34,6 +54,49 @@ pub(crate) async fn apply_policy(client: &Client, policy: &str) {
         )
         .await
         .expect("the placement ConfigMap is written");
+}
+
+pub(crate) fn pool_labels(pool: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([(POOL_LABEL.to_owned(), pool.to_owned())])
+}
+
+pub(crate) fn edge_taint() -> Taint {
+    Taint {
+        key: EDGE_TAINT.to_owned(),
+        effect: "NoSchedule".to_owned(),
+        ..Taint::default()
+    }
+}
+
+/// The NodePool `name` and a Ready node for each of `nodes`, labelled into
+/// it (and tainted with [`EDGE_TAINT`] on an Edge pool).
+pub(crate) async fn create_pool(
+    env: &TestEnv,
+    name: &str,
+    pool_type: NodePoolType,
+    nodes: &[&str],
+) {
+    let taints = if matches!(pool_type, NodePoolType::Edge) {
+        vec![edge_taint()]
+    } else {
+        Vec::new()
+    };
+    let pool = NodePool::new(
+        name,
+        NodePoolSpec {
+            pool_type: Some(pool_type),
+            ..NodePoolSpec::default()
+        },
+    );
+    Api::<NodePool>::all(env.client())
+        .create(&PostParams::default(), &pool)
+        .await
+        .unwrap_or_else(|e| panic!("creating NodePool {name}: {e}"));
+    for node in nodes {
+        env.ready_node(node, pool_labels(name), taints.clone())
+            .await
+            .unwrap_or_else(|e| panic!("creating node {node} of pool {name}: {e}"));
+    }
 }
 
 /// A Pod with one small container, `labels` and `spec` merged in.
@@ -52,9 +115,26 @@ pub(crate) fn labelled_pod(name: &str, labels: Value, mut spec: Value) -> Pod {
     .expect("a valid Pod")
 }
 
+/// A Pod with one small container and `spec` merged in.
+pub(crate) fn pod(name: &str, spec: Value) -> Pod {
+    labelled_pod(name, json!({}), spec)
+}
+
 /// A Pod with one small container and no constraint of its own.
 pub(crate) fn plain_pod(name: &str) -> Pod {
-    labelled_pod(name, json!({}), json!({}))
+    pod(name, json!({}))
+}
+
+/// A Pod kube-scheduler can only bind to `node` (it tolerates the edge
+/// taint, so any pool's node will do).
+pub(crate) fn pinned(name: &str, node: &str) -> Pod {
+    pod(
+        name,
+        json!({
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "tolerations": [{"key": EDGE_TAINT, "operator": "Exists", "effect": "NoSchedule"}],
+        }),
+    )
 }
 
 pub(crate) fn machine_class(name: &str) -> MachineClass {
@@ -75,6 +155,27 @@ pub(crate) fn machine(name: &str, class: &str) -> Machine {
             ..MachineSpec::default()
         },
     )
+}
+
+pub(crate) async fn create_class(classes: &Api<MachineClass>, name: &str) {
+    classes
+        .create(&PostParams::default(), &machine_class(name))
+        .await
+        .unwrap_or_else(|e| panic!("creating MachineClass {name}: {e}"));
+}
+
+pub(crate) async fn create_machine(machines: &Api<Machine>, name: &str, class: &str) {
+    machines
+        .create(&PostParams::default(), &machine(name, class))
+        .await
+        .unwrap_or_else(|e| panic!("creating Machine {name}: {e}"));
+}
+
+pub(crate) async fn delete_machine(machines: &Api<Machine>, name: &str) {
+    machines
+        .delete(name, &DeleteParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("deleting Machine {name}: {e}"));
 }
 
 pub(crate) fn dry_run() -> PostParams {
@@ -102,11 +203,36 @@ pub(crate) fn pool_affinity(pod: &Pod) -> Option<String> {
     (value == expected).then(|| pool.as_str().unwrap_or_default().to_owned())
 }
 
+/// Distinct loopback ports, all free when picked (held until every one is).
+pub(crate) fn free_ports<const N: usize>() -> [SocketAddr; N] {
+    let listeners: Vec<TcpListener> = (0..N)
+        .map(|_| TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("a free loopback port"))
+        .collect();
+    std::array::from_fn(|i| listeners[i].local_addr().expect("a bound address"))
+}
+
 pub(crate) fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .expect("a free loopback port")
-        .port()
+    let [addr] = free_ports();
+    addr.port()
+}
+
+/// The class's finalizers; `None` once it is gone.
+pub(crate) async fn finalizers_of(classes: &Api<MachineClass>, name: &str) -> Option<Vec<String>> {
+    classes
+        .get_opt(name)
+        .await
+        .unwrap_or_else(|e| panic!("reading MachineClass {name}: {e}"))
+        .map(|class| class.metadata.finalizers.unwrap_or_default())
+}
+
+pub(crate) async fn has_finalizer(
+    classes: &Api<MachineClass>,
+    name: &str,
+    finalizer: &str,
+) -> bool {
+    finalizers_of(classes, name)
+        .await
+        .is_some_and(|finalizers| finalizers.iter().any(|f| f == finalizer))
 }
 
 /// For every class listed: whether it has `finalizer`.
@@ -129,6 +255,41 @@ pub(crate) async fn finalized_classes(
                 .any(|f| f == finalizer);
             (class.metadata.name.unwrap_or_default(), protected)
         })
+        .collect()
+}
+
+/// The classes the Machines listed reference.
+pub(crate) async fn used_classes(machines: &Api<Machine>) -> BTreeSet<String> {
+    machines
+        .list(&ListParams::default())
+        .await
+        .expect("listing Machines")
+        .items
+        .into_iter()
+        .map(|machine| machine.spec.class.name)
+        .collect()
+}
+
+/// What [`finalized_classes`] shows once poolkeeper has converged: of
+/// `all`, the classes in `used` protected, the others not.
+pub(crate) fn expected_state<S: AsRef<str>>(all: &[&str], used: &[S]) -> BTreeMap<String, bool> {
+    all.iter()
+        .map(|name| {
+            let in_use = used.iter().any(|u| u.as_ref() == *name);
+            (name.to_string(), in_use)
+        })
+        .collect()
+}
+
+/// The Kubernetes Events of `namespace` that poolkeeper reported.
+pub(crate) async fn poolkeeper_events(client: &Client, namespace: &str) -> Vec<KubeEvent> {
+    Api::<KubeEvent>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default())
+        .await
+        .expect("listing Events")
+        .items
+        .into_iter()
+        .filter(|event| event.reporting_controller.as_deref() == Some("poolkeeper"))
         .collect()
 }
 

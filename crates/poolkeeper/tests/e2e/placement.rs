@@ -16,22 +16,25 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Pod, Taint, Toleration};
+use k8s_openapi::api::core::v1::{Pod, Toleration};
 use kube::api::PostParams;
 use kube::{Api, Client};
-use poolkeeper_api::{NodePool, NodePoolSpec, NodePoolType};
-use poolkeeper_bus::{AdmissionResult, Delivery, Event, WebhookKind};
+use poolkeeper_api::NodePoolType;
+use poolkeeper_bus::WebhookKind;
 use poolkeeper_supervisor::error_chain;
 use poolkeeper_testenv::{Process, TestEnv, WebhookCert, WebhookRegistration, eventually};
 use serde_json::{Value, json};
 
-use crate::harness::{Running, TIMEOUT, test_config};
+use crate::harness::{
+    Running, TIMEOUT, control_plane, deploy_webhooks, scheduled_node, serving_cert, test_config,
+    wait_placed,
+};
 use crate::objects::{
-    CONTROLLER_NAMESPACE, MUTATE_OVER_TLS_UID, POOL_LABEL, apply_policy, dry_run, labelled_pod,
-    mutate_over_tls, node_affinity, pool_affinity,
+    CONTROLLER_NAMESPACE, EDGE_TAINT, MUTATE_OVER_TLS_UID, POOL_LABEL, create_pool, dry_run,
+    labelled_pod, mutate_over_tls, node_affinity, pinned, plain_pod, pod, pool_affinity,
+    write_policy,
 };
 
-const EDGE_TAINT: &str = "node-role.kubernetes.io/edge";
 const EDGE_NAMESPACE: &str = "shop-edge";
 const CLOUD_NAMESPACE: &str = "shop-cloud";
 const UNBOUND_NAMESPACE: &str = "plain";
@@ -41,7 +44,6 @@ const UNWEBHOOKED_NAMESPACE: &str = "kube-system";
 const EDGE_NODES: [&str; 2] = ["edge-1", "edge-2"];
 const CLOUD_NODES: [&str; 2] = ["cloud-1", "cloud-2"];
 const UNPOOLED_NODE: &str = "loose-1";
-const WEBHOOK_MANIFESTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/webhooks");
 const VALIDATING_WEBHOOK: &str = "validate-pods.poolkeeper.io";
 
 /// Which of the webhook configurations of `deploy/webhooks` the apiserver gets.
@@ -65,46 +67,32 @@ struct Cluster {
     port: u16,
 }
 
+/// The bindings of every test's cluster.
+const BINDINGS: [(&str, &str, &str); 2] = [
+    (EDGE_NAMESPACE, "edge", "enforce"),
+    (CLOUD_NAMESPACE, "cloud", "enforce"),
+];
+
 async fn setup(webhooks: Webhooks) -> Cluster {
-    let env = TestEnv::builder()
-        .scheduler(true)
-        .crds(poolkeeper_api::crds())
-        .start()
-        .await
-        .expect("the control plane starts");
+    let env = control_plane(
+        TestEnv::builder().scheduler(true),
+        &[
+            CONTROLLER_NAMESPACE,
+            EDGE_NAMESPACE,
+            CLOUD_NAMESPACE,
+            UNBOUND_NAMESPACE,
+        ],
+    )
+    .await;
     let client = env.client();
-    for namespace in [
-        CONTROLLER_NAMESPACE,
-        EDGE_NAMESPACE,
-        CLOUD_NAMESPACE,
-        UNBOUND_NAMESPACE,
-    ] {
-        env.create_namespace(namespace).await.unwrap();
-    }
-    create_pool(&client, "edge", NodePoolType::Edge).await;
-    create_pool(&client, "cloud", NodePoolType::Cloud).await;
-    for name in EDGE_NODES {
-        env.ready_node(name, pool_labels("edge"), vec![edge_taint()])
-            .await
-            .unwrap();
-    }
-    for name in CLOUD_NODES {
-        env.ready_node(name, pool_labels("cloud"), Vec::new())
-            .await
-            .unwrap();
-    }
+    create_pool(&env, "edge", NodePoolType::Edge, &EDGE_NODES).await;
+    create_pool(&env, "cloud", NodePoolType::Cloud, &CLOUD_NODES).await;
     env.ready_node(UNPOOLED_NODE, BTreeMap::new(), Vec::new())
         .await
         .unwrap();
-    write_policy(
-        &client,
-        &[(EDGE_NAMESPACE, "edge"), (CLOUD_NAMESPACE, "cloud")],
-    )
-    .await;
+    write_policy(&client, &BINDINGS).await;
 
-    let cert_dir = tempfile::tempdir().unwrap();
-    let cert = WebhookCert::generate().unwrap();
-    cert.write_to_dir(cert_dir.path()).unwrap();
+    let (cert_dir, cert) = serving_cert();
     let mut config = test_config(CONTROLLER_NAMESPACE, cert_dir.path());
     config.machine_classes.enabled = false;
     let running = Running::start(&config, &env).await;
@@ -130,9 +118,7 @@ async fn setup(webhooks: Webhooks) -> Cluster {
 
 /// The configurations of `deploy/webhooks`, pointed at the local server.
 fn registration(port: u16, ca_pem: &str, webhooks: Webhooks) -> WebhookRegistration {
-    let mut registration = WebhookRegistration::new(port, ca_pem)
-        .with_files([WEBHOOK_MANIFESTS])
-        .expect("deploy/webhooks parses");
+    let mut registration = deploy_webhooks(port, ca_pem);
     assert_eq!(
         registration.mutating.len(),
         1,
@@ -147,52 +133,6 @@ fn registration(port: u16, ca_pem: &str, webhooks: Webhooks) -> WebhookRegistrat
         registration.mutating.clear();
     }
     registration
-}
-
-async fn create_pool(client: &Client, name: &str, pool_type: NodePoolType) {
-    let pool = NodePool::new(
-        name,
-        NodePoolSpec {
-            pool_type: Some(pool_type),
-            ..NodePoolSpec::default()
-        },
-    );
-    Api::<NodePool>::all(client.clone())
-        .create(&PostParams::default(), &pool)
-        .await
-        .unwrap_or_else(|e| panic!("creating NodePool {name}: {e}"));
-}
-
-fn pool_labels(pool: &str) -> BTreeMap<String, String> {
-    BTreeMap::from([(POOL_LABEL.to_owned(), pool.to_owned())])
-}
-
-fn edge_taint() -> Taint {
-    Taint {
-        key: EDGE_TAINT.to_owned(),
-        effect: "NoSchedule".to_owned(),
-        ..Taint::default()
-    }
-}
-
-/// Creates or replaces the placement ConfigMap: these bindings plus the
-/// edge toleration.
-async fn write_policy(client: &Client, bindings: &[(&str, &str)]) {
-    let mut policy = String::from("bindings:\n");
-    for (namespace, pool) in bindings {
-        policy.push_str(&format!(
-            "  - namespace: {namespace}\n    nodePool: {pool}\n"
-        ));
-    }
-    policy.push_str(&format!(
-        "edgeTolerations:\n  - {{key: {EDGE_TAINT}, operator: Exists, effect: NoSchedule}}\n"
-    ));
-    apply_policy(client, &policy).await;
-}
-
-/// A Pod with one small container and `spec` merged in.
-fn pod(name: &str, spec: Value) -> Pod {
-    labelled_pod(name, json!({}), spec)
 }
 
 impl Cluster {
@@ -242,36 +182,13 @@ impl Cluster {
             .expect("a dry-run create without webhooks")
     }
 
-    /// The node kube-scheduler binds the Pod to.
-    async fn scheduled_node(&self, namespace: &str, name: &str) -> String {
-        let pods = self.pods(namespace);
-        eventually(
-            &format!("pod {namespace}/{name} bound to a node"),
-            TIMEOUT,
-            || async { pods.get(name).await.ok()?.spec?.node_name },
-        )
-        .await
-        .unwrap_or_else(|e| {
-            panic!(
-                "{e}\nscheduler log:\n{}",
-                self.env.log_tail(Process::Scheduler, 30)
-            )
-        })
-    }
-
     /// Waits until the apiserver calls the registered webhooks (it loads
     /// webhook configurations asynchronously): mutation shows in a dry-run
     /// create, validation in a dry-run denial.
     async fn wait_webhooks_in_effect(&self, webhooks: Webhooks) {
         let pods = self.pods(EDGE_NAMESPACE);
-        let plain = pod("probe", json!({}));
-        let foreign = pod(
-            "probe",
-            json!({
-                "nodeSelector": {"kubernetes.io/hostname": CLOUD_NODES[0]},
-                "tolerations": [{"key": EDGE_TAINT, "operator": "Exists", "effect": "NoSchedule"}],
-            }),
-        );
+        let plain = plain_pod("probe");
+        let foreign = pinned("probe", CLOUD_NODES[0]);
         eventually("the webhooks in effect", TIMEOUT, || async {
             let mutated = match webhooks {
                 Webhooks::Both => {
@@ -293,24 +210,6 @@ impl Cluster {
                 self.env.log_tail(Process::ApiServer, 30)
             )
         });
-    }
-
-    /// AdmissionDecided events published since the last call.
-    fn admission_decisions(&mut self) -> Vec<(WebhookKind, AdmissionResult, &'static str)> {
-        let mut decisions = Vec::new();
-        while let Some(delivery) = self.running.events.try_recv() {
-            if let Delivery::Event(envelope) = delivery
-                && let Event::AdmissionDecided {
-                    webhook,
-                    result,
-                    reason,
-                    ..
-                } = &envelope.event
-            {
-                decisions.push((*webhook, *result, *reason));
-            }
-        }
-        decisions
     }
 }
 
@@ -395,7 +294,7 @@ async fn plain_pods_are_pinned_to_their_pool_and_scheduled_inside_it() {
 
     let mut placements = Vec::new();
     for (namespace, name, pool) in &created {
-        let node = cluster.scheduled_node(namespace, name).await;
+        let node = scheduled_node(&cluster.env, namespace, name).await;
         placements.push(format!("{namespace}/{name} -> {node}"));
         assert!(
             pool_nodes(pool).contains(&node.as_str()),
@@ -487,9 +386,7 @@ async fn node_constraints_reaching_outside_the_pool_are_rejected() {
         cluster.without_webhooks(&in_pool).await.spec,
         "admitted unchanged"
     );
-    let node = cluster
-        .scheduled_node(CLOUD_NAMESPACE, "pool-selector")
-        .await;
+    let node = scheduled_node(&cluster.env, CLOUD_NAMESPACE, "pool-selector").await;
     assert!(
         CLOUD_NODES.contains(&node.as_str()),
         "scheduled onto {node}"
@@ -509,9 +406,7 @@ async fn node_constraints_reaching_outside_the_pool_are_rejected() {
     assert!(node_affinity(&created).is_none(), "{:?}", created.spec);
     assert_edge_toleration(&created);
     assert_eq!(
-        cluster
-            .scheduled_node(EDGE_NAMESPACE, "host-selector")
-            .await,
+        scheduled_node(&cluster.env, EDGE_NAMESPACE, "host-selector").await,
         "edge-2"
     );
 
@@ -589,7 +484,7 @@ async fn validation_alone_requires_edge_tolerations_and_pool_constraints() {
         .await;
     assert!(node_affinity(&created).is_none(), "no mutation registered");
     assert_edge_toleration(&created);
-    let node = cluster.scheduled_node(EDGE_NAMESPACE, "tolerating").await;
+    let node = scheduled_node(&cluster.env, EDGE_NAMESPACE, "tolerating").await;
     assert!(EDGE_NODES.contains(&node.as_str()), "scheduled onto {node}");
 
     // Kubernetes' toleration semantics: an empty key with Exists tolerates
@@ -608,9 +503,7 @@ async fn validation_alone_requires_edge_tolerations_and_pool_constraints() {
         .await;
     assert!(edge_tolerations(&created).is_empty());
     assert_eq!(
-        cluster
-            .scheduled_node(EDGE_NAMESPACE, "tolerates-all")
-            .await,
+        scheduled_node(&cluster.env, EDGE_NAMESPACE, "tolerates-all").await,
         "edge-2"
     );
 
@@ -641,34 +534,14 @@ async fn new_pools_and_bindings_take_effect_without_restart() {
         .await;
     assert!(node_affinity(&before).is_none(), "{:?}", before.spec);
 
-    create_pool(&cluster.client, "lab", NodePoolType::Cloud).await;
-    for name in LAB_NODES {
-        cluster
-            .env
-            .ready_node(name, pool_labels("lab"), Vec::new())
-            .await
-            .unwrap();
-    }
-    write_policy(
-        &cluster.client,
-        &[
-            (EDGE_NAMESPACE, "edge"),
-            (CLOUD_NAMESPACE, "cloud"),
-            (LAB_NAMESPACE, "lab"),
-        ],
-    )
-    .await;
+    create_pool(&cluster.env, "lab", NodePoolType::Cloud, &LAB_NODES).await;
+    let [edge, cloud] = BINDINGS;
+    let lab = (LAB_NAMESPACE, "lab", "enforce");
+    write_policy(&cluster.client, &[edge, cloud, lab]).await;
 
-    // The watchers bring pool, nodes and policy into the index: dry runs
-    // show when mutation and validation both see them.
-    let lab_pods = cluster.pods(LAB_NAMESPACE);
-    let probe = pod("probe", json!({}));
-    eventually("pods in shop-lab pinned to pool lab", TIMEOUT, || async {
-        let created = lab_pods.create(&dry_run(), &probe).await.ok()?;
-        (pool_affinity(&created).as_deref() == Some("lab")).then_some(())
-    })
-    .await
-    .unwrap();
+    // The watchers bring pool, nodes and policy into the index: a dry run
+    // shows when mutation sees them.
+    wait_placed(&cluster.env, LAB_NAMESPACE, "lab").await;
 
     for i in 0..4 {
         let name = format!("lab-app-{i}");
@@ -678,7 +551,7 @@ async fn new_pools_and_bindings_take_effect_without_restart() {
     }
     for i in 0..4 {
         let name = format!("lab-app-{i}");
-        let node = cluster.scheduled_node(LAB_NAMESPACE, &name).await;
+        let node = scheduled_node(&cluster.env, LAB_NAMESPACE, &name).await;
         assert!(
             LAB_NODES.contains(&node.as_str()),
             "{name} scheduled onto {node}, outside pool lab"
@@ -703,18 +576,15 @@ async fn new_pools_and_bindings_take_effect_without_restart() {
     );
 
     // The other bindings still hold.
-    let edge = cluster
+    let still_edge = cluster
         .admit(EDGE_NAMESPACE, &pod("still-edge", json!({})))
         .await;
-    assert_eq!(pool_affinity(&edge).as_deref(), Some("edge"));
+    assert_eq!(pool_affinity(&still_edge).as_deref(), Some("edge"));
 
     // Unbinding shop-cloud applies as well.
-    write_policy(
-        &cluster.client,
-        &[(EDGE_NAMESPACE, "edge"), (LAB_NAMESPACE, "lab")],
-    )
-    .await;
+    write_policy(&cluster.client, &[edge, lab]).await;
     let cloud_pods = cluster.pods(CLOUD_NAMESPACE);
+    let probe = plain_pod("probe");
     eventually("shop-cloud unbound", TIMEOUT, || async {
         let created = cloud_pods.create(&dry_run(), &probe).await.ok()?;
         node_affinity(&created).is_none().then_some(())
@@ -738,7 +608,7 @@ async fn pods_in_unbound_namespaces_are_admitted_unchanged() {
     let mut cluster = setup(Webhooks::Both).await;
 
     let plain = pod("plain", json!({}));
-    cluster.admission_decisions();
+    cluster.running.admission_decisions();
     let created = cluster.admit(UNBOUND_NAMESPACE, &plain).await;
     assert!(node_affinity(&created).is_none(), "{:?}", created.spec);
     assert!(edge_tolerations(&created).is_empty());
@@ -764,7 +634,10 @@ async fn pods_in_unbound_namespaces_are_admitted_unchanged() {
             cluster.without_webhooks(&constrained).await.spec,
             "{name} admitted unchanged"
         );
-        assert_eq!(cluster.scheduled_node(UNBOUND_NAMESPACE, name).await, node);
+        assert_eq!(
+            scheduled_node(&cluster.env, UNBOUND_NAMESPACE, name).await,
+            node
+        );
     }
 
     // A Pod carrying the pool label is bound by it, namespace or not. Its
@@ -776,7 +649,7 @@ async fn pods_in_unbound_namespaces_are_admitted_unchanged() {
             &labelled_pod("labelled", json!({POOL_LABEL: "cloud"}), json!({})),
         )
         .await;
-    let decisions = cluster.admission_decisions();
+    let decisions = cluster.running.admission_decisions();
     let webhooks: Vec<_> = decisions.iter().map(|(webhook, ..)| *webhook).collect();
     assert_eq!(
         webhooks,
@@ -784,7 +657,7 @@ async fn pods_in_unbound_namespaces_are_admitted_unchanged() {
         "only the labelled Pod reached poolkeeper: {decisions:?}"
     );
     assert_eq!(pool_affinity(&created).as_deref(), Some("cloud"));
-    let node = cluster.scheduled_node(UNBOUND_NAMESPACE, "labelled").await;
+    let node = scheduled_node(&cluster.env, UNBOUND_NAMESPACE, "labelled").await;
     assert!(
         CLOUD_NODES.contains(&node.as_str()),
         "scheduled onto {node}"
@@ -855,9 +728,7 @@ async fn rotated_serving_certificate_is_served_and_trusted() {
         .await;
     assert_eq!(pool_affinity(&created).as_deref(), Some("edge"));
     assert_edge_toleration(&created);
-    let node = cluster
-        .scheduled_node(EDGE_NAMESPACE, "after-rotation")
-        .await;
+    let node = scheduled_node(&cluster.env, EDGE_NAMESPACE, "after-rotation").await;
     assert!(EDGE_NODES.contains(&node.as_str()), "scheduled onto {node}");
 
     cluster.running.stop().await;

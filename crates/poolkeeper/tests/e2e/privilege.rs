@@ -19,12 +19,13 @@ use poolkeeper_api::{Machine, MachineClass};
 use poolkeeper_testenv::{TestEnv, eventually};
 use serde_json::json;
 
-use crate::harness::{Running, TIMEOUT, controller_client, test_config};
-use crate::objects::{CONTROLLER_NAMESPACE, machine, plain_pod};
+use crate::harness::{Running, TIMEOUT, control_plane, controller_client, test_config, wait_until};
+use crate::objects::{
+    CONTROLLER_NAMESPACE, FINALIZER, MACHINE_NAMESPACE, POLICY_CONFIG_MAP, POLICY_KEY,
+    create_class, create_machine, delete_machine, has_finalizer, machine_class, plain_pod,
+};
 
-const MACHINE_NAMESPACE: &str = "machine-system";
 const APP_NAMESPACE: &str = "shop";
-const FINALIZER: &str = "machine.sapcloud.io/machine-controller-manager";
 
 struct Cluster {
     env: TestEnv,
@@ -38,14 +39,11 @@ struct Cluster {
 /// A control plane with one object of each kind the tests touch, created
 /// by the admin.
 async fn setup() -> Cluster {
-    let env = TestEnv::builder()
-        .crds(poolkeeper_api::crds())
-        .start()
-        .await
-        .expect("the control plane starts");
-    for namespace in [MACHINE_NAMESPACE, CONTROLLER_NAMESPACE, APP_NAMESPACE] {
-        env.create_namespace(namespace).await.unwrap();
-    }
+    let env = control_plane(
+        TestEnv::builder(),
+        &[MACHINE_NAMESPACE, CONTROLLER_NAMESPACE, APP_NAMESPACE],
+    )
+    .await;
     let cert_dir = tempfile::tempdir().unwrap();
     let mut config = test_config(MACHINE_NAMESPACE, cert_dir.path());
     config.webhook.enabled = false;
@@ -58,26 +56,22 @@ async fn setup() -> Cluster {
     env.ready_node("node-1", BTreeMap::new(), Vec::new())
         .await
         .unwrap();
-    let mut class = MachineClass::new("class-a", json!({"machineType": "m5.large"}));
-    class.provider = Some("AWS".to_owned());
-    Api::<MachineClass>::namespaced(admin.clone(), MACHINE_NAMESPACE)
-        .create(&PostParams::default(), &class)
-        .await
-        .unwrap();
+    create_class(
+        &Api::namespaced(admin.clone(), MACHINE_NAMESPACE),
+        "class-a",
+    )
+    .await;
     Api::<Pod>::namespaced(admin.clone(), APP_NAMESPACE)
         .create(&PostParams::default(), &plain_pod("app"))
         .await
         .unwrap();
-    for (namespace, name) in [
-        (CONTROLLER_NAMESPACE, "poolkeeper-placement"),
-        (CONTROLLER_NAMESPACE, "other-config"),
-    ] {
+    for name in [POLICY_CONFIG_MAP, "other-config"] {
         let config_map: ConfigMap = serde_json::from_value(json!({
-            "metadata": {"name": name, "namespace": namespace},
-            "data": {"placement.yaml": ""},
+            "metadata": {"name": name, "namespace": CONTROLLER_NAMESPACE},
+            "data": {POLICY_KEY: ""},
         }))
         .unwrap();
-        Api::<ConfigMap>::namespaced(admin.clone(), namespace)
+        Api::<ConfigMap>::namespaced(admin.clone(), CONTROLLER_NAMESPACE)
             .create(&PostParams::default(), &config_map)
             .await
             .unwrap();
@@ -134,34 +128,14 @@ async fn the_controller_does_its_job_with_the_granted_rights() {
 
     let classes = Api::<MachineClass>::namespaced(cluster.admin.clone(), MACHINE_NAMESPACE);
     let machines = Api::<Machine>::namespaced(cluster.admin.clone(), MACHINE_NAMESPACE);
-    machines
-        .create(&PostParams::default(), &machine("m1", "class-a"))
-        .await
-        .unwrap();
-    let has_finalizer = |present: bool| {
+    create_machine(&machines, "m1", "class-a").await;
+    let finalized = |present: bool| {
         let classes = classes.clone();
-        async move {
-            let class = classes.get("class-a").await.ok()?;
-            (class
-                .metadata
-                .finalizers
-                .unwrap_or_default()
-                .iter()
-                .any(|f| f == FINALIZER)
-                == present)
-                .then_some(())
-        }
+        async move { (has_finalizer(&classes, "class-a", FINALIZER).await == present).then_some(()) }
     };
-    eventually("the finalizer added", TIMEOUT, || has_finalizer(true))
-        .await
-        .unwrap();
-    machines
-        .delete("m1", &DeleteParams::default())
-        .await
-        .unwrap();
-    eventually("the finalizer removed", TIMEOUT, || has_finalizer(false))
-        .await
-        .unwrap();
+    wait_until("the finalizer added", || finalized(true)).await;
+    delete_machine(&machines, "m1").await;
+    wait_until("the finalizer removed", || finalized(false)).await;
     let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(
         cluster.admin.clone(),
         MACHINE_NAMESPACE,
@@ -252,11 +226,12 @@ async fn only_what_the_roles_grant_is_allowed() {
         .labels
         .get_or_insert_default()
         .insert("replaced".to_owned(), "yes".to_owned());
-    let machine = machine("m1", "class-a");
-    Api::<Machine>::namespaced(cluster.admin.clone(), MACHINE_NAMESPACE)
-        .create(&PostParams::default(), &machine)
-        .await
-        .unwrap();
+    create_machine(
+        &Api::namespaced(cluster.admin.clone(), MACHINE_NAMESPACE),
+        "m1",
+        "class-a",
+    )
+    .await;
     let mut stored_machine = Api::<Machine>::namespaced(cluster.admin.clone(), MACHINE_NAMESPACE)
         .get("m1")
         .await
@@ -266,8 +241,7 @@ async fn only_what_the_roles_grant_is_allowed() {
         .labels
         .get_or_insert_default()
         .insert("replaced".to_owned(), "yes".to_owned());
-    let mut other_class = MachineClass::new("class-b", json!({"machineType": "m5.large"}));
-    other_class.provider = Some("AWS".to_owned());
+    let other_class = machine_class("class-b");
     let label = Patch::Merge(json!({"metadata": {"labels": {"touched": "yes"}}}));
     let forbidden = [
         (
@@ -374,7 +348,7 @@ async fn only_what_the_roles_grant_is_allowed() {
             "update the placement ConfigMap",
             code(
                 Api::<ConfigMap>::namespaced(sa.clone(), CONTROLLER_NAMESPACE)
-                    .patch("poolkeeper-placement", &PatchParams::default(), &label)
+                    .patch(POLICY_CONFIG_MAP, &PatchParams::default(), &label)
                     .await,
             ),
         ),

@@ -14,7 +14,7 @@
 use std::collections::BTreeMap;
 use std::fs::OpenOptions;
 use std::io::Write;
-use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::sync::Arc;
@@ -23,29 +23,24 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Pod, Taint};
-use k8s_openapi::api::events::v1::Event as KubeEvent;
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ListParams, PostParams};
 use kube::{Api, Client};
-use poolkeeper_api::{Machine, MachineClass, NodePool, NodePoolSpec, NodePoolType};
-use poolkeeper_testenv::{Process, TestEnv, WebhookCert, WebhookRegistration};
+use poolkeeper_api::{Machine, MachineClass, NodePoolType};
+use poolkeeper_testenv::{Process, TestEnv, WebhookCert};
 use tempfile::TempDir;
 use tokio::process::Child;
 
-use crate::balancer::{Backend, Balancer, http_get};
-use crate::harness::metric_sum;
+use crate::balancer::{Backend, Balancer};
+use crate::harness::{
+    BINARY, control_plane, deploy_webhooks, metric_sum, placed_within, try_http_get,
+};
 use crate::objects::{
-    CONTROLLER_NAMESPACE, POOL_LABEL, apply_policy, machine, machine_class, plain_pod,
-    pool_affinity,
+    CONTROLLER_NAMESPACE, FINALIZER, MACHINE_NAMESPACE, create_class, create_machine, create_pool,
+    finalized_classes, free_ports, plain_pod, pool_affinity, poolkeeper_events, write_policy,
 };
 
-const BINARY: &str = env!("CARGO_BIN_EXE_poolkeeper");
-const WEBHOOK_MANIFESTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/webhooks");
-
-const MACHINE_NAMESPACE: &str = "machine-system";
 const LEASE_NAME: &str = "poolkeeper";
-const FINALIZER: &str = "machine.sapcloud.io/machine-controller-manager";
-const EDGE_TAINT: &str = "node-role.kubernetes.io/edge";
 /// Bound to the pool `edge`.
 const EDGE_NAMESPACE: &str = "shop-edge";
 /// 6 × 110 Pods: room for every Pod the rolling restart creates.
@@ -214,7 +209,7 @@ impl Replica {
     }
 
     async fn readyz(&self) -> Option<(u16, String)> {
-        http_get(self.admin, "/readyz?verbose", Duration::from_secs(2))
+        try_http_get(self.admin, "/readyz?verbose", Duration::from_secs(2))
             .await
             .ok()
     }
@@ -239,7 +234,7 @@ impl Replica {
     }
 
     async fn metrics(&self) -> String {
-        let (status, text) = http_get(self.admin, "/metrics", Duration::from_secs(5))
+        let (status, text) = try_http_get(self.admin, "/metrics", Duration::from_secs(5))
             .await
             .unwrap_or_else(|e| panic!("scraping {}: {e}", self.name));
         assert_eq!(status, 200, "{}: {text}", self.name);
@@ -267,14 +262,6 @@ impl Replica {
             self.log.display()
         )
     }
-}
-
-/// Distinct loopback ports, all free when picked (held until every one is).
-fn free_ports<const N: usize>() -> [SocketAddr; N] {
-    let listeners: Vec<TcpListener> = (0..N)
-        .map(|_| TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("a free port"))
-        .collect();
-    std::array::from_fn(|i| listeners[i].local_addr().expect("a bound address"))
 }
 
 fn config_yaml(admin: SocketAddr, webhook: SocketAddr, cert_dir: &Path, d: Debounce) -> String {
@@ -331,17 +318,13 @@ struct Fleet {
 }
 
 async fn setup(debounce: Debounce) -> Fleet {
-    let env = TestEnv::builder()
-        .scheduler(true)
-        .crds(poolkeeper_api::crds())
-        .start()
-        .await
-        .expect("the control plane starts");
+    let env = control_plane(
+        TestEnv::builder().scheduler(true),
+        &[CONTROLLER_NAMESPACE, MACHINE_NAMESPACE, EDGE_NAMESPACE],
+    )
+    .await;
     let client = env.client();
-    for namespace in [CONTROLLER_NAMESPACE, MACHINE_NAMESPACE, EDGE_NAMESPACE] {
-        env.create_namespace(namespace).await.unwrap();
-    }
-    create_edge_pool(&env, &client).await;
+    create_edge_pool(&env).await;
 
     let dir = tempfile::tempdir().unwrap();
     let cert = WebhookCert::generate().unwrap();
@@ -351,10 +334,9 @@ async fn setup(debounce: Debounce) -> Fleet {
         replica.install_certificate(&cert);
     }
     let balancer = Balancer::start(&replicas.each_ref().map(Replica::backend)).await;
-    let registration = WebhookRegistration::new(balancer.port(), &cert.ca_pem)
-        .with_files([WEBHOOK_MANIFESTS])
-        .expect("deploy/webhooks parses");
-    env.register_webhooks(registration).await.unwrap();
+    env.register_webhooks(deploy_webhooks(balancer.port(), &cert.ca_pem))
+        .await
+        .unwrap();
     Fleet {
         replicas,
         balancer,
@@ -369,37 +351,12 @@ async fn setup(debounce: Debounce) -> Fleet {
 /// The NodePool `edge`, its tainted nodes, an unpooled node, and the
 /// placement ConfigMap binding `shop-edge` to `edge` with the edge
 /// toleration.
-async fn create_edge_pool(env: &TestEnv, client: &Client) {
-    let pool = NodePool::new(
-        "edge",
-        NodePoolSpec {
-            pool_type: Some(NodePoolType::Edge),
-            ..NodePoolSpec::default()
-        },
-    );
-    Api::<NodePool>::all(client.clone())
-        .create(&PostParams::default(), &pool)
-        .await
-        .expect("the NodePool is created");
-    let taint = Taint {
-        key: EDGE_TAINT.to_owned(),
-        effect: "NoSchedule".to_owned(),
-        ..Taint::default()
-    };
-    for name in EDGE_NODES {
-        let labels = BTreeMap::from([(POOL_LABEL.to_owned(), "edge".to_owned())]);
-        env.ready_node(name, labels, vec![taint.clone()])
-            .await
-            .unwrap();
-    }
+async fn create_edge_pool(env: &TestEnv) {
+    create_pool(env, "edge", NodePoolType::Edge, &EDGE_NODES).await;
     env.ready_node(LOOSE_NODE, BTreeMap::new(), Vec::new())
         .await
         .unwrap();
-    let policy = format!(
-        "bindings:\n  - namespace: {EDGE_NAMESPACE}\n    nodePool: edge\n\
-         edgeTolerations:\n  - {{key: {EDGE_TAINT}, operator: Exists, effect: NoSchedule}}\n"
-    );
-    apply_policy(client, &policy).await;
+    write_policy(&env.client(), &[(EDGE_NAMESPACE, "edge", "enforce")]).await;
 }
 
 impl Fleet {
@@ -447,23 +404,10 @@ impl Fleet {
     /// (it loads webhook configurations asynchronously): a dry-run create
     /// in the bound namespace comes back with the pool affinity.
     async fn wait_webhooks_in_effect(&self) {
-        let pods = self.pods();
-        let probe = plain_pod("probe");
-        let dry_run = PostParams {
-            dry_run: true,
-            ..PostParams::default()
-        };
-        let started = Instant::now();
-        loop {
-            if let Ok(created) = pods.create(&dry_run, &probe).await
-                && pool_affinity(&created).as_deref() == Some("edge")
-            {
-                return;
-            }
-            if started.elapsed() > TIMEOUT {
-                self.fail("the webhooks are not in effect through the balancer");
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+        if let Err(error) = placed_within(&self.client, EDGE_NAMESPACE, "edge", TIMEOUT).await {
+            self.fail(&format!(
+                "the webhooks are not in effect through the balancer: {error}"
+            ));
         }
     }
 
@@ -488,15 +432,8 @@ impl Fleet {
             .map(|name| {
                 let (classes, machines) = (classes.clone(), machines.clone());
                 async move {
-                    classes
-                        .create(&PostParams::default(), &machine_class(&name))
-                        .await
-                        .unwrap_or_else(|e| panic!("creating MachineClass {name}: {e}"));
-                    let machine_name = format!("{name}-machine");
-                    machines
-                        .create(&PostParams::default(), &machine(&machine_name, &name))
-                        .await
-                        .unwrap_or_else(|e| panic!("creating Machine {machine_name}: {e}"));
+                    create_class(&classes, &name).await;
+                    create_machine(&machines, &format!("{name}-machine"), &name).await;
                 }
             })
             .buffer_unordered(8)
@@ -507,27 +444,10 @@ impl Fleet {
 
     /// How many of `names` carry the finalizer now.
     async fn finalized(&self, names: &[String]) -> usize {
-        let listed = self
-            .classes()
-            .list(&ListParams::default())
-            .await
-            .expect("listing MachineClasses");
-        listed
-            .items
+        let state = finalized_classes(&self.classes(), FINALIZER).await;
+        names
             .iter()
-            .filter(|class| {
-                names
-                    .iter()
-                    .any(|n| Some(n) == class.metadata.name.as_ref())
-            })
-            .filter(|class| {
-                class
-                    .metadata
-                    .finalizers
-                    .iter()
-                    .flatten()
-                    .any(|f| f == FINALIZER)
-            })
+            .filter(|name| state.get(*name).copied().unwrap_or_default())
             .count()
     }
 
@@ -584,13 +504,9 @@ async fn wait_metric(replica: &Replica, prefix: &str, at_least: u64) -> u64 {
 /// The Kubernetes Events poolkeeper reported in the machine namespace, as
 /// (reason, reportingInstance).
 async fn class_events(client: &Client) -> Vec<(String, String)> {
-    Api::<KubeEvent>::namespaced(client.clone(), MACHINE_NAMESPACE)
-        .list(&ListParams::default())
+    poolkeeper_events(client, MACHINE_NAMESPACE)
         .await
-        .expect("listing Events")
-        .items
         .into_iter()
-        .filter(|event| event.reporting_controller.as_deref() == Some("poolkeeper"))
         .map(|event| {
             (
                 event.reason.unwrap_or_default(),
