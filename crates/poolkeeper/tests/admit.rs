@@ -2,46 +2,18 @@
 //! example AdmissionReviews against `config/examples/cluster.yaml`, exactly
 //! as the webhook would, and refuses unusable input with exit code 2.
 
-use std::process::{Command, Output};
+use std::process::Output;
 
 use k8s_openapi::ByteString;
 use serde_json::{Value, json};
 
-const BINARY: &str = env!("CARGO_BIN_EXE_poolkeeper");
-const EXAMPLES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../config/examples");
+mod cli;
 
-fn example(name: &str) -> String {
-    format!("{EXAMPLES}/{name}")
-}
-
-fn admit(objects: &str, review: &str, webhook: &str) -> Output {
-    Command::new(BINARY)
-        .args([
-            "admit",
-            "--objects",
-            objects,
-            "--review",
-            review,
-            "--webhook",
-            webhook,
-        ])
-        .output()
-        .expect("the poolkeeper binary runs")
-}
-
-fn describe(output: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
-}
+use cli::{admit, describe, example, stdout_of};
 
 /// The printed AdmissionReview of a run that must succeed.
 fn response_of(output: &Output) -> Value {
-    assert_eq!(output.status.code(), Some(0), "{}", describe(output));
-    let review: Value = serde_json::from_slice(&output.stdout)
+    let review: Value = serde_json::from_str(&stdout_of(output))
         .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {}", describe(output)));
     assert_eq!(review["apiVersion"], "admission.k8s.io/v1", "{review}");
     assert_eq!(review["kind"], "AdmissionReview", "{review}");

@@ -4,39 +4,15 @@
 //! exactly `poolkeeper admit`'s answers for the same Pods.
 
 use std::path::Path;
-use std::process::{Command, Output};
 
 use k8s_openapi::ByteString;
 use serde_json::{Value, json};
 
-const BINARY: &str = env!("CARGO_BIN_EXE_poolkeeper");
-const EXAMPLES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../config/examples");
+mod cli;
+
+use cli::{admit, describe, example, run, stdout_of};
+
 const POOL: &str = "apps.openyurt.io/nodepool";
-
-fn example(name: &str) -> String {
-    format!("{EXAMPLES}/{name}")
-}
-
-fn run(args: &[&str]) -> Output {
-    Command::new(BINARY)
-        .args(args)
-        .output()
-        .expect("the poolkeeper binary runs")
-}
-
-fn describe(output: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
-}
-
-fn stdout_of(output: &Output) -> String {
-    assert_eq!(output.status.code(), Some(0), "{}", describe(output));
-    String::from_utf8(output.stdout.clone()).expect("utf-8")
-}
 
 fn explain_text(objects: &str, pod: &str) -> String {
     stdout_of(&run(&["explain", "--objects", objects, "--pod", pod]))
@@ -326,15 +302,7 @@ fn review(i: usize, pod: &Value) -> Value {
 
 /// `admit`'s response, in the shape of explain's verdict.
 fn admitted(objects: &str, review: &Path, webhook: &str) -> Value {
-    let output = run(&[
-        "admit",
-        "--objects",
-        objects,
-        "--review",
-        review.to_str().unwrap(),
-        "--webhook",
-        webhook,
-    ]);
+    let output = admit(objects, review.to_str().unwrap(), webhook);
     let review: Value = serde_json::from_str(&stdout_of(&output)).expect("admit prints JSON");
     let response = &review["response"];
     let patch = match response.get("patch") {

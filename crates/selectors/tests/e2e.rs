@@ -37,12 +37,9 @@ async fn controller_identity(env: &TestEnv) -> Client {
     env.apply_files([deploy().join("namespace.yaml"), deploy().join("rbac.yaml")])
         .await
         .expect("apply deploy/namespace.yaml and deploy/rbac.yaml");
-    let options = kube::config::KubeConfigOptions::default();
-    let mut config = kube::Config::from_custom_kubeconfig(env.kubeconfig(), &options)
+    env.impersonating(SERVICE_ACCOUNT)
         .await
-        .expect("kubeconfig");
-    config.auth_info.impersonate = Some(SERVICE_ACCOUNT.to_owned());
-    Client::try_from(config).expect("client")
+        .expect("a client acting as poolkeeper's ServiceAccount")
 }
 
 struct Setup {

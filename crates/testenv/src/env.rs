@@ -211,6 +211,18 @@ impl TestEnv {
         self.client.clone()
     }
 
+    /// A client that acts as `user` (for a ServiceAccount
+    /// `system:serviceaccount:NAMESPACE:NAME`) through impersonation, so a
+    /// test runs with exactly the rights RBAC gives that user.
+    pub async fn impersonating(&self, user: &str) -> Result<Client, TestEnvError> {
+        let mut config =
+            Config::from_custom_kubeconfig(self.kubeconfig.clone(), &KubeConfigOptions::default())
+                .await?;
+        config.auth_info.impersonate = Some(user.to_owned());
+        Client::try_from(config)
+            .map_err(|e| TestEnvError::kube(format!("building a client acting as {user}"), e))
+    }
+
     /// The admin kubeconfig file (credentials embedded); valid while this `TestEnv` lives.
     pub fn kubeconfig_path(&self) -> &Path {
         &self.kubeconfig_path
