@@ -12,7 +12,7 @@
 //! the control plane by dropping the `TestEnv`.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::{ExitCode, Stdio};
 use std::time::{Duration, Instant};
@@ -21,7 +21,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod, Taint};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use poolkeeper_api::{Machine, MachineClass, NodePool};
-use poolkeeper_testenv::{TestEnv, WebhookCert, WebhookRegistration};
+use poolkeeper_testenv::{TestEnv, WebhookCert, WebhookRegistration, free_port};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::MissedTickBehavior;
@@ -206,12 +206,6 @@ async fn seed_cluster(env: &TestEnv, client: &Client) -> Result<(), BoxError> {
         classes.create(&PostParams::default(), &class).await?;
     }
     Ok(())
-}
-
-fn free_port() -> Result<u16, BoxError> {
-    Ok(TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?
-        .local_addr()?
-        .port())
 }
 
 fn write_config(dir: &Path, admin: SocketAddr, webhook_port: u16) -> Result<PathBuf, BoxError> {

@@ -2,7 +2,7 @@
 //! with the time since the process started, as it arrives), `/readyz` polling, `/metrics`,
 //! its memory from `/proc`, and a graceful stop by PID.
 
-use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
@@ -65,9 +65,10 @@ pub struct Poolkeeper {
 
 /// A loopback address whose port was free a moment ago.
 pub fn free_addr() -> Result<SocketAddr> {
-    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .and_then(|listener| listener.local_addr())
-        .map_err(|e| ScaleError::io("picking a free port", e))
+    Ok(SocketAddr::from((
+        Ipv4Addr::LOCALHOST,
+        poolkeeper_testenv::free_port()?,
+    )))
 }
 
 /// The configuration file: defaults, except what a local run needs (addresses, certificate

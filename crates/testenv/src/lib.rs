@@ -36,6 +36,7 @@ pub use binaries::{
 pub use certs::WebhookCert;
 pub use env::{Process, TestEnv, TestEnvBuilder, eventually};
 pub use manifests::{WebhookRegistration, parse_yaml_documents, yaml_files};
+pub use process::free_port;
 pub use proxy::ApiProxy;
 
 /// Field manager of every server-side apply done by this crate.

@@ -229,7 +229,7 @@ pub(crate) fn log_tail(path: &Path, lines: usize) -> String {
 
 /// A TCP port on 127.0.0.1 that was free a moment ago. Another process may take it before the
 /// child binds it; the caller retries with fresh ports when a child reports the address in use.
-pub(crate) fn free_port() -> Result<u16, TestEnvError> {
+pub fn free_port() -> Result<u16, TestEnvError> {
     TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
         .and_then(|l| l.local_addr())
         .map(|a| a.port())

@@ -91,8 +91,10 @@ async fn wait_finalizer(classes: &Api<MachineClass>, name: &str, finalizer: &str
         format!("MachineClass {name} has lost the finalizer")
     };
     wait_until(&what, || async {
-        (finalizers_of(classes, name).await.is_some()
-            && has_finalizer(classes, name, finalizer).await == present)
+        // The class still exists, and has the finalizer or not as wanted.
+        finalizers_of(classes, name)
+            .await
+            .is_some_and(|finalizers| finalizers.iter().any(|f| f == finalizer) == present)
             .then_some(())
     })
     .await;

@@ -212,8 +212,7 @@ pub(crate) fn free_ports<const N: usize>() -> [SocketAddr; N] {
 }
 
 pub(crate) fn free_port() -> u16 {
-    let [addr] = free_ports();
-    addr.port()
+    poolkeeper_testenv::free_port().expect("a free loopback port")
 }
 
 /// The class's finalizers; `None` once it is gone.
