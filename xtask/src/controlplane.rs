@@ -17,7 +17,13 @@ use crate::run::{display, elapsed};
 use crate::{Error, Result, target_dir, workspace_root};
 
 pub const KUBEBUILDER_ASSETS: &str = "KUBEBUILDER_ASSETS";
-pub const BINARIES: [&str; 3] = ["etcd", "kube-apiserver", "kube-scheduler"];
+pub const BINARIES: [&str; 5] = [
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kubectl",
+];
 
 /// Reproducible, static, stripped binaries; modules exactly as go.sum pins them.
 const GOFLAGS: &str = "-buildvcs=false -mod=readonly";
@@ -111,9 +117,16 @@ const CONTROL_PLANE_MODULES: [GoModule; 2] = [
         name: "kubernetes",
         packages: &[
             "k8s.io/kubernetes/cmd/kube-apiserver",
+            "k8s.io/kubernetes/cmd/kube-controller-manager",
             "k8s.io/kubernetes/cmd/kube-scheduler",
+            "k8s.io/kubernetes/cmd/kubectl",
         ],
-        binaries: &["kube-apiserver", "kube-scheduler"],
+        binaries: &[
+            "kube-apiserver",
+            "kube-controller-manager",
+            "kube-scheduler",
+            "kubectl",
+        ],
         version_package: Some("k8s.io/component-base/version"),
     },
 ];
