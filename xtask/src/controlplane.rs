@@ -1,5 +1,5 @@
 //! Building the Go programs xtask needs from the Go modules under xtask/controlplane/:
-//! etcd, kube-apiserver and kube-scheduler, cached in target/control-plane/<kubernetes version>/,
+//! etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubectl, cached in target/control-plane/<kubernetes version>/,
 //! and kustomize (for `cargo xtask dist`), cached in target/control-plane/kustomize-<version>/.
 //!
 //! Each Go module has a stamp file next to the binaries holding a hash of its sources (go.mod,

@@ -4,7 +4,7 @@
 //! Ctrl-C reaches that process directly and it stops the controller and the control plane.
 
 use std::os::unix::process::CommandExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::run::{cargo, display};
 use crate::{Error, Result, controlplane, target_dir, workspace_root};
@@ -48,26 +48,18 @@ pub fn command(args: &[String]) -> Result<()> {
         .arg("up")
         .arg("--kubeconfig-out")
         .arg(target_dir(&root).join("dev").join("kubeconfig"));
-    let existing = |relative: &str| Some(root.join(relative)).filter(|p| p.exists());
-    for (flag, relative) in [
-        ("--crds", "deploy/crds"),
-        ("--objects", "config/examples"),
-        ("--webhooks", "deploy/webhooks"),
-    ] {
-        if let Some(path) = existing(relative).filter(|p| has_yaml(p)) {
-            up.arg(flag).arg(path);
-        }
+    for (flag, relative) in DEV_INPUTS {
+        up.arg(flag).arg(required(&root, relative)?);
     }
-    let config = existing("config/dev.yaml");
-    if let Some(config) = &config {
-        up.arg("--config").arg(config);
-    }
+    let config = required(&root, DEV_CONFIG)?;
+    up.arg("--config").arg(&config);
     if run_controller {
-        up.arg("--").arg(debug.join("poolkeeper")).arg("run");
-        if let Some(config) = &config {
-            up.arg("--config").arg(config);
-        }
-        up.args(["--kubeconfig", "{kubeconfig}"])
+        up.arg("--")
+            .arg(debug.join("poolkeeper"))
+            .arg("run")
+            .arg("--config")
+            .arg(&config)
+            .args(["--kubeconfig", "{kubeconfig}"])
             .args(&controller_args);
     }
     println!("$ {}", display(&up));
@@ -75,16 +67,24 @@ pub fn command(args: &[String]) -> Result<()> {
     Err(Error::io(format!("starting `{}`", display(&up)), error))
 }
 
-fn has_yaml(path: &Path) -> bool {
-    if path.is_file() {
-        return true;
+/// What the dev cluster holds, named one by one: `config/examples/` also keeps fixtures for
+/// `poolkeeper admit` and `explain` (Pods of namespaces the dev cluster does not have, a second
+/// placement policy) that are not part of it.
+const DEV_INPUTS: [(&str, &str); 3] = [
+    ("--crds", "deploy/crds"),
+    ("--objects", "config/examples/cluster.yaml"),
+    ("--webhooks", "deploy/webhooks"),
+];
+/// poolkeeper's configuration for the dev cluster (local ports, text logs).
+const DEV_CONFIG: &str = "config/dev.yaml";
+
+fn required(root: &Path, relative: &str) -> Result<PathBuf> {
+    let path = root.join(relative);
+    if path.exists() {
+        Ok(path)
+    } else {
+        Err(Error::Usage(format!(
+            "dev: {relative} is missing from the workspace"
+        )))
     }
-    std::fs::read_dir(path).is_ok_and(|entries| {
-        entries.flatten().any(|entry| {
-            matches!(
-                entry.path().extension().and_then(|e| e.to_str()),
-                Some("yaml" | "yml")
-            )
-        })
-    })
 }

@@ -19,7 +19,8 @@ const USAGE: &str = "\
 usage: cargo xtask <command> [options]
 
 commands:
-  control-plane [--force]   build etcd, kube-apiserver and kube-scheduler from the pinned Go
+  control-plane [--force]   build etcd, kube-apiserver, kube-controller-manager, kube-scheduler
+                            and kubectl from the pinned Go
                             modules if missing or stale, and print their directory
   test [-p PACKAGE]...      fmt check, source checks, clippy, CRD check, unit tests, control
                             plane, end-to-end and doc tests (of the whole workspace, or of the

@@ -220,7 +220,7 @@ fn run_all(root: &Path, scope: &Scope, pipeline: &mut Pipeline) -> Result<()> {
         p.add_tests(counts)
     })?;
     let binaries = pipeline.step(
-        "control plane (etcd, kube-apiserver, kube-scheduler)",
+        "control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl)",
         |_| controlplane::ensure(root, false),
     )?;
     let kustomize = pipeline.step("kustomize (renders deploy/ for the manifest check)", |_| {

@@ -18,6 +18,7 @@
 //! );
 //! ```
 
+mod derived;
 mod error;
 mod formats;
 mod parse;

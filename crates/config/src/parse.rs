@@ -25,6 +25,7 @@ use serde::de::{
 use serde_json::Value;
 use serde_saphyr::{MessageFormatter, Spanned, UserMessageFormatter};
 
+use crate::derived;
 use crate::error::{ConfigError, Location};
 use crate::schema::Config;
 use crate::validate::{self, Violation};
@@ -35,12 +36,16 @@ type KeyPath = Vec<String>;
 pub(crate) fn parse(text: &str) -> Result<Config, Vec<ConfigError>> {
     let failure = match parse_tracked(text, PhantomData::<Option<Config>>) {
         Ok(config) => {
-            let config = config.unwrap_or_default();
+            let mut config = config.unwrap_or_default();
+            let keys = KeyTree::parse(text);
+            derived::apply(&mut config, |dotted| {
+                let path: KeyPath = dotted.split('.').map(str::to_owned).collect();
+                keys.as_ref().is_some_and(|keys| keys.contains(&path))
+            });
             let violations = validate::validate(&config);
             if violations.is_empty() {
                 return Ok(config);
             }
-            let keys = KeyTree::parse(text);
             return Err(violations
                 .into_iter()
                 .map(|v| invalid(v, keys.as_ref()))
@@ -466,7 +471,6 @@ impl KeyTree {
         }
     }
 
-    #[cfg(test)]
     /// Whether the document has a value (mapping or not) at `path`.
     pub(crate) fn contains(&self, path: &[String]) -> bool {
         match path.split_first() {

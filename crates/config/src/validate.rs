@@ -200,6 +200,18 @@ fn audit(v: &mut Rules, config: &Config) {
 /// The drain and the webhook's own drain both fit in the grace period.
 fn shutdown(v: &mut Rules, config: &Config) {
     let (shutdown, webhook) = (&config.shutdown, &config.webhook);
+    if shutdown.drain_delay >= shutdown.grace_period && !shutdown.grace_period.is_zero() {
+        v.fail_related(
+            "shutdown.drainDelay",
+            &["shutdown.gracePeriod"],
+            format!(
+                "must be shorter than shutdown.gracePeriod ({}), got {}",
+                show(shutdown.grace_period),
+                show(shutdown.drain_delay)
+            ),
+        );
+        return;
+    }
     let needed = shutdown.drain_delay + webhook.shutdown_timeout;
     // A shutdownTimeout that alone exceeds the grace period is reported as such.
     if needed > shutdown.grace_period && webhook.shutdown_timeout < shutdown.grace_period {

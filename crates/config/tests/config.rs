@@ -132,6 +132,8 @@ logging: {level: "debug,kube=warn", format: text}
     wh.mutate_path = "/mutate".into();
     wh.validate_path = "/validate".into();
     wh.max_body_bytes = 1 << 20;
+    // Left out, so it follows shutdown.gracePeriod: (1m - 5s) x 3/4.
+    wh.shutdown_timeout = Duration::from_millis(41_250);
     expected.health.listen = "127.0.0.1:9090".parse().unwrap();
     expected.health.stall_timeout = Duration::from_secs(30);
     expected.health.debug_events = 1024;
@@ -365,7 +367,7 @@ fn each_mistake_is_reported_at_its_path() {
             "enforce",
         ),
         (
-            "shutdown: {drainDelay: 20s}",
+            "shutdown: {drainDelay: 20s}\nwebhook: {shutdownTimeout: 15s}",
             "shutdown.drainDelay",
             "20s plus webhook.shutdownTimeout (15s) exceeds shutdown.gracePeriod (25s)",
         ),
@@ -632,4 +634,42 @@ fn the_deployed_configuration_is_valid() {
     if let Err(errors) = Config::load(&path) {
         panic!("{}:\n{errors}", path.display());
     }
+}
+
+/// Timings that depend on another follow it when left out; written ones are judged as written.
+#[test]
+fn dependent_defaults_follow_what_is_set() {
+    let config = Config::from_yaml_str("shutdown: {gracePeriod: 5s}").unwrap();
+    assert_eq!(config.shutdown.drain_delay, Duration::from_secs(1));
+    assert_eq!(config.webhook.shutdown_timeout, Duration::from_secs(3));
+
+    let config = Config::from_yaml_str("shutdown: {drainDelay: 10s}").unwrap();
+    assert_eq!(
+        config.webhook.shutdown_timeout,
+        Duration::from_millis(11_250)
+    );
+
+    let config = Config::from_yaml_str("leaderElection: {leaseDuration: 6s}").unwrap();
+    assert_eq!(
+        config.leader_election.renew_deadline,
+        Duration::from_secs(4)
+    );
+    assert_eq!(
+        config.leader_election.retry_period,
+        Duration::from_millis(800)
+    );
+
+    let errors = errors_of("shutdown: {drainDelay: 30s}");
+    assert_eq!(
+        errors.to_string(),
+        "shutdown.drainDelay: must be shorter than shutdown.gracePeriod (25s), got 30s (at line 1, column 12)"
+    );
+    let errors = errors_of("shutdown: {gracePeriod: 5s}\nwebhook: {shutdownTimeout: 15s}");
+    assert_eq!(paths(&errors), ["webhook.shutdownTimeout"], "{errors}");
+    assert!(
+        errors
+            .to_string()
+            .contains("must be shorter than shutdown.gracePeriod (5s), got 15s"),
+        "{errors}"
+    );
 }

@@ -1,4 +1,5 @@
-//! Where the etcd, kube-apiserver and kube-scheduler executables come from.
+//! Where the control-plane executables (etcd, kube-apiserver, kube-controller-manager,
+//! kube-scheduler) and kubectl come from.
 
 use std::path::{Path, PathBuf};
 
@@ -34,8 +35,20 @@ pub fn default_binaries_dir() -> PathBuf {
 pub struct Binaries {
     pub etcd: PathBuf,
     pub kube_apiserver: PathBuf,
+    pub kube_controller_manager: PathBuf,
     pub kube_scheduler: PathBuf,
+    /// The client a user types; the walk-through of the README runs it.
+    pub kubectl: PathBuf,
 }
+
+/// Every executable a directory of binaries must hold.
+pub const BINARY_NAMES: [&str; 5] = [
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kubectl",
+];
 
 impl Binaries {
     /// `KUBEBUILDER_ASSETS` if set, else `POOLKEEPER_CONTROL_PLANE` if set, else [`default_binaries_dir`].
@@ -55,10 +68,9 @@ impl Binaries {
         })
     }
 
-    /// The three executables in `dir`, or the names of those that are missing.
+    /// The executables in `dir`, or the names of those that are missing.
     pub fn in_dir(dir: &Path) -> Result<Self, Vec<String>> {
-        let names = ["etcd", "kube-apiserver", "kube-scheduler"];
-        let missing: Vec<String> = names
+        let missing: Vec<String> = BINARY_NAMES
             .iter()
             .filter(|name| !dir.join(name).is_file())
             .map(|name| (*name).to_owned())
@@ -69,7 +81,9 @@ impl Binaries {
         Ok(Self {
             etcd: dir.join("etcd"),
             kube_apiserver: dir.join("kube-apiserver"),
+            kube_controller_manager: dir.join("kube-controller-manager"),
             kube_scheduler: dir.join("kube-scheduler"),
+            kubectl: dir.join("kubectl"),
         })
     }
 }
@@ -95,7 +109,9 @@ mod tests {
             Binaries::in_dir(dir.path()),
             Err(vec![
                 "kube-apiserver".to_owned(),
-                "kube-scheduler".to_owned()
+                "kube-controller-manager".to_owned(),
+                "kube-scheduler".to_owned(),
+                "kubectl".to_owned(),
             ])
         );
     }

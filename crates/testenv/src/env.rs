@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 
 use crate::binaries::Binaries;
 use crate::certs::ClusterPki;
-use crate::manifests::{WebhookRegistration, kind_of, read_yaml_files, yaml_files};
+use crate::manifests::{WebhookRegistration, apply_rank, kind_of, read_yaml_files, yaml_files};
 use crate::process::{ManagedProcess, create_temp_dir, free_port, remove_stale_temp_dirs};
 use crate::proxy::ApiProxy;
 use crate::{FIELD_MANAGER, TestEnvError, etcd, kubeconfig};
@@ -39,12 +39,14 @@ pub enum Process {
     Etcd,
     ApiServer,
     Scheduler,
+    ControllerManager,
 }
 
 /// Options of a control plane; see [`TestEnv::builder`].
 #[derive(Debug)]
 pub struct TestEnvBuilder {
     scheduler: bool,
+    controller_manager: bool,
     crds: Vec<CustomResourceDefinition>,
     crd_files: Vec<PathBuf>,
     startup_timeout: Duration,
@@ -56,6 +58,7 @@ impl Default for TestEnvBuilder {
     fn default() -> Self {
         Self {
             scheduler: false,
+            controller_manager: false,
             crds: Vec::new(),
             crd_files: Vec::new(),
             startup_timeout: Duration::from_secs(60),
@@ -69,6 +72,16 @@ impl TestEnvBuilder {
     /// Also run kube-scheduler (off by default), so Pods get bound to Ready nodes.
     pub fn scheduler(mut self, enabled: bool) -> Self {
         self.scheduler = enabled;
+        self
+    }
+
+    /// Also run kube-controller-manager (off by default): Deployments, ReplicaSets, DaemonSets,
+    /// StatefulSets, Jobs and CronJobs create their Pods, namespaces get their default
+    /// ServiceAccount and are deleted for real, garbage collection runs. Its node lifecycle
+    /// controller is off: the Nodes here have no kubelet to renew their Leases, so it would
+    /// mark every one unreachable and evict its Pods.
+    pub fn controller_manager(mut self, enabled: bool) -> Self {
+        self.controller_manager = enabled;
         self
     }
 
@@ -152,6 +165,16 @@ impl TestEnvBuilder {
         } else {
             None
         };
+        let controller_manager = if self.controller_manager {
+            Some(spawn_controller_manager(
+                &binaries,
+                dir.path(),
+                &files,
+                &kubeconfig_path,
+            )?)
+        } else {
+            None
+        };
 
         let mut env = TestEnv {
             client,
@@ -162,6 +185,7 @@ impl TestEnvBuilder {
             etcd_addr: processes.ports.etcd_addr(),
             apiserver_addr: processes.ports.apiserver_addr(),
             scheduler,
+            controller_manager,
             apiserver: processes.apiserver,
             etcd: processes.etcd,
             dir,
@@ -185,6 +209,7 @@ pub struct TestEnv {
     apiserver_addr: SocketAddr,
     // Declaration order is drop order: clients of a process stop before the process they use.
     scheduler: Option<ManagedProcess>,
+    controller_manager: Option<ManagedProcess>,
     apiserver: ManagedProcess,
     etcd: ManagedProcess,
     dir: tempfile::TempDir,
@@ -196,6 +221,7 @@ impl std::fmt::Debug for TestEnv {
             .field("dir", &self.dir.path())
             .field("kubeconfig_path", &self.kubeconfig_path)
             .field("scheduler", &self.scheduler.is_some())
+            .field("controller_manager", &self.controller_manager.is_some())
             .field("startup", &self.startup)
             .finish_non_exhaustive()
     }
@@ -257,10 +283,9 @@ impl TestEnv {
         match process {
             Process::Etcd => self.etcd.log_tail(lines),
             Process::ApiServer => self.apiserver.log_tail(lines),
-            Process::Scheduler => self
-                .scheduler
-                .as_ref()
-                .map(|s| s.log_tail(lines))
+            Process::Scheduler | Process::ControllerManager => self
+                .optional(process)
+                .map(|p| p.log_tail(lines))
                 .unwrap_or_default(),
         }
     }
@@ -270,28 +295,46 @@ impl TestEnv {
         match process {
             Process::Etcd => Some(self.etcd.log_path()),
             Process::ApiServer => Some(self.apiserver.log_path()),
-            Process::Scheduler => self.scheduler.as_ref().map(ManagedProcess::log_path),
+            Process::Scheduler | Process::ControllerManager => {
+                self.optional(process).map(ManagedProcess::log_path)
+            }
         }
     }
 
-    /// The pid of a running process; `None` after [`TestEnv::kill`] (or without a scheduler).
+    /// The pid of a running process; `None` after [`TestEnv::kill`] (or for a process this
+    /// control plane does not run).
     pub fn pid(&self, process: Process) -> Option<u32> {
         match process {
             Process::Etcd => self.etcd.pid(),
             Process::ApiServer => self.apiserver.pid(),
-            Process::Scheduler => self.scheduler.as_ref().and_then(ManagedProcess::pid),
+            Process::Scheduler | Process::ControllerManager => {
+                self.optional(process).and_then(ManagedProcess::pid)
+            }
+        }
+    }
+
+    /// The processes a builder option turns on.
+    fn optional(&self, process: Process) -> Option<&ManagedProcess> {
+        match process {
+            Process::Scheduler => self.scheduler.as_ref(),
+            Process::ControllerManager => self.controller_manager.as_ref(),
+            Process::Etcd | Process::ApiServer => None,
         }
     }
 
     fn managed(&mut self, process: Process) -> Result<&mut ManagedProcess, TestEnvError> {
-        match process {
-            Process::Etcd => Ok(&mut self.etcd),
-            Process::ApiServer => Ok(&mut self.apiserver),
-            Process::Scheduler => self.scheduler.as_mut().ok_or(TestEnvError::ProcessState {
-                process: "kube-scheduler",
-                state: "not part of this control plane",
-            }),
-        }
+        let (optional, name) = match process {
+            Process::Etcd => return Ok(&mut self.etcd),
+            Process::ApiServer => return Ok(&mut self.apiserver),
+            Process::Scheduler => (self.scheduler.as_mut(), "kube-scheduler"),
+            Process::ControllerManager => {
+                (self.controller_manager.as_mut(), "kube-controller-manager")
+            }
+        };
+        optional.ok_or(TestEnvError::ProcessState {
+            process: name,
+            state: "not part of this control plane",
+        })
     }
 
     /// Fault injection: kills `process` with SIGKILL (no graceful shutdown, as in a crash) and
@@ -312,7 +355,8 @@ impl TestEnv {
     /// Starts a killed `process` again with the same flags and ports; etcd keeps its data
     /// directory, so the apiserver finds the same objects and resourceVersions. Returns, with
     /// the time it took, once the process serves: the apiserver's `/readyz` for the apiserver,
-    /// etcd's `/health` and then the apiserver's `/readyz` for etcd, at once for the scheduler.
+    /// etcd's `/health` and then the apiserver's `/readyz` for etcd, at once for the scheduler
+    /// and the controller manager.
     pub async fn start(&mut self, process: Process) -> Result<Duration, TestEnvError> {
         let started = Instant::now();
         self.managed(process)?.respawn()?;
@@ -324,7 +368,7 @@ impl TestEnv {
             })
             .await?;
         }
-        if process != Process::Scheduler {
+        if matches!(process, Process::Etcd | Process::ApiServer) {
             wait_until_ready(&self.client, &mut self.etcd, &mut self.apiserver, timeout).await?;
         }
         Ok(started.elapsed())
@@ -469,11 +513,11 @@ impl TestEnv {
         text: &str,
         origin: &str,
     ) -> Result<Vec<DynamicObject>, TestEnvError> {
-        let mut applied = Vec::new();
-        for doc in crate::parse_yaml_documents(text, origin)? {
-            applied.push(self.apply_document(origin, doc).await?);
-        }
-        Ok(applied)
+        let documents = crate::parse_yaml_documents(text, origin)?
+            .into_iter()
+            .map(|doc| (origin.to_owned(), doc))
+            .collect();
+        self.apply_documents(documents).await
     }
 
     /// Applies every object of YAML files (directories expand to their YAML files).
@@ -482,8 +526,30 @@ impl TestEnv {
         I: IntoIterator<Item = P>,
         P: AsRef<Path>,
     {
-        let mut applied = Vec::new();
-        for (origin, doc) in read_yaml_files(&yaml_files(paths)?)? {
+        self.apply_documents(read_yaml_files(&yaml_files(paths)?)?)
+            .await
+    }
+
+    /// In dependency order, whatever order the files list them in: CRDs first (installed and
+    /// served before any custom resource), then Namespaces, roles and the rest (stable within
+    /// a rank, so later documents still win over earlier ones of the same object).
+    async fn apply_documents(
+        &self,
+        documents: Vec<(String, Value)>,
+    ) -> Result<Vec<DynamicObject>, TestEnvError> {
+        let (crds, mut objects): (Vec<_>, Vec<_>) = documents
+            .into_iter()
+            .partition(|(_, doc)| kind_of(doc) == "CustomResourceDefinition");
+        if !crds.is_empty() {
+            let crds = crds
+                .into_iter()
+                .map(|(origin, doc)| parse_crd(&origin, doc))
+                .collect::<Result<Vec<_>, _>>()?;
+            self.install_crds(crds).await?;
+        }
+        objects.sort_by_key(|(_, doc)| apply_rank(kind_of(doc)));
+        let mut applied = Vec::with_capacity(objects.len());
+        for (origin, doc) in objects {
             applied.push(self.apply_document(&origin, doc).await?);
         }
         Ok(applied)
@@ -598,7 +664,19 @@ impl TestEnv {
         api.create(&PostParams::default(), &node)
             .await
             .map_err(|e| TestEnvError::kube(format!("creating node {name}"), e))?;
+        self.make_node_ready(name, taints).await
+    }
 
+    /// Gives an existing Node the status of a Ready node (allocatable cpu 16, memory 64Gi, 110
+    /// pods) and sets its taints to exactly `taints`, dropping the not-ready taint the
+    /// apiserver's admission added when it was created. Nothing renews this status: the node
+    /// lifecycle controller is off (see [`TestEnvBuilder::controller_manager`]).
+    pub async fn make_node_ready(
+        &self,
+        name: &str,
+        taints: Vec<Taint>,
+    ) -> Result<Node, TestEnvError> {
+        let api = Api::<Node>::all(self.client());
         let resources =
             json!({"cpu": "16", "memory": "64Gi", "pods": "110", "ephemeral-storage": "100Gi"});
         let now = k8s_openapi::jiff::Timestamp::now().to_string();
@@ -955,3 +1033,40 @@ fn spawn_scheduler(
         dir.join("kube-scheduler.log"),
     )
 }
+
+/// Controllers that need a kubelet, a cloud or a CSI driver are left out: with fake Nodes the
+/// node lifecycle controller would mark every Node unreachable and evict its Pods after the
+/// grace period. Without leader election (there is one) and without a serving port, as the
+/// scheduler. The service-account key lets its token controller sign, and the CA becomes every
+/// namespace's `kube-root-ca.crt`.
+fn spawn_controller_manager(
+    binaries: &Binaries,
+    dir: &Path,
+    files: &PkiFiles,
+    kubeconfig: &Path,
+) -> Result<ManagedProcess, TestEnvError> {
+    ManagedProcess::spawn(
+        "kube-controller-manager",
+        &binaries.kube_controller_manager,
+        args([
+            format!("--kubeconfig={}", kubeconfig.display()),
+            "--leader-elect=false".to_owned(),
+            "--bind-address=127.0.0.1".to_owned(),
+            "--secure-port=0".to_owned(),
+            format!("--controllers={CONTROLLERS}"),
+            format!(
+                "--service-account-private-key-file={}",
+                files.service_account_private.display()
+            ),
+            format!("--root-ca-file={}", files.ca.display()),
+            "--service-cluster-ip-range=10.0.0.0/24".to_owned(),
+            "--use-service-account-credentials=false".to_owned(),
+        ]),
+        dir.join("kube-controller-manager.log"),
+    )
+}
+
+/// kube-controller-manager's `--controllers`: the default set without those that act on
+/// kubelets' heartbeats or a cloud.
+const CONTROLLERS: &str = "*,-node-lifecycle-controller,-node-ipam-controller,\
+-cloud-node-lifecycle-controller,-service-lb-controller,-node-route-controller";

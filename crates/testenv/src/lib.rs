@@ -1,4 +1,5 @@
-//! A local Kubernetes control plane (etcd, kube-apiserver and optionally kube-scheduler) for
+//! A local Kubernetes control plane (etcd, kube-apiserver, and optionally kube-scheduler and
+//! kube-controller-manager) for
 //! end-to-end tests and for `cargo xtask dev`.
 //!
 //! ```no_run
@@ -47,7 +48,7 @@ pub enum TestEnvError {
     #[error(
         "control-plane binaries not found in {} ({source_of_dir}): missing {}. \
          Run `cargo xtask control-plane` to build them, or set KUBEBUILDER_ASSETS to a directory \
-         holding etcd, kube-apiserver and kube-scheduler",
+         holding etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubectl",
         dir.display(),
         missing.join(", ")
     )]

@@ -11,12 +11,42 @@ use serde_json::Value;
 
 use crate::TestEnvError;
 
-/// The non-empty documents of a multi-document YAML text, as JSON values.
+/// The non-empty documents of a multi-document YAML text, as JSON values; the items of a
+/// `kind: List` (what `kubectl get -o yaml` prints) are documents of their own.
 /// `origin` names the text in error messages (usually its file name).
 pub fn parse_yaml_documents(text: &str, origin: &str) -> Result<Vec<Value>, TestEnvError> {
     let documents: Vec<Value> =
         serde_saphyr::from_str_multiple(text).map_err(|e| TestEnvError::manifest(origin, e))?;
-    Ok(documents.into_iter().filter(|doc| !doc.is_null()).collect())
+    let mut objects = Vec::with_capacity(documents.len());
+    for doc in documents.into_iter().filter(|doc| !doc.is_null()) {
+        if kind_of(&doc) != "List" {
+            objects.push(doc);
+            continue;
+        }
+        match doc.get("items") {
+            Some(Value::Array(items)) => objects.extend(items.iter().cloned()),
+            Some(Value::Null) | None => {}
+            Some(_) => {
+                return Err(TestEnvError::manifest(
+                    origin,
+                    "the items of a kind: List must be a list of objects",
+                ));
+            }
+        }
+    }
+    Ok(objects)
+}
+
+/// The order objects are applied in, as `kubectl apply` of a directory would need it sorted:
+/// what others live in or refer to first (Namespaces, then identities and roles), custom
+/// resources' definitions are installed before anything (see `TestEnv::apply_files`).
+pub(crate) fn apply_rank(kind: &str) -> u8 {
+    match kind {
+        "Namespace" => 0,
+        "ServiceAccount" | "ClusterRole" | "Role" => 1,
+        "ClusterRoleBinding" | "RoleBinding" | "ConfigMap" | "Secret" => 2,
+        _ => 3,
+    }
 }
 
 /// Expands each path: a directory becomes its `*.yaml` / `*.yml` files in name order, a file
@@ -243,6 +273,41 @@ webhooks:
     fn yaml_documents_skip_empty_ones() {
         let docs = parse_yaml_documents("---\n---\na: 1\n---\n", "test").unwrap();
         assert_eq!(docs, vec![serde_json::json!({"a": 1})]);
+    }
+
+    #[test]
+    fn list_items_are_documents_of_their_own() {
+        let text = "kind: List\nitems: [{kind: Namespace}, {kind: Node}]\n---\nkind: Pod\n---\nkind: List\n";
+        let kinds: Vec<String> = parse_yaml_documents(text, "list.yaml")
+            .unwrap()
+            .iter()
+            .map(|doc| kind_of(doc).to_owned())
+            .collect();
+        assert_eq!(kinds, ["Namespace", "Node", "Pod"]);
+        let err = parse_yaml_documents("kind: List\nitems: {a: 1}\n", "list.yaml").unwrap_err();
+        assert!(err.to_string().contains("items of a kind: List"), "{err}");
+    }
+
+    #[test]
+    fn apply_order_puts_what_others_refer_to_first() {
+        let mut kinds = [
+            "Pod",
+            "ConfigMap",
+            "RoleBinding",
+            "ServiceAccount",
+            "Namespace",
+        ];
+        kinds.sort_by_key(|k| apply_rank(k));
+        assert_eq!(
+            kinds,
+            [
+                "Namespace",
+                "ServiceAccount",
+                "ConfigMap",
+                "RoleBinding",
+                "Pod"
+            ]
+        );
     }
 
     #[test]

@@ -7,6 +7,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Parser};
+use k8s_openapi::api::core::v1::Taint;
+use kube::api::DynamicObject;
 use poolkeeper_testenv::{
     TestEnv, TestEnvError, WebhookCert, WebhookRegistration, parse_yaml_documents,
 };
@@ -19,6 +21,8 @@ const KUBECONFIG_PLACEHOLDER: &str = "{kubeconfig}";
 /// Where the design's default configuration expects webhook certificates.
 const DEFAULT_WEBHOOK_PORT: u16 = 9443;
 const DEFAULT_CERT_DIR: &str = "k8s-webhook-server/serving-certs";
+/// The taint the apiserver's TaintNodesByCondition admission puts on every new Node.
+const NOT_READY_TAINT: &str = "node.kubernetes.io/not-ready";
 /// How long the command gets to stop after the shutdown signal before it is killed.
 const COMMAND_GRACE_PERIOD: Duration = Duration::from_secs(30);
 
@@ -37,10 +41,14 @@ struct UpArgs {
     /// Do not run kube-scheduler.
     #[arg(long)]
     no_scheduler: bool,
+    /// Do not run kube-controller-manager (no Pods from Deployments, DaemonSets, Jobs ...).
+    #[arg(long)]
+    no_controller_manager: bool,
     /// CRD manifests to install (files or directories of YAML files).
     #[arg(long = "crds", value_name = "PATH")]
     crds: Vec<PathBuf>,
-    /// Objects to apply after the CRDs (files or directories of YAML files).
+    /// Objects to apply after the CRDs (files or directories of YAML files), in dependency
+    /// order (Namespaces first); their Nodes are made Ready with allocatable resources.
     #[arg(long = "objects", value_name = "PATH")]
     objects: Vec<PathBuf>,
     /// Mutating/ValidatingWebhookConfigurations to register, pointed at https://127.0.0.1:PORT.
@@ -98,7 +106,7 @@ async fn up(args: UpArgs) -> Result<ExitCode, UpError> {
     let mut interrupt =
         signal(SignalKind::interrupt()).map_err(|e| io("listening for SIGINT", e))?;
 
-    let env = start_control_plane(!args.no_scheduler).await?;
+    let env = start_control_plane(!args.no_scheduler, !args.no_controller_manager).await?;
     install_manifests(&env, &args).await?;
     let webhook = prepare_webhooks(&env, &args).await?;
     let kubeconfig = publish_kubeconfig(&env, args.kubeconfig_out.as_deref())?;
@@ -130,10 +138,23 @@ async fn up(args: UpArgs) -> Result<ExitCode, UpError> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn start_control_plane(scheduler: bool) -> Result<TestEnv, UpError> {
-    let with_scheduler = if scheduler { ", kube-scheduler" } else { "" };
-    println!("starting etcd, kube-apiserver{with_scheduler} ...");
-    let env = TestEnv::builder().scheduler(scheduler).start().await?;
+async fn start_control_plane(
+    scheduler: bool,
+    controller_manager: bool,
+) -> Result<TestEnv, UpError> {
+    let mut names = vec!["etcd", "kube-apiserver"];
+    if controller_manager {
+        names.push("kube-controller-manager");
+    }
+    if scheduler {
+        names.push("kube-scheduler");
+    }
+    println!("starting {} ...", names.join(", "));
+    let env = TestEnv::builder()
+        .scheduler(scheduler)
+        .controller_manager(controller_manager)
+        .start()
+        .await?;
     println!(
         "control plane ready in {:.1?} at {}",
         env.startup_duration(),
@@ -155,8 +176,40 @@ async fn install_manifests(env: &TestEnv, args: &UpArgs) -> Result<(), UpError> 
             applied.len(),
             display_paths(&args.objects)
         );
+        make_nodes_ready(env, &applied).await?;
     }
     Ok(())
+}
+
+/// Nodes of a manifest have no status, and no kubelet here gives them one: without a Ready
+/// condition and allocatable resources the scheduler would leave every Pod Pending.
+async fn make_nodes_ready(env: &TestEnv, applied: &[DynamicObject]) -> Result<(), UpError> {
+    let nodes: Vec<&DynamicObject> = applied
+        .iter()
+        .filter(|o| o.types.as_ref().is_some_and(|t| t.kind == "Node"))
+        .collect();
+    for node in &nodes {
+        let name = node.metadata.name.as_deref().unwrap_or_default();
+        env.make_node_ready(name, intended_taints(node)).await?;
+    }
+    if !nodes.is_empty() {
+        println!("made {} Nodes Ready", nodes.len());
+    }
+    Ok(())
+}
+
+/// The taints the manifest gave the Node, without the one admission adds to a new Node.
+fn intended_taints(node: &DynamicObject) -> Vec<Taint> {
+    let taints = node
+        .data
+        .pointer("/spec/taints")
+        .cloned()
+        .and_then(|t| serde_json::from_value::<Vec<Taint>>(t).ok())
+        .unwrap_or_default();
+    taints
+        .into_iter()
+        .filter(|t| t.key != NOT_READY_TAINT)
+        .collect()
 }
 
 /// Writes a serving certificate where the controller will look for it and registers the

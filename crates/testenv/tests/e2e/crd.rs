@@ -123,9 +123,10 @@ data: {a: b}
     assert_eq!(
         names,
         [
+            // Dependency order: Namespaces, then ConfigMaps, then the rest.
             (None, "machine-system".to_owned()),
-            (Some("machine-system".to_owned()), "large".to_owned()),
             (Some("default".to_owned()), "in-default".to_owned()),
+            (Some("machine-system".to_owned()), "large".to_owned()),
         ]
     );
 }

@@ -102,7 +102,9 @@ fn fake_binaries(dir: &Path, etcd: &str, apiserver: &str) -> Binaries {
     Binaries {
         etcd: write("etcd", etcd),
         kube_apiserver: write("kube-apiserver", apiserver),
+        kube_controller_manager: write("kube-controller-manager", "exec sleep 600"),
         kube_scheduler: write("kube-scheduler", "exec sleep 600"),
+        kubectl: write("kubectl", "exit 1"),
     }
 }
 

@@ -1,6 +1,7 @@
 //! End-to-end tests of the local control plane: each test starts its own control plane.
 
 mod configmap;
+mod controllers;
 mod crd;
 mod faults;
 mod lifecycle;
