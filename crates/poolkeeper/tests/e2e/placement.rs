@@ -74,8 +74,9 @@ const BINDINGS: [(&str, &str, &str); 2] = [
 ];
 
 async fn setup(webhooks: Webhooks) -> Cluster {
+    // A cluster as users have it: kube-controller-manager beside the scheduler.
     let env = control_plane(
-        TestEnv::builder().scheduler(true),
+        TestEnv::builder().scheduler(true).controller_manager(true),
         &[
             CONTROLLER_NAMESPACE,
             EDGE_NAMESPACE,
