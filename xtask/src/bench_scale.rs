@@ -1,4 +1,4 @@
-//! `cargo xtask bench-scale [ARGS]`: the scale benchmark of `crates/scale` against a local
+//! `cargo xtask bench-scale [ARGS]`: the scale benchmark of `xtask/scale` against a local
 //! control plane. Builds poolkeeper and `poolkeeper-scale` in release, then runs the benchmark
 //! with the repository's CRDs and webhook configurations; ARGS go to `poolkeeper-scale` (for
 //! example `--nodes 500 --machines 2000` for a quick run; `-- --help` lists them). The report

@@ -2,7 +2,7 @@
 //! scanning the sources as text (a small tokenizer that skips comments, strings and character
 //! literals, and brace matching), so the step takes well under a second and needs no parser.
 //!
-//! - **Function length**: no `fn` in `crates/*/src` or `xtask/src` spans more than
+//! - **Function length**: no `fn` in `crates/*/src`, `xtask/*/src` or `xtask/src` spans more than
 //!   [`MAX_FUNCTION_LINES`] lines, counted from the line of `fn` to that of its closing brace.
 //!   Longer ones mix several steps that deserve names of their own.
 //! - **Tunable defaults**: outside `crates/config`, no `impl Default for X` and no
@@ -131,7 +131,8 @@ struct SourceTree {
     defaults_allowed: bool,
 }
 
-/// `xtask/src` and every `crates/*/src`, or those of the named packages.
+/// `xtask/src`, every `crates/*/src` (the product) and `xtask/*/src` (the tooling crates), or
+/// those of the named packages.
 fn source_trees(root: &Path, packages: &[String]) -> Result<Vec<SourceTree>> {
     let mut trees = vec![(
         "xtask".to_owned(),
@@ -140,12 +141,16 @@ fn source_trees(root: &Path, packages: &[String]) -> Result<Vec<SourceTree>> {
             defaults_allowed: true,
         },
     )];
-    let crates = root.join("crates");
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir(&crates)
-        .map_err(|e| Error::io(format!("reading {}", crates.display()), e))?
-        .filter_map(|entry| entry.ok().map(|e| e.path()))
-        .filter(|dir| dir.join("Cargo.toml").is_file())
-        .collect();
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    for parent in [root.join("crates"), root.join("xtask")] {
+        let entries = std::fs::read_dir(&parent)
+            .map_err(|e| Error::io(format!("reading {}", parent.display()), e))?;
+        dirs.extend(
+            entries
+                .filter_map(|entry| entry.ok().map(|e| e.path()))
+                .filter(|dir| dir.join("Cargo.toml").is_file()),
+        );
+    }
     dirs.sort();
     for dir in dirs {
         let manifest_path = dir.join("Cargo.toml");
@@ -350,7 +355,7 @@ mod tests {
             defaults_allowed: true,
         }));
         assert!(all.contains(&SourceTree {
-            src: root.join("crates/testenv/src"),
+            src: root.join("xtask/testenv/src"),
             defaults_allowed: false,
         }));
         let one = source_trees(&root, &["poolkeeper-testenv".to_owned()]).unwrap();

@@ -48,7 +48,7 @@ impl Setup {
             .crds(poolkeeper_api::crds())
             .start()
             .await
-            .expect("start the local control plane (see crates/testenv)");
+            .expect("start the local control plane (see xtask/testenv)");
         env.create_namespace(NS).await.expect("namespace");
         let client = env.client();
         let bus = Bus::default();

@@ -59,7 +59,7 @@ impl Setup {
         let env = TestEnv::builder()
             .start()
             .await
-            .expect("start the local control plane (see crates/testenv)");
+            .expect("start the local control plane (see xtask/testenv)");
         let identity = controller_identity(&env).await;
         let config = Config::default();
         let settings = SelectorSettings::from(&config);

@@ -170,7 +170,7 @@ async fn start_env_with(builder: TestEnvBuilder) -> TestEnv {
         .crd_files([crds])
         .start()
         .await
-        .expect("start the local control plane (see crates/testenv)")
+        .expect("start the local control plane (see xtask/testenv)")
 }
 
 /// Objects present before the watchers start: part of the initial list.

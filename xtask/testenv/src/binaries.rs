@@ -13,7 +13,7 @@ pub const KUBEBUILDER_ASSETS: &str = "KUBEBUILDER_ASSETS";
 pub const POOLKEEPER_CONTROL_PLANE: &str = "POOLKEEPER_CONTROL_PLANE";
 
 /// The Go module that pins the Kubernetes release; its `require` line is the one place the version is written.
-const KUBERNETES_GO_MOD: &str = include_str!("../../../xtask/controlplane/kubernetes/go.mod");
+const KUBERNETES_GO_MOD: &str = include_str!("../../controlplane/kubernetes/go.mod");
 
 /// The Kubernetes release the control plane is built from, e.g. `v1.36.3`.
 pub fn kubernetes_version() -> &'static str {
@@ -23,7 +23,7 @@ pub fn kubernetes_version() -> &'static str {
 /// The directory `cargo xtask control-plane` builds into: `<workspace>/target/control-plane/<version>`.
 pub fn default_binaries_dir() -> PathBuf {
     let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
-    // crates/testenv -> the workspace root
+    // xtask/testenv -> the workspace root
     let root = manifest_dir.ancestors().nth(2).unwrap_or(manifest_dir);
     root.join("target")
         .join("control-plane")
