@@ -58,8 +58,15 @@ const INVALID: &[(&str, &str)] = &[
         "apiServer: {startupTimeout: 0s}",
         "apiServer.startupTimeout",
     ),
-    ("shutdown: {gracePeriod: 10s}", "webhook.shutdownTimeout"),
-    ("shutdown: {drainDelay: 11s}", "shutdown.drainDelay"),
+    (
+        "shutdown: {gracePeriod: 10s}\nwebhook: {shutdownTimeout: 15s}",
+        "webhook.shutdownTimeout",
+    ),
+    (
+        "shutdown: {drainDelay: 11s}\nwebhook: {shutdownTimeout: 15s}",
+        "shutdown.drainDelay",
+    ),
+    ("shutdown: {drainDelay: 30s}", "shutdown.drainDelay"),
     ("placement: {defaultMode: audit}", "placement.defaultMode"),
     ("audit: {pageSize: 0}", "audit.pageSize"),
 ];
@@ -74,6 +81,10 @@ const VALID: &[&str] = &[
     "webhook: {maxConnections: 1, tlsHandshakeTimeout: 1ms, headerReadTimeout: 1ms, bodyReadTimeout: 1ms, idleTimeout: 1ms}",
     "placement: {defaultMode: dryrun}\naudit: {interval: 0s}",
     "watchers: {pageSize: 1}",
+    // Timings that depend on another follow the one that is set.
+    "shutdown: {gracePeriod: 5s}",
+    "shutdown: {drainDelay: 11s}",
+    "leaderElection: {leaseDuration: 6s}",
     "machineClasses: {enabled: false}\nplacement: {enabled: false}\nwebhook: {enabled: false}",
 ];
 
