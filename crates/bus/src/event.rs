@@ -190,6 +190,22 @@ label_enum! {
 }
 
 label_enum! {
+    /// What a binding does with a Pod (or Pod template) that brings its own
+    /// node constraints (`placement.defaultConstraints`, or a binding's own
+    /// `constraints`). A `nodeName` is never rewritten.
+    #[strum(serialize_all = "snake_case")]
+    #[serde(rename_all = "lowercase")]
+    pub enum Constraints {
+        /// Judge the Pod as written: its own constraints must keep it in
+        /// the pool, or it is denied.
+        Judge,
+        /// AND the pool requirement into every required node-selector term
+        /// (as OpenYurt's Pod webhook does), then judge the narrowed Pod.
+        Narrow,
+    }
+}
+
+label_enum! {
     /// How a binding's decisions take effect (`placement.defaultMode`, or a
     /// binding's own `mode`).
     #[strum(serialize_all = "snake_case")]

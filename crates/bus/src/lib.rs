@@ -25,8 +25,8 @@ use prometheus_client::registry::Registry;
 use serde::Serialize;
 
 pub use event::{
-    AdmissionResult, AuditCount, AuditViolation, Change, ClassOutcome, EnqueueReason, Event,
-    EventName, Mode, ObjectKey, Requeue, ResourceKind, TriggerReason, WebhookKind,
+    AdmissionResult, AuditCount, AuditViolation, Change, ClassOutcome, Constraints, EnqueueReason,
+    Event, EventName, Mode, ObjectKey, Requeue, ResourceKind, TriggerReason, WebhookKind,
 };
 pub use strum::IntoEnumIterator;
 

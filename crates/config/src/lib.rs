@@ -28,7 +28,7 @@ mod validate;
 use std::path::Path;
 
 pub use error::{ConfigError, ConfigErrors, Location};
-pub use poolkeeper_bus::Mode;
+pub use poolkeeper_bus::{Constraints, Mode};
 pub use schema::{
     ApiServerConfig, AuditConfig, BusConfig, Config, ExecutorConfig, HealthConfig,
     LeaderElectionConfig, LogFormat, LoggingConfig, MachineClassesConfig, PlacementConfig,
@@ -194,6 +194,7 @@ mod tests {
                 !k.ends_with(".enabled")
                     && !k.ends_with(".format")
                     && k.as_str() != "placement.defaultMode"
+                    && k.as_str() != "placement.defaultConstraints"
                     && k.as_str() != "audit.interval"
                     // Compared against gracePeriod, which this config breaks on its own.
                     && k.as_str() != "shutdown.drainDelay"

@@ -8,7 +8,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use poolkeeper_bus::Mode;
+use poolkeeper_bus::{Constraints, Mode};
 use serde::{Deserialize, Serialize};
 
 use crate::formats::{duration, listen_addr, or_default};
@@ -219,6 +219,8 @@ pub struct PlacementConfig {
     pub pool_label: String,
     /// The mode of a binding that names none.
     pub default_mode: Mode,
+    /// What a binding that names none does with a Pod's own node constraints.
+    pub default_constraints: Constraints,
     #[serde(deserialize_with = "or_default")]
     pub policy_config_map: PolicyConfigMapRef,
 }
@@ -229,6 +231,7 @@ impl Default for PlacementConfig {
             enabled: true,
             pool_label: "apps.openyurt.io/nodepool".to_owned(),
             default_mode: Mode::Enforce,
+            default_constraints: Constraints::Judge,
             policy_config_map: PolicyConfigMapRef::default(),
         }
     }

@@ -9,13 +9,13 @@ use json_patch::{AddOperation, Patch, PatchOperation};
 use k8s_openapi::api::core::v1::{
     NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Toleration,
 };
-use poolkeeper_config::Mode;
+use poolkeeper_config::{Constraints, Mode};
 use poolkeeper_index::{Node, NodePool, PlacementView, PoolType};
 use serde_json::{Value, json};
 
 use crate::affinity::NodeConstraints;
 use crate::candidates::matching_nodes;
-use crate::pod::PodPlacement;
+use crate::pod::{PLACEMENT_ANNOTATION, PodPlacement};
 use crate::policy::PlacementPolicy;
 use crate::tolerations::{describe_toleration, tolerations_cover};
 
@@ -28,8 +28,12 @@ const MAX_NAMED_NODES: usize = 5;
 /// through.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Reason {
-    /// The request is not about a Pod (or is about a Pod subresource).
+    /// The request is not about a Pod or a workload (or is about a
+    /// subresource).
     NotPod,
+    /// Mutate: a workload other than a DaemonSet; its Pods are placed when
+    /// they are created.
+    TemplateNotMutated,
     /// Only `CREATE` is decided; other operations pass unchanged.
     OperationIgnored,
     /// The index is not synchronized yet.
@@ -63,6 +67,7 @@ impl Reason {
     pub fn as_str(self) -> &'static str {
         match self {
             Reason::NotPod => "not_pod",
+            Reason::TemplateNotMutated => "template_not_mutated",
             Reason::OperationIgnored => "operation_ignored",
             Reason::NotReady => "not_ready",
             Reason::PolicyInvalid => "policy_invalid",
@@ -196,9 +201,12 @@ impl Decision {
     }
 }
 
+/// What `warn` mode puts before a denial it returns as a warning.
+pub(crate) const WARN_PREFIX: &str = "poolkeeper would deny this pod (binding mode warn): ";
+
 /// The admission warning `warn` mode returns for a denial.
 pub fn warn_text(denial: &str) -> String {
-    format!("poolkeeper would deny this pod (binding mode warn): {denial}")
+    format!("{WARN_PREFIX}{denial}")
 }
 
 /// How a Pod got its pool.
@@ -264,20 +272,20 @@ fn describe_binding(binding: &PoolBinding<'_>, namespace: &str, pool_label: &str
     }
 }
 
-/// The bound, existing pool with the binding's mode, or the decision to
-/// return instead.
-fn bound_pool<'v>(
-    pod: &PodPlacement,
+/// The bound, existing pool with the binding, or the decision to return
+/// instead.
+fn bound_pool<'v, 'p>(
+    pod: &'p PodPlacement,
     namespace: &str,
     view: &'v PlacementView<'_>,
-    policy: &PlacementPolicy,
-) -> Result<(&'v NodePool, Mode), Box<Decision>> {
+    policy: &'p PlacementPolicy,
+) -> Result<(&'v NodePool, PoolBinding<'p>), Box<Decision>> {
     let pool_label = view.pool_label();
     let Some(binding) = pool_binding(pod, namespace, policy, pool_label) else {
         return Err(Box::new(Decision::allow(Reason::Unbound)));
     };
     match view.node_pool(binding.pool) {
-        Some(pool) => Ok((pool, binding.mode)),
+        Some(pool) => Ok((pool, binding)),
         None => Err(Box::new(
             Decision::allow(Reason::PoolMissing)
             .with_warning(format!(
@@ -324,8 +332,14 @@ pub(crate) fn missing_edge_tolerations<'p>(
 ///   unconstrained for the scheduler's filtering, so it gets the required
 ///   affinity too (its preferred terms are kept). podAffinity and
 ///   podAntiAffinity are never touched.
+/// - A Pod with its own constraints, in a binding with `constraints:
+///   narrow`: the requirement is ANDed into every required node-selector
+///   term (a Pod with only a `nodeSelector` gets it as its required
+///   affinity); a `nodeName` is never rewritten. With `judge` (the default)
+///   such a Pod is left as written for the validating webhook to judge.
 /// - Edge pool -> adds each edge toleration the Pod does not already
 ///   tolerate, appending to `spec.tolerations`.
+/// - A patched Pod records the decision in [`PLACEMENT_ANNOTATION`].
 /// - The binding's mode applies ([`Decision::with_mode`]): `enforce` and
 ///   `warn` patch, `dryrun` withholds the patch.
 ///
@@ -336,21 +350,55 @@ pub fn mutate(
     view: &PlacementView<'_>,
     policy: &PlacementPolicy,
 ) -> Decision {
-    let (pool, mode) = match bound_pool(pod, namespace, view, policy) {
+    mutate_at(pod, namespace, view, policy, &PatchTarget::POD)
+}
+
+/// Where a Pod spec sits in the object under review, and whether its own
+/// constraints are narrowed whatever the binding says.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PatchTarget {
+    /// JSON pointer tokens of the Pod (template) inside the object.
+    pub(crate) base: &'static [&'static str],
+    /// A DaemonSet's template is always narrowed: its controller picks
+    /// nodes from it.
+    pub(crate) always_narrow: bool,
+}
+
+impl PatchTarget {
+    pub(crate) const POD: PatchTarget = PatchTarget {
+        base: &[],
+        always_narrow: false,
+    };
+}
+
+/// [`mutate`] of the Pod (template) at `target`.
+pub(crate) fn mutate_at(
+    pod: &PodPlacement,
+    namespace: &str,
+    view: &PlacementView<'_>,
+    policy: &PlacementPolicy,
+    target: &PatchTarget,
+) -> Decision {
+    let (pool, binding) = match bound_pool(pod, namespace, view, policy) {
         Ok(bound) => bound,
         Err(decision) => return *decision,
     };
+    let mode = binding.mode;
     let Some(spec) = pod.spec.as_ref() else {
         return Decision::allow(Reason::Unchanged)
             .for_pool(&pool.name)
             .with_mode(mode);
     };
+    let constraints = if target.always_narrow {
+        Constraints::Narrow
+    } else {
+        policy.constraints_for_namespace(namespace)
+    };
 
     let mut ops = Vec::new();
-    if NodeConstraints::from_pod(pod).is_unconstrained() {
-        ops.push(add_pool_affinity(pod, view.pool_label(), &pool.name));
+    if let Some(op) = pool_affinity_op(pod, view.pool_label(), &pool.name, constraints) {
+        ops.push(op);
     }
-
     let missing = missing_edge_tolerations(pod, pool, policy);
     if !missing.is_empty() {
         match spec.tolerations {
@@ -366,11 +414,113 @@ pub fn mutate(
     let decision = if ops.is_empty() {
         Decision::allow(Reason::Unchanged)
     } else {
+        ops.push(annotation_op(pod, &binding, constraints));
+        let ops = ops.into_iter().map(|op| rebase(op, target.base)).collect();
         let mut decision = Decision::allow(Reason::Patched);
         decision.patch = Some(Patch(ops));
         decision
     };
     decision.for_pool(&pool.name).with_mode(mode)
+}
+
+/// The affinity operation the Pod needs, if any: the pool requirement for an
+/// unconstrained Pod, or (narrowing) ANDed into each required term that
+/// lacks it. `nodeName` is never rewritten, so a Pod naming its node is
+/// judged as written.
+fn pool_affinity_op(
+    pod: &PodPlacement,
+    pool_label: &str,
+    pool: &str,
+    constraints: Constraints,
+) -> Option<PatchOperation> {
+    let own = NodeConstraints::from_pod(pod);
+    if own.is_unconstrained() {
+        return Some(add_pool_affinity(pod, pool_label, pool));
+    }
+    if constraints == Constraints::Judge || own.node_name.is_some() {
+        return None;
+    }
+    let Some(required) = pod.required_node_affinity() else {
+        return Some(add_pool_affinity(pod, pool_label, pool));
+    };
+    let requirement = pool_requirement(pool_label, pool);
+    let has_it = |term: &NodeSelectorTerm| {
+        term.match_expressions
+            .as_ref()
+            .is_some_and(|expressions| expressions.contains(&requirement))
+    };
+    if required.node_selector_terms.iter().all(has_it) {
+        return None;
+    }
+    let mut narrowed = required.clone();
+    for term in narrowed
+        .node_selector_terms
+        .iter_mut()
+        .filter(|t| !has_it(t))
+    {
+        term.match_expressions
+            .get_or_insert_with(Vec::new)
+            .push(requirement.clone());
+    }
+    Some(add(
+        &[
+            "spec",
+            "affinity",
+            "nodeAffinity",
+            "requiredDuringSchedulingIgnoredDuringExecution",
+        ],
+        to_value(&narrowed),
+    ))
+}
+
+fn pool_requirement(pool_label: &str, pool: &str) -> NodeSelectorRequirement {
+    NodeSelectorRequirement {
+        key: pool_label.to_owned(),
+        operator: "In".to_owned(),
+        values: Some(vec![pool.to_owned()]),
+    }
+}
+
+/// Records pool, binding, mode and constraints in [`PLACEMENT_ANNOTATION`].
+fn annotation_op(
+    pod: &PodPlacement,
+    binding: &PoolBinding<'_>,
+    constraints: Constraints,
+) -> PatchOperation {
+    let value = json!({
+        "pool": binding.pool,
+        "binding": binding.source.as_str(),
+        "mode": binding.mode.as_str(),
+        "constraints": constraints.as_str(),
+    })
+    .to_string();
+    match pod.annotations {
+        None => add(
+            &["metadata", "annotations"],
+            json!({PLACEMENT_ANNOTATION: value}),
+        ),
+        Some(_) => add(
+            &["metadata", "annotations", PLACEMENT_ANNOTATION],
+            Value::String(value),
+        ),
+    }
+}
+
+fn rebase(op: PatchOperation, base: &[&str]) -> PatchOperation {
+    if base.is_empty() {
+        return op;
+    }
+    match op {
+        PatchOperation::Add(AddOperation { path, value }) => {
+            let mut tokens: Vec<String> = base.iter().map(|t| (*t).to_owned()).collect();
+            tokens.extend(path.tokens().map(|t| t.decoded().into_owned()));
+            PatchOperation::Add(AddOperation {
+                path: PointerBuf::from_tokens(tokens),
+                value,
+            })
+        }
+        other => other,
+    }
 }
 
 fn add(path: &[&str], value: Value) -> PatchOperation {
@@ -385,11 +535,7 @@ fn add(path: &[&str], value: Value) -> PatchOperation {
 fn add_pool_affinity(pod: &PodPlacement, pool_label: &str, pool: &str) -> PatchOperation {
     let selector = NodeSelector {
         node_selector_terms: vec![NodeSelectorTerm {
-            match_expressions: Some(vec![NodeSelectorRequirement {
-                key: pool_label.to_owned(),
-                operator: "In".to_owned(),
-                values: Some(vec![pool.to_owned()]),
-            }]),
+            match_expressions: Some(vec![pool_requirement(pool_label, pool)]),
             match_fields: None,
         }],
     };
@@ -449,7 +595,7 @@ pub fn validate(
     policy: &PlacementPolicy,
 ) -> Decision {
     match bound_pool(pod, namespace, view, policy) {
-        Ok((pool, mode)) => validate_in_pool(pod, pool, view, policy).with_mode(mode),
+        Ok((pool, binding)) => validate_in_pool(pod, pool, view, policy).with_mode(binding.mode),
         Err(decision) => *decision,
     }
 }
@@ -539,10 +685,11 @@ fn outside_message(outside: &[&Node], constraints: &NodeConstraints<'_>, pool: &
 /// A denial is a violation.
 pub fn audit(pod: &PodPlacement, view: &PlacementView<'_>, policy: &PlacementPolicy) -> Decision {
     let namespace = pod.namespace.as_str();
-    let (pool, mode) = match bound_pool(pod, namespace, view, policy) {
+    let (pool, binding) = match bound_pool(pod, namespace, view, policy) {
         Ok(bound) => bound,
         Err(decision) => return *decision,
     };
+    let mode = binding.mode;
     let pool_name = pool.name.as_str();
     let decision = match pod.node_name() {
         None => validate_in_pool(pod, pool, view, policy),

@@ -15,6 +15,10 @@
 //! - [`explain`]: the facts behind both decisions for one Pod (binding,
 //!   node set of each constraint, intersection, nodes outside the pool,
 //!   missing tolerations) and the decisions themselves.
+//! - [`validate_workload`] / [`mutate_workload`]: the Pod template of a
+//!   Deployment, ReplicaSet, StatefulSet, DaemonSet, Job, CronJob or
+//!   ReplicationController ([`Workload`]) decided as the Pods it becomes; a
+//!   DaemonSet's template is narrowed into its pool.
 //! - [`PodPlacement`]: the Pod fields all of these read, deserialized
 //!   straight from a Pod's JSON or built from a `k8s_openapi` Pod.
 //! - [`build_index_from_objects`]: an index from an objects file, for the
@@ -30,6 +34,7 @@ mod objects;
 mod pod;
 mod policy;
 mod tolerations;
+mod workload;
 
 pub use decision::{
     BindingSource, Decision, PoolBinding, Reason, audit, mutate, pool_binding, validate, warn_text,
@@ -37,9 +42,13 @@ pub use decision::{
 pub use error::PlacementError;
 pub use explain::{BindingReport, EXPLAIN_NAMES, Explanation, NodeSet, Verdict, explain};
 pub use objects::{OfflineObjects, build_index_from_objects};
-pub use pod::{PlacementAffinity, PlacementNodeAffinity, PlacementSpec, PodPlacement};
+pub use pod::{
+    Annotations, PLACEMENT_ANNOTATION, PlacementAffinity, PlacementNodeAffinity, PlacementSpec,
+    PodPlacement,
+};
 pub use policy::{Binding, PlacementPolicy, PolicySource};
-pub use poolkeeper_config::Mode;
+pub use poolkeeper_config::{Constraints, Mode};
+pub use workload::{Workload, WorkloadKind, mutate_workload, validate_workload};
 
 #[cfg(test)]
 mod tests;

@@ -30,8 +30,51 @@ pub struct PodPlacement {
     pub uid: String,
     /// `metadata.labels`.
     pub labels: BTreeMap<String, String>,
+    /// Whether `metadata.annotations` is present, and the value of
+    /// [`PLACEMENT_ANNOTATION`] in it; no other annotation is kept.
+    pub annotations: Option<Annotations>,
     /// `spec`, `None` when the Pod has none.
     pub spec: Option<PlacementSpec>,
+}
+
+/// The annotation a mutation records its decision in: pool, what bound the
+/// object to it, mode and what was done with the object's own constraints,
+/// so `kubectl get -o yaml` shows why it was placed.
+pub const PLACEMENT_ANNOTATION: &str = "poolkeeper.io/placement";
+
+/// `metadata.annotations`, as far as placement reads it: the value of
+/// [`PLACEMENT_ANNOTATION`]. Other annotations (`kubectl`'s last applied
+/// configuration among them) are skipped without being built.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Annotations {
+    pub placement: Option<String>,
+}
+
+impl<'de> Deserialize<'de> for Annotations {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = Annotations;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a map of annotations")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Annotations, A::Error> {
+                let mut seen = Annotations::default();
+                while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                    if key == PLACEMENT_ANNOTATION {
+                        seen.placement = map.next_value()?;
+                    } else {
+                        map.next_value::<serde::de::IgnoredAny>()?;
+                    }
+                }
+                Ok(seen)
+            }
+        }
+        deserializer.deserialize_map(Visit)
+    }
 }
 
 /// The node constraints and tolerations of a Pod's `spec`.
@@ -91,6 +134,8 @@ struct MetadataDocument {
     uid: Option<String>,
     #[serde(default)]
     labels: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    annotations: Option<Annotations>,
 }
 
 impl From<PodDocument> for PodPlacement {
@@ -102,6 +147,7 @@ impl From<PodDocument> for PodPlacement {
             generate_name: metadata.generate_name.unwrap_or_default(),
             uid: metadata.uid.unwrap_or_default(),
             labels: metadata.labels.unwrap_or_default(),
+            annotations: metadata.annotations,
             spec: document.spec,
         }
     }
@@ -133,6 +179,9 @@ impl From<Pod> for PodPlacement {
             generate_name: metadata.generate_name.unwrap_or_default(),
             uid: metadata.uid.unwrap_or_default(),
             labels: metadata.labels.unwrap_or_default(),
+            annotations: metadata.annotations.map(|all| Annotations {
+                placement: all.get(PLACEMENT_ANNOTATION).cloned(),
+            }),
             spec,
         }
     }

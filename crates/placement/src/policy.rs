@@ -7,6 +7,7 @@
 //!   - namespace: shop-hangzhou
 //!     nodePool: hangzhou
 //!     mode: warn          # enforce | warn | dryrun; placement.defaultMode when absent
+//!     constraints: narrow # judge | narrow; placement.defaultConstraints when absent
 //! edgeTolerations:
 //!   - {key: node-role.kubernetes.io/edge, operator: Exists, effect: NoSchedule}
 //! ```
@@ -16,7 +17,7 @@ use std::collections::btree_map::Entry;
 use std::fmt;
 
 use k8s_openapi::api::core::v1::Toleration;
-use poolkeeper_config::{Mode, PlacementConfig};
+use poolkeeper_config::{Constraints, Mode, PlacementConfig};
 use poolkeeper_index::{ObjectKey, PlacementView};
 use serde::Deserialize;
 
@@ -33,6 +34,7 @@ pub struct PolicySource {
     pub name: String,
     pub key: String,
     pub default_mode: Mode,
+    pub default_constraints: Constraints,
 }
 
 impl From<&PlacementConfig> for PolicySource {
@@ -43,6 +45,7 @@ impl From<&PlacementConfig> for PolicySource {
             name: config_map.name.clone(),
             key: config_map.key.clone(),
             default_mode: placement.default_mode,
+            default_constraints: placement.default_constraints,
         }
     }
 }
@@ -70,6 +73,8 @@ pub struct Binding {
     pub pool: String,
     /// The binding's own `mode`, else the policy's default mode.
     pub mode: Mode,
+    /// The binding's own `constraints`, else the policy's default.
+    pub constraints: Constraints,
 }
 
 /// A parsed, validated placement policy. The default is the empty policy:
@@ -80,6 +85,7 @@ pub struct PlacementPolicy {
     bindings: BTreeMap<String, Binding>,
     edge_tolerations: Vec<Toleration>,
     default_mode: Mode,
+    default_constraints: Constraints,
 }
 
 impl Default for PlacementPolicy {
@@ -104,6 +110,8 @@ struct BindingEntry {
     node_pool: String,
     #[serde(default)]
     mode: Option<Mode>,
+    #[serde(default)]
+    constraints: Option<Constraints>,
 }
 
 #[derive(Deserialize)]
@@ -125,13 +133,13 @@ impl PlacementPolicy {
     /// Parses a policy document whose bindings default to `enforce`. Empty
     /// input (or only comments) is the empty policy.
     pub fn parse(yaml: &str) -> Result<Self, PlacementError> {
-        Self::parse_from(yaml, "placement policy", Mode::Enforce)
+        Self::parse_from(yaml, "placement policy", Mode::Enforce, Constraints::Judge)
     }
 
     /// Parses a policy document whose bindings without a `mode` get
     /// `default_mode`.
     pub fn parse_with_default_mode(yaml: &str, default_mode: Mode) -> Result<Self, PlacementError> {
-        Self::parse_from(yaml, "placement policy", default_mode)
+        Self::parse_from(yaml, "placement policy", default_mode, Constraints::Judge)
     }
 
     /// No binding, no edge toleration.
@@ -140,6 +148,7 @@ impl PlacementPolicy {
             bindings: BTreeMap::new(),
             edge_tolerations: Vec::new(),
             default_mode,
+            default_constraints: Constraints::Judge,
         }
     }
 
@@ -150,8 +159,16 @@ impl PlacementPolicy {
         source: &PolicySource,
     ) -> Result<Self, PlacementError> {
         match data.and_then(|data| data.get(&source.key)) {
-            Some(yaml) => Self::parse_from(yaml, &source.to_string(), source.default_mode),
-            None => Ok(Self::empty(source.default_mode)),
+            Some(yaml) => Self::parse_from(
+                yaml,
+                &source.to_string(),
+                source.default_mode,
+                source.default_constraints,
+            ),
+            None => Ok(Self {
+                default_constraints: source.default_constraints,
+                ..Self::empty(source.default_mode)
+            }),
         }
     }
 
@@ -160,20 +177,28 @@ impl PlacementPolicy {
         Self::from_config_map_data(view.config_map(&source.config_map_key()), source)
     }
 
-    fn parse_from(yaml: &str, origin: &str, default_mode: Mode) -> Result<Self, PlacementError> {
+    fn parse_from(
+        yaml: &str,
+        origin: &str,
+        default_mode: Mode,
+        default_constraints: Constraints,
+    ) -> Result<Self, PlacementError> {
         let document: Option<PolicyDocument> =
             serde_saphyr::from_str(yaml).map_err(|error| PlacementError::PolicySyntax {
                 origin: origin.to_owned(),
                 error: Box::new(error),
             })?;
         let Some(document) = document else {
-            return Ok(Self::empty(default_mode));
+            return Ok(Self {
+                default_constraints,
+                ..Self::empty(default_mode)
+            });
         };
 
         let mut problems = Vec::new();
         let bindings = read_bindings(
             document.bindings.as_deref().unwrap_or_default(),
-            default_mode,
+            (default_mode, default_constraints),
             &mut problems,
         );
         let edge_tolerations =
@@ -183,6 +208,7 @@ impl PlacementPolicy {
                 bindings,
                 edge_tolerations,
                 default_mode,
+                default_constraints,
             })
         } else {
             Err(PlacementError::PolicyInvalid {
@@ -213,6 +239,14 @@ impl PlacementPolicy {
             .map_or(self.default_mode, |binding| binding.mode)
     }
 
+    /// What decisions about Pods of `namespace` do with their own node
+    /// constraints: its binding's, else the default.
+    pub fn constraints_for_namespace(&self, namespace: &str) -> Constraints {
+        self.bindings
+            .get(namespace)
+            .map_or(self.default_constraints, |binding| binding.constraints)
+    }
+
     /// The mode of a binding that names none (`placement.defaultMode`).
     pub fn default_mode(&self) -> Mode {
         self.default_mode
@@ -239,7 +273,7 @@ impl PlacementPolicy {
 /// `problems` as `bindings[i].field: reason`.
 fn read_bindings(
     entries: &[BindingEntry],
-    default_mode: Mode,
+    (default_mode, default_constraints): (Mode, Constraints),
     problems: &mut Vec<String>,
 ) -> BTreeMap<String, Binding> {
     let mut bindings = BTreeMap::new();
@@ -260,6 +294,7 @@ fn read_bindings(
                     Binding {
                         pool: entry.node_pool.clone(),
                         mode: entry.mode.unwrap_or(default_mode),
+                        constraints: entry.constraints.unwrap_or(default_constraints),
                     },
                 );
             }

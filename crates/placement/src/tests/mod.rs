@@ -12,6 +12,7 @@ mod policy;
 mod properties;
 mod tolerations;
 mod validate;
+mod workloads;
 
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::core::v1::Pod;

@@ -26,7 +26,9 @@ fn pool_affinity(pool: &str) -> Value {
 }
 
 /// Runs mutate on `pod` in `namespace`, applies the patch, and returns the
-/// decision, the patched Pod JSON and the patch as JSON.
+/// decision, the patched Pod JSON and the patch as JSON. A patch ends with
+/// the operation recording the decision in the placement annotation, which
+/// is checked here and left out of the returned patch and Pod.
 fn run(
     index: &Index,
     policy: &PlacementPolicy,
@@ -37,7 +39,42 @@ fn run(
     let mut patched = pod.clone();
     let patch = decision.patch.clone().unwrap_or_default();
     json_patch::patch(&mut patched, &patch.0).expect("the patch applies to the pod");
-    (decision, patched, serde_json::to_value(&patch).unwrap())
+    let mut patch = serde_json::to_value(&patch).unwrap();
+    if let Some(ops) = patch.as_array_mut().filter(|ops| !ops.is_empty()) {
+        let recorded = ops.pop().unwrap();
+        let annotation = annotation_of(&patched);
+        assert_eq!(
+            annotation["pool"],
+            decision.pool.as_deref().unwrap(),
+            "{recorded}"
+        );
+        assert_eq!(annotation["mode"], decision.mode.as_str(), "{recorded}");
+        strip_annotation(&mut patched, pod);
+    }
+    (decision, patched, patch)
+}
+
+/// The decision the placement annotation of a patched Pod records.
+pub(super) fn annotation_of(patched: &Value) -> Value {
+    let text = patched["metadata"]["annotations"][crate::PLACEMENT_ANNOTATION]
+        .as_str()
+        .unwrap_or_else(|| panic!("no placement annotation on {patched}"));
+    serde_json::from_str(text).unwrap()
+}
+
+/// `patched` with the placement annotation removed as `original` had it.
+fn strip_annotation(patched: &mut Value, original: &Value) {
+    let annotations = &mut patched["metadata"]["annotations"];
+    annotations
+        .as_object_mut()
+        .unwrap()
+        .remove(crate::PLACEMENT_ANNOTATION);
+    if original["metadata"].get("annotations").is_none() {
+        patched["metadata"]
+            .as_object_mut()
+            .unwrap()
+            .remove("annotations");
+    }
 }
 
 /// Mutating the patched Pod again changes nothing.

@@ -88,7 +88,7 @@ fn shape_errors_carry_the_position() {
         ),
         (
             "bindings:\n  - namespace: a\n    nodepool: b\n",
-            "unknown field `nodepool`, expected one of namespace, nodePool, mode at line 3, column 5",
+            "unknown field `nodepool`, expected one of namespace, nodePool, mode, constraints at line 3, column 5",
         ),
         ("bindings:\n  - namespace: a\n", "missing field `nodePool`"),
         (
@@ -271,7 +271,7 @@ fn from_a_config_map() {
     assert!(
         error.to_string()
             == "ConfigMap poolkeeper-system/poolkeeper-placement key placement.yaml: unknown field `pool`, \
-                expected one of namespace, nodePool, mode at line 1, column 27",
+                expected one of namespace, nodePool, mode, constraints at line 1, column 27",
         "{error}"
     );
 }
