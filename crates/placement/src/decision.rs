@@ -487,13 +487,7 @@ fn annotation_op(
     binding: &PoolBinding<'_>,
     constraints: Constraints,
 ) -> PatchOperation {
-    let value = json!({
-        "pool": binding.pool,
-        "binding": binding.source.as_str(),
-        "mode": binding.mode.as_str(),
-        "constraints": constraints.as_str(),
-    })
-    .to_string();
+    let value = placement_record(binding, constraints);
     match pod.annotations {
         None => add(
             &["metadata", "annotations"],
@@ -504,6 +498,19 @@ fn annotation_op(
             Value::String(value),
         ),
     }
+}
+
+/// The text of [`PLACEMENT_ANNOTATION`]: a JSON object with its keys in a
+/// fixed order (pool, binding, mode, constraints).
+pub fn placement_record(binding: &PoolBinding<'_>, constraints: Constraints) -> String {
+    let quoted = |text: &str| Value::String(text.to_owned()).to_string();
+    format!(
+        "{{\"pool\":{},\"binding\":{},\"mode\":{},\"constraints\":{}}}",
+        quoted(binding.pool),
+        quoted(binding.source.as_str()),
+        quoted(binding.mode.as_str()),
+        quoted(constraints.as_str())
+    )
 }
 
 fn rebase(op: PatchOperation, base: &[&str]) -> PatchOperation {

@@ -37,7 +37,8 @@ mod tolerations;
 mod workload;
 
 pub use decision::{
-    BindingSource, Decision, PoolBinding, Reason, audit, mutate, pool_binding, validate, warn_text,
+    BindingSource, Decision, PoolBinding, Reason, audit, mutate, placement_record, pool_binding,
+    validate, warn_text,
 };
 pub use error::PlacementError;
 pub use explain::{BindingReport, EXPLAIN_NAMES, Explanation, NodeSet, Verdict, explain};

@@ -157,6 +157,11 @@ impl Workload {
         })
     }
 
+    /// Whether `other` has the same Pod template, as written.
+    pub fn same_template(&self, other: &Workload) -> bool {
+        self.template_json == other.template_json
+    }
+
     /// `Kind namespace/name`, for messages.
     pub fn display_name(&self, namespace: &str) -> String {
         if namespace.is_empty() {

@@ -44,6 +44,9 @@ pub enum WebhookError {
     #[error("request.object is not a valid Pod: {0}")]
     InvalidPod(serde_json::Error),
 
+    #[error("request.object or request.oldObject is not a valid workload: {0}")]
+    InvalidWorkload(poolkeeper_placement::PlacementError),
+
     #[error("cannot encode the AdmissionReview response: {0}")]
     EncodeResponse(serde_json::Error),
 
@@ -99,6 +102,7 @@ impl WebhookError {
             | WebhookError::MissingRequest
             | WebhookError::MissingObject { .. }
             | WebhookError::InvalidPod(_)
+            | WebhookError::InvalidWorkload(_)
             | WebhookError::ReadBody(_) => StatusCode::BAD_REQUEST,
             WebhookError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             WebhookError::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
@@ -118,6 +122,7 @@ impl WebhookError {
             WebhookError::MissingRequest => "missing_request",
             WebhookError::MissingObject { .. } => "missing_object",
             WebhookError::InvalidPod(_) => "invalid_pod",
+            WebhookError::InvalidWorkload(_) => "invalid_workload",
             WebhookError::EncodeResponse(_) => "encode_response",
             WebhookError::ReadCertificate { .. }
             | WebhookError::Pem { .. }

@@ -12,7 +12,8 @@ use std::fmt;
 use poolkeeper_bus::{AdmissionResult, WebhookKind};
 use poolkeeper_index::PlacementView;
 use poolkeeper_placement::{
-    Decision, PlacementError, PlacementPolicy, PodPlacement, Reason, mutate, validate,
+    Decision, PlacementError, PlacementPolicy, PodPlacement, Reason, Workload, WorkloadKind,
+    mutate, mutate_workload, validate, validate_workload,
 };
 use serde::Deserialize;
 use serde::de::IgnoredAny;
@@ -103,7 +104,22 @@ pub(crate) fn review<'a>(
         generated: false,
         decision: Decision::allow(Reason::NotPod),
     };
-    if !request.kind.is_pod() || request.sub_resource.is_some_and(|sub| !sub.0.is_empty()) {
+    if request
+        .sub_resource
+        .as_ref()
+        .is_some_and(|sub| !sub.0.is_empty())
+    {
+        return Ok(reviewed);
+    }
+    if let Some(kind) = request.kind.workload() {
+        let submitted = Submitted {
+            operation: request.operation,
+            object: request.object,
+            old_object: request.old_object,
+        };
+        return review_workload(webhook, kind, submitted, reviewed, view, policy);
+    }
+    if !request.kind.is_pod() {
         return Ok(reviewed);
     }
     // Placement is decided when a Pod is created; node constraints are
@@ -132,6 +148,67 @@ pub(crate) fn review<'a>(
         },
     };
     Ok(reviewed)
+}
+
+/// A workload on CREATE, or on an UPDATE that changes its Pod template (an
+/// update of anything else, such as a controller scaling a ReplicaSet, is
+/// not judged again).
+fn review_workload<'a>(
+    webhook: WebhookKind,
+    kind: WorkloadKind,
+    request: Submitted<'a>,
+    mut reviewed: Reviewed<'a>,
+    view: &PlacementView<'_>,
+    policy: Result<&PlacementPolicy, &PlacementError>,
+) -> Result<Reviewed<'a>, WebhookError> {
+    let operation = match request.operation {
+        Operation::Create => "CREATE",
+        Operation::Update => "UPDATE",
+        Operation::Delete | Operation::Connect => {
+            reviewed.decision = Decision::allow(Reason::OperationIgnored);
+            return Ok(reviewed);
+        }
+    };
+    let object = request
+        .object
+        .ok_or(WebhookError::MissingObject { operation })?;
+    let workload =
+        Workload::from_json(kind, object.get()).map_err(WebhookError::InvalidWorkload)?;
+    if request.operation == Operation::Update {
+        let old = request
+            .old_object
+            .map(|old| Workload::from_json(kind, old.get()))
+            .transpose()
+            .map_err(WebhookError::InvalidWorkload)?;
+        if old.is_some_and(|old| old.same_template(&workload)) {
+            reviewed.decision = Decision::allow(Reason::OperationIgnored);
+            return Ok(reviewed);
+        }
+    }
+    if reviewed.namespace.is_empty() {
+        reviewed.namespace = Cow::Owned(workload.namespace.clone());
+    }
+    if reviewed.name.is_empty() {
+        reviewed.name = Cow::Owned(workload.name.clone());
+        reviewed.generated = true;
+    }
+    reviewed.decision = match policy {
+        Err(error) => policy_invalid(webhook, error),
+        Ok(policy) => match webhook {
+            WebhookKind::Mutate => mutate_workload(&workload, &reviewed.namespace, view, policy),
+            WebhookKind::Validate => {
+                validate_workload(&workload, &reviewed.namespace, view, policy)
+            }
+        },
+    };
+    Ok(reviewed)
+}
+
+/// What a request submits: the operation and the object, before and after.
+struct Submitted<'a> {
+    operation: Operation,
+    object: Option<&'a RawValue>,
+    old_object: Option<&'a RawValue>,
 }
 
 /// A string field, borrowed from the body unless it holds escapes.
@@ -168,6 +245,8 @@ struct Request<'a> {
     operation: Operation,
     #[serde(default, borrow)]
     object: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    old_object: Option<&'a RawValue>,
 }
 
 #[derive(Deserialize)]
@@ -184,6 +263,11 @@ impl Kind<'_> {
     /// A core `v1` Pod.
     fn is_pod(&self) -> bool {
         self.group.0.is_empty() && self.version.0 == "v1" && self.kind.0 == "Pod"
+    }
+
+    /// A kind that carries a Pod template.
+    fn workload(&self) -> Option<WorkloadKind> {
+        WorkloadKind::from_type(&self.group.0, &self.version.0, &self.kind.0)
     }
 }
 

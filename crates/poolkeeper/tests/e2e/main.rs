@@ -15,3 +15,4 @@ mod placement;
 mod privilege;
 mod process;
 mod replicas;
+mod workloads;

@@ -35,32 +35,32 @@ use crate::objects::{
     write_policy,
 };
 
-const EDGE_NAMESPACE: &str = "shop-edge";
+pub(crate) const EDGE_NAMESPACE: &str = "shop-edge";
 const CLOUD_NAMESPACE: &str = "shop-cloud";
 const UNBOUND_NAMESPACE: &str = "plain";
 /// Excluded by the webhooks' namespaceSelector: shows what the apiserver
 /// makes of a Pod without poolkeeper.
 const UNWEBHOOKED_NAMESPACE: &str = "kube-system";
-const EDGE_NODES: [&str; 2] = ["edge-1", "edge-2"];
-const CLOUD_NODES: [&str; 2] = ["cloud-1", "cloud-2"];
+pub(crate) const EDGE_NODES: [&str; 2] = ["edge-1", "edge-2"];
+pub(crate) const CLOUD_NODES: [&str; 2] = ["cloud-1", "cloud-2"];
 const UNPOOLED_NODE: &str = "loose-1";
 const VALIDATING_WEBHOOK: &str = "validate-pods.poolkeeper.io";
 
 /// Which of the webhook configurations of `deploy/webhooks` the apiserver gets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Webhooks {
+pub(crate) enum Webhooks {
     Both,
     ValidatingOnly,
 }
 
 /// A cluster with pools, nodes, the placement policy and poolkeeper running
 /// with its webhooks registered and in effect.
-struct Cluster {
+pub(crate) struct Cluster {
     // Declaration order is drop order: the controller stops before the
     // control plane it talks to.
     running: Running,
-    env: TestEnv,
-    client: Client,
+    pub(crate) env: TestEnv,
+    pub(crate) client: Client,
     /// The webhook server's `webhook.certDir`.
     cert_dir: tempfile::TempDir,
     cert: WebhookCert,
@@ -73,7 +73,7 @@ const BINDINGS: [(&str, &str, &str); 2] = [
     (CLOUD_NAMESPACE, "cloud", "enforce"),
 ];
 
-async fn setup(webhooks: Webhooks) -> Cluster {
+pub(crate) async fn setup(webhooks: Webhooks) -> Cluster {
     // A cluster as users have it: kube-controller-manager beside the scheduler.
     let env = control_plane(
         TestEnv::builder().scheduler(true).controller_manager(true),

@@ -34,7 +34,10 @@ async fn mutate_returns_a_correct_patch() {
             }}},
             {"op": "add", "path": "/spec/tolerations", "value": [
                 {"key": "node-role.kubernetes.io/edge", "operator": "Exists", "effect": "NoSchedule"}
-            ]}
+            ]},
+            {"op": "add", "path": "/metadata/annotations", "value": {
+                "poolkeeper.io/placement": r#"{"pool":"hangzhou","binding":"namespace","mode":"enforce","constraints":"judge"}"#
+            }}
         ])
     );
     let mut patched = object.clone();
@@ -158,10 +161,10 @@ async fn warnings_reach_the_response() {
 async fn other_kinds_and_operations_pass_unchanged() {
     let f = fixture();
     let deployment = review(
-        "Deployment",
+        "ConfigMap",
         "CREATE",
         "shop-beijing",
-        json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"}}),
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "d"}}),
     );
     let mut binding = pod_review("shop-beijing", json!({"nodeName": "hz-1"}));
     binding["request"]["subResource"] = json!("binding");

@@ -7,6 +7,7 @@ mod offline;
 mod policy;
 mod settings;
 mod wire;
+mod workloads;
 
 use std::sync::Arc;
 
@@ -178,8 +179,13 @@ fn pod(namespace_in_object: Option<&str>, labels: Value, spec: Value) -> Value {
 }
 
 fn review(kind: &str, operation: &str, namespace: &str, object: Value) -> Value {
-    let resource = if kind == "Pod" { "pods" } else { "deployments" };
-    let group = if kind == "Pod" { "" } else { "apps" };
+    let (group, resource) = match kind {
+        "Pod" => ("", "pods"),
+        "ConfigMap" => ("", "configmaps"),
+        "DaemonSet" => ("apps", "daemonsets"),
+        "CronJob" => ("batch", "cronjobs"),
+        _ => ("apps", "deployments"),
+    };
     json!({
         "apiVersion": "admission.k8s.io/v1",
         "kind": "AdmissionReview",

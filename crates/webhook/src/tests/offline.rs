@@ -17,7 +17,7 @@ async fn review_response_is_what_the_server_sends() {
     let offline = review_response(WebhookKind::Mutate, &body, &view, policy.as_ref()).unwrap();
     assert_eq!(offline["response"]["uid"], UID);
     assert_eq!(offline["response"]["allowed"], true);
-    assert_eq!(patch_of(&offline["response"]).0.len(), 1);
+    assert_eq!(patch_of(&offline["response"]).0.len(), 2);
 
     let f = fixture();
     let (_, served) = post(&f.router, "/mutate-pods", body).await;

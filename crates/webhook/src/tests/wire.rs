@@ -9,10 +9,16 @@ use serde_json::json;
 
 use super::{POOL_LABEL, UID, fixture, pod_review, post};
 
-/// The RFC 6902 patch that binds a plain Pod to the Cloud pool `beijing`.
+/// The placement annotation's text for a Pod bound through its namespace.
+const RECORD: &str =
+    r#"{"pool":"beijing","binding":"namespace","mode":"enforce","constraints":"judge"}"#;
+
+/// The RFC 6902 patch that binds a plain Pod to the Cloud pool `beijing`,
+/// and records the decision.
 fn beijing_patch() -> String {
+    let record = serde_json::to_string(RECORD).unwrap();
     format!(
-        r#"[{{"op":"add","path":"/spec/affinity","value":{{"nodeAffinity":{{"requiredDuringSchedulingIgnoredDuringExecution":{{"nodeSelectorTerms":[{{"matchExpressions":[{{"key":"{POOL_LABEL}","operator":"In","values":["beijing"]}}]}}]}}}}}}}}]"#
+        r#"[{{"op":"add","path":"/spec/affinity","value":{{"nodeAffinity":{{"requiredDuringSchedulingIgnoredDuringExecution":{{"nodeSelectorTerms":[{{"matchExpressions":[{{"key":"{POOL_LABEL}","operator":"In","values":["beijing"]}}]}}]}}}}}}}},{{"op":"add","path":"/metadata/annotations","value":{{"poolkeeper.io/placement":{record}}}}}]"#
     )
 }
 
@@ -38,7 +44,7 @@ async fn a_mutate_response_carries_the_patch_as_base64() {
             "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
                 {"matchExpressions": [{"key": POOL_LABEL, "operator": "In", "values": ["beijing"]}]}
             ]}
-        }}}])
+        }}}, {"op": "add", "path": "/metadata/annotations", "value": {"poolkeeper.io/placement": RECORD}}])
     );
 }
 
