@@ -156,14 +156,14 @@ impl Component for Audit {
     }
 }
 
-/// The Pod a finding is about, with its UID (how `kubectl describe pod`
-/// finds its Events).
+/// The Pod (or workload) a finding is about, with its UID (how `kubectl
+/// describe` finds its Events).
 pub fn pod_reference(finding: &Finding) -> ObjectReference {
     ObjectReference {
-        api_version: Some("v1".to_owned()),
-        kind: Some("Pod".to_owned()),
+        api_version: Some(finding.api_version.to_owned()),
+        kind: Some(finding.kind.to_owned()),
         namespace: Some(finding.violation.namespace.clone()),
-        name: Some(finding.violation.pod.clone()),
+        name: Some(finding.name.clone()),
         uid: Some(finding.uid.clone()).filter(|uid| !uid.is_empty()),
         field_path: None,
         resource_version: None,

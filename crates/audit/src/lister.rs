@@ -8,9 +8,9 @@ use futures::future::BoxFuture;
 use http_body_util::BodyExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::api::ListParams;
-use kube::core::{ObjectList, Request, Status};
-use poolkeeper_placement::PodPlacement;
+use kube::api::{DynamicObject, ListParams};
+use kube::core::{GroupVersionKind, ObjectList, Request, Status};
+use poolkeeper_placement::{PodPlacement, Workload, WorkloadKind};
 use serde::de::DeserializeOwned;
 
 /// Terminated Pods run nowhere: the API server leaves them out.
@@ -51,6 +51,14 @@ impl std::fmt::Display for PodQuery {
     }
 }
 
+/// One page of a LIST of one workload kind in every namespace.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct WorkloadPage {
+    pub workloads: Vec<Workload>,
+    /// Where the next page starts; `None` on the last page.
+    pub continue_token: Option<String>,
+}
+
 /// One page of a LIST, already projected.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct PodPage {
@@ -69,6 +77,19 @@ pub trait PodLister: Send + Sync + 'static {
         limit: u32,
         continue_token: Option<&'a str>,
     ) -> BoxFuture<'a, Result<PodPage, kube::Error>>;
+
+    /// The page of the workloads of `kind` in every namespace that starts at
+    /// `continue_token`, at most `limit`. A lister that reads only Pods
+    /// has none.
+    fn workloads<'a>(
+        &'a self,
+        kind: WorkloadKind,
+        limit: u32,
+        continue_token: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<WorkloadPage, kube::Error>> {
+        let _ = (kind, limit, continue_token);
+        Box::pin(async { Ok(WorkloadPage::default()) })
+    }
 }
 
 /// The API server's Pods: the LIST `Api::<Pod>::list` sends, with each
@@ -186,6 +207,37 @@ impl PodLister for KubePods {
             Ok(PodPage {
                 continue_token: list.metadata.continue_.filter(|token| !token.is_empty()),
                 pods: list.items,
+            })
+        })
+    }
+
+    fn workloads<'a>(
+        &'a self,
+        kind: WorkloadKind,
+        limit: u32,
+        continue_token: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<WorkloadPage, kube::Error>> {
+        Box::pin(async move {
+            let gvk = GroupVersionKind::gvk(kind.group(), "v1", kind.kind());
+            let (resource, _) = kube::discovery::pinned_kind(&self.client, &gvk).await?;
+            let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &resource);
+            let mut params = ListParams::default().limit(limit);
+            if let Some(token) = continue_token {
+                params = params.continue_token(token);
+            }
+            let list = api.list(&params).await?;
+            let mut workloads = Vec::with_capacity(list.items.len());
+            for object in list.items {
+                let value = serde_json::to_value(object).map_err(kube::Error::SerdeError)?;
+                // An object the API server stored always has a template that parses; one
+                // that did not would be judged by nothing, so it is left out.
+                if let Ok(workload) = Workload::from_value(kind, value) {
+                    workloads.push(workload);
+                }
+            }
+            Ok(WorkloadPage {
+                workloads,
+                continue_token: list.metadata.continue_.filter(|token| !token.is_empty()),
             })
         })
     }

@@ -8,7 +8,10 @@ use std::time::Duration;
 
 use poolkeeper_bus::{AuditCount, AuditViolation, Event};
 use poolkeeper_index::{Index, PlacementView};
-use poolkeeper_placement::{Mode, PlacementPolicy, PodPlacement, Reason, audit};
+use poolkeeper_placement::{
+    Decision, Mode, PlacementPolicy, PodPlacement, Reason, Workload, WorkloadKind, audit,
+    validate_workload,
+};
 use tokio::time::Instant;
 
 use crate::error::AuditError;
@@ -19,7 +22,12 @@ use crate::settings::AuditSettings;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Finding {
     pub violation: AuditViolation,
-    /// `metadata.uid`, so that `kubectl describe pod` finds the Event.
+    /// The object's kind (`Pod`, or the workload's) and `apiVersion`.
+    pub kind: &'static str,
+    pub api_version: &'static str,
+    /// `metadata.name` (`violation.pod` is `Kind/name` for a workload).
+    pub name: String,
+    /// `metadata.uid`, so that `kubectl describe` finds the Event.
     pub uid: String,
     /// The binding's mode (violations count in every mode).
     pub mode: Mode,
@@ -61,6 +69,8 @@ impl ReportKey {
 pub struct Round {
     /// Pods judged.
     pub pods: usize,
+    /// Workloads (their Pod templates) judged.
+    pub workloads: usize,
     pub duration: Duration,
     /// Every violation, counted by namespace, pool and reason (sorted).
     pub counts: Vec<AuditCount>,
@@ -94,11 +104,30 @@ impl Round {
     }
 }
 
-/// Counts and findings as Pods are judged.
+/// The object a violation is about.
+struct Subject<'a> {
+    kind: &'static str,
+    api_version: &'static str,
+    namespace: &'a str,
+    name: &'a str,
+    uid: &'a str,
+    node: Option<&'a str>,
+}
+
+fn workload_api_version(kind: WorkloadKind) -> &'static str {
+    match kind.group() {
+        "apps" => "apps/v1",
+        "batch" => "batch/v1",
+        _ => "v1",
+    }
+}
+
+/// Counts and findings as Pods and workloads are judged.
 struct Tally<'r> {
     max_reported: usize,
     previous: &'r HashSet<ReportKey>,
     pods: usize,
+    workloads: usize,
     counts: BTreeMap<(String, String, &'static str), usize>,
     findings: Vec<Finding>,
     truncated: bool,
@@ -111,6 +140,7 @@ impl<'r> Tally<'r> {
             max_reported,
             previous,
             pods: 0,
+            workloads: 0,
             counts: BTreeMap::new(),
             findings: Vec::new(),
             truncated: false,
@@ -124,13 +154,55 @@ impl<'r> Tally<'r> {
         if decision.allowed {
             return;
         }
+        let subject = Subject {
+            kind: "Pod",
+            api_version: "v1",
+            namespace: &pod.namespace,
+            name: &pod.name,
+            uid: &pod.uid,
+            node: pod.node_name(),
+        };
+        self.record(&subject, decision);
+    }
+
+    /// A workload whose template `validate` would deny (in any mode).
+    fn judge_workload(
+        &mut self,
+        workload: &Workload,
+        view: &PlacementView<'_>,
+        policy: &PlacementPolicy,
+    ) {
+        self.workloads += 1;
+        let mut decision = validate_workload(workload, &workload.namespace, view, policy);
+        if decision.enforce_allows() {
+            return;
+        }
+        decision.message = decision.message.take().or(decision.withheld_denial.take());
+        let subject = Subject {
+            kind: workload.kind.kind(),
+            api_version: workload_api_version(workload.kind),
+            namespace: &workload.namespace,
+            name: &workload.name,
+            uid: &workload.uid,
+            node: None,
+        };
+        self.record(&subject, decision);
+    }
+
+    fn record(&mut self, subject: &Subject<'_>, decision: Decision) {
         let pool = decision.pool.unwrap_or_default();
         let reason = decision.reason.as_str();
+        let namespace = subject.namespace.to_owned();
         *self
             .counts
-            .entry((pod.namespace.clone(), pool.clone(), reason))
+            .entry((namespace.clone(), pool.clone(), reason))
             .or_default() += 1;
-        let key = ReportKey::new(&pod.uid, &pod.namespace, &pod.name, reason);
+        let shown = if subject.kind == "Pod" {
+            subject.name.to_owned()
+        } else {
+            format!("{}/{}", subject.kind, subject.name)
+        };
+        let key = ReportKey::new(subject.uid, &namespace, &shown, reason);
         if self.previous.contains(&key) {
             self.still_reported.insert(key);
         }
@@ -140,14 +212,17 @@ impl<'r> Tally<'r> {
         }
         self.findings.push(Finding {
             violation: AuditViolation {
-                namespace: pod.namespace.clone(),
-                pod: pod.name.clone(),
+                namespace,
+                pod: shown,
                 pool,
                 reason,
-                node: pod.node_name().map(str::to_owned),
+                node: subject.node.map(str::to_owned),
                 message: decision.message.unwrap_or_default(),
             },
-            uid: pod.uid.clone(),
+            kind: subject.kind,
+            api_version: subject.api_version,
+            name: subject.name.to_owned(),
+            uid: subject.uid.to_owned(),
             mode: decision.mode,
         });
     }
@@ -155,6 +230,7 @@ impl<'r> Tally<'r> {
     fn finish(self, duration: Duration) -> Round {
         Round {
             pods: self.pods,
+            workloads: self.workloads,
             duration,
             counts: self
                 .counts
@@ -224,7 +300,46 @@ pub async fn audit_round(
             }
         }
     }
+    audit_workloads(lister, index, settings, (&policy, &bound), &mut tally).await?;
     Ok(tally.finish(started.elapsed()))
+}
+
+/// The workloads of the bound namespaces, and those whose template carries
+/// the pool label: each kind LISTed once across namespaces, a page at a time.
+async fn audit_workloads(
+    lister: &dyn PodLister,
+    index: &Index,
+    settings: &AuditSettings,
+    (policy, bound): (&PlacementPolicy, &BTreeSet<&str>),
+    tally: &mut Tally<'_>,
+) -> Result<(), AuditError> {
+    let pool_label = index.pool_label();
+    for kind in WorkloadKind::ALL {
+        let mut token: Option<String> = None;
+        loop {
+            let page = lister
+                .workloads(kind, settings.page_size, token.as_deref())
+                .await
+                .map_err(|source| AuditError::ListPods {
+                    query: format!("the {kind}s of every namespace"),
+                    source,
+                })?;
+            let view = index.placement();
+            for workload in &page.workloads {
+                let placed = bound.contains(workload.namespace.as_str())
+                    || workload.template.labels.contains_key(pool_label);
+                if placed {
+                    tally.judge_workload(workload, &view, policy);
+                }
+            }
+            drop(view);
+            token = page.continue_token;
+            if token.is_none() {
+                break;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The Warning Event reason (PascalCase) of a violation reason.

@@ -54,7 +54,10 @@ pub enum PlacementError {
     PodSyntax { error: Box<serde_saphyr::Error> },
 
     /// A Pod manifest holds no Pod (or more than one document).
-    #[error("pod manifest: expected one Pod (kind: Pod, apiVersion: v1), found {found}")]
+    #[error(
+        "pod manifest: expected one Pod (kind: Pod, apiVersion: v1) or workload (Deployment, \
+         ReplicaSet, StatefulSet, DaemonSet, Job, CronJob, ReplicationController), found {found}"
+    )]
     NotAPod { found: String },
 
     /// A Pod manifest whose placement fields do not parse.

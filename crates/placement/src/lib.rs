@@ -49,7 +49,9 @@ pub use pod::{
 };
 pub use policy::{Binding, PlacementPolicy, PolicySource};
 pub use poolkeeper_config::{Constraints, Mode};
-pub use workload::{Workload, WorkloadKind, mutate_workload, validate_workload};
+pub use workload::{
+    Manifest, Workload, WorkloadKind, explain_manifest, mutate_workload, validate_workload,
+};
 
 #[cfg(test)]
 mod tests;

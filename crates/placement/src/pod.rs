@@ -187,23 +187,26 @@ impl From<Pod> for PodPlacement {
     }
 }
 
+/// The one document of a manifest.
+pub(crate) fn single_document(yaml: &str) -> Result<Value, PlacementError> {
+    let documents: Vec<Value> =
+        serde_saphyr::from_multiple(yaml).map_err(|error| PlacementError::PodSyntax {
+            error: Box::new(error),
+        })?;
+    let mut documents: Vec<Value> = documents.into_iter().filter(|d| !d.is_null()).collect();
+    match documents.len() {
+        1 => Ok(documents.remove(0)),
+        n => Err(PlacementError::NotAPod {
+            found: format!("{n} documents"),
+        }),
+    }
+}
+
 impl PodPlacement {
     /// The Pod of a manifest (`kubectl get pod -o yaml`, or one written by
     /// hand): exactly one document, `apiVersion: v1`, `kind: Pod`.
     pub fn from_yaml(yaml: &str) -> Result<Self, PlacementError> {
-        let documents: Vec<Value> =
-            serde_saphyr::from_multiple(yaml).map_err(|error| PlacementError::PodSyntax {
-                error: Box::new(error),
-            })?;
-        let mut documents: Vec<Value> = documents.into_iter().filter(|d| !d.is_null()).collect();
-        let document = match documents.len() {
-            1 => documents.remove(0),
-            n => {
-                return Err(PlacementError::NotAPod {
-                    found: format!("{n} documents"),
-                });
-            }
-        };
+        let document = single_document(yaml)?;
         let text = |pointer: &str| document.pointer(pointer).and_then(Value::as_str);
         match (text("/apiVersion"), text("/kind")) {
             (Some("v1"), Some("Pod")) => {}

@@ -5,7 +5,11 @@
 //!
 //! - [`validate_workload`]: the template as the Pod it becomes (the Pod
 //!   mutation applied, as the mutating webhook will apply it to each Pod),
-//!   judged with [`validate`]'s rules, modes and messages.
+//!   judged with [`validate`]'s rules, modes and messages. A DaemonSet's
+//!   template is judged as written: its Pods get their nodes from it, not
+//!   from the Pod mutation, so only a template the mutating webhook has
+//!   narrowed stays in the pool (one created before its namespace was bound
+//!   is reported by the audit until an update narrows it).
 //! - [`mutate_workload`]: only a DaemonSet's template is patched: its
 //!   controller picks nodes from the template (and gives each Pod an
 //!   affinity to its one node), so the template gets the pool requirement
@@ -19,7 +23,8 @@ use serde_json::Value;
 
 use crate::decision::{Decision, PatchTarget, Reason, WARN_PREFIX, mutate_at, validate};
 use crate::error::PlacementError;
-use crate::pod::PodPlacement;
+use crate::explain::{Explanation, explain};
+use crate::pod::{PodPlacement, single_document};
 use crate::policy::PlacementPolicy;
 
 /// A kind of object that carries a Pod template.
@@ -110,6 +115,8 @@ pub struct Workload {
     pub namespace: String,
     /// `metadata.name`, else `metadata.generateName`.
     pub name: String,
+    /// `metadata.uid` (empty before the object is created).
+    pub uid: String,
     /// The Pod template, as a Pod (its `metadata` and `spec`).
     pub template: PodPlacement,
     template_json: Value,
@@ -132,6 +139,7 @@ impl Workload {
                 .to_owned()
         };
         let namespace = text(&object, "/metadata/namespace");
+        let uid = text(&object, "/metadata/uid");
         let name = match text(&object, "/metadata/name") {
             name if name.is_empty() => text(&object, "/metadata/generateName"),
             name => name,
@@ -152,9 +160,28 @@ impl Workload {
             kind,
             namespace,
             name,
+            uid,
             template,
             template_json,
         })
+    }
+
+    /// This workload with a patch of [`mutate_workload`] applied to it (its
+    /// paths start at the object; only the template is kept of it).
+    pub fn patched(&self, patch: &json_patch::Patch) -> Workload {
+        let mut object = self.template_json.clone();
+        for token in self.kind.template_path().iter().rev() {
+            object = serde_json::json!({ *token: object });
+        }
+        if json_patch::patch(&mut object, &patch.0).is_err() {
+            return self.clone();
+        }
+        let mut patched = self.clone();
+        if let Ok(read) = Workload::from_value(self.kind, object) {
+            patched.template = read.template;
+            patched.template_json = read.template_json;
+        }
+        patched
     }
 
     /// Whether `other` has the same Pod template, as written.
@@ -172,23 +199,19 @@ impl Workload {
     }
 
     /// The template as the Pod it becomes: with the patch the mutating
-    /// webhook gives each of its Pods (a DaemonSet's: its template's, which
-    /// its controller copies), as `enforce` would apply it.
+    /// webhook gives each of its Pods, as `enforce` would apply it. A
+    /// DaemonSet's as written: its controller places each Pod by the
+    /// template.
     pub fn as_admitted_pod(
         &self,
         namespace: &str,
         view: &PlacementView<'_>,
         policy: &PlacementPolicy,
     ) -> PodPlacement {
-        let target = if self.kind == WorkloadKind::DaemonSet {
-            PatchTarget {
-                base: &[],
-                always_narrow: true,
-            }
-        } else {
-            PatchTarget::POD
-        };
-        let mutation = mutate_at(&self.template, namespace, view, policy, &target);
+        if self.kind == WorkloadKind::DaemonSet {
+            return self.template.clone();
+        }
+        let mutation = mutate_at(&self.template, namespace, view, policy, &PatchTarget::POD);
         let Some(patch) = mutation.enforce_patch() else {
             return self.template.clone();
         };
@@ -249,4 +272,71 @@ pub fn mutate_workload(
         policy,
         &workload.kind.target(),
     )
+}
+
+/// A manifest `explain` reads: a Pod, or a workload whose template it explains.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Manifest {
+    Pod(PodPlacement),
+    Workload(Workload),
+}
+
+impl Manifest {
+    /// Exactly one document: a `v1` Pod or one of the workload kinds.
+    pub fn from_yaml(yaml: &str) -> Result<Self, PlacementError> {
+        let document = single_document(yaml)?;
+        let text = |pointer: &str| {
+            document
+                .pointer(pointer)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned()
+        };
+        let (api_version, kind) = (text("/apiVersion"), text("/kind"));
+        if api_version == "v1" && kind == "Pod" {
+            let pod = serde_json::from_value(document)
+                .map_err(|error| PlacementError::InvalidPod { error })?;
+            return Ok(Manifest::Pod(pod));
+        }
+        match WorkloadKind::from_api_version(&api_version, &kind) {
+            Some(kind) => Ok(Manifest::Workload(Workload::from_value(kind, document)?)),
+            None => Err(PlacementError::NotAPod {
+                found: format!("kind {kind:?}, apiVersion {api_version:?}"),
+            }),
+        }
+    }
+
+    /// `metadata.namespace`, empty when the manifest names none.
+    pub fn namespace(&self) -> &str {
+        match self {
+            Manifest::Pod(pod) => &pod.namespace,
+            Manifest::Workload(workload) => &workload.namespace,
+        }
+    }
+}
+
+/// [`explain`] of a Pod, or of a workload's template with the workload's
+/// verdicts (a DaemonSet's template narrowed, the others' left as written).
+pub fn explain_manifest(
+    manifest: &Manifest,
+    namespace: &str,
+    view: &PlacementView<'_>,
+    policy: &PlacementPolicy,
+) -> Explanation {
+    match manifest {
+        Manifest::Pod(pod) => explain(pod, namespace, view, policy),
+        Manifest::Workload(workload) => {
+            let mut explained = explain(&workload.template, namespace, view, policy);
+            explained.pod = format!("{} (its pod template)", workload.display_name(namespace));
+            let mutation = mutate_workload(workload, namespace, view, policy);
+            // The validating webhook sees the workload as the mutating one left it.
+            let mutated = match &mutation.patch {
+                Some(patch) => workload.patched(patch),
+                None => workload.clone(),
+            };
+            explained.validate = validate_workload(&mutated, namespace, view, policy).into();
+            explained.mutate = mutation.into();
+            explained
+        }
+    }
 }

@@ -141,8 +141,9 @@ fn table(round: &Round) -> String {
     let violations = round.violations();
     let _ = writeln!(
         text,
-        "{} pods checked in {:.2}s: {}",
+        "{} pods and {} workloads checked in {:.2}s: {}",
         round.pods,
+        round.workloads,
         round.duration.as_secs_f64(),
         match violations {
             0 => "no violations".to_owned(),

@@ -13,8 +13,8 @@ use poolkeeper_audit::{AuditError, cluster_index, cluster_pod};
 use poolkeeper_config::Config;
 use poolkeeper_index::Index;
 use poolkeeper_placement::{
-    BindingSource, Explanation, NodeSet, PlacementError, PlacementPolicy, PodPlacement,
-    PolicySource, Verdict, build_index_from_objects, explain,
+    BindingSource, Explanation, Manifest, NodeSet, PlacementError, PlacementPolicy, PolicySource,
+    Verdict, build_index_from_objects, explain_manifest,
 };
 
 use crate::admit::{AdmitError, load_config, read};
@@ -153,23 +153,20 @@ pub fn explanation(
     };
     let view = index.placement();
     let policy = PlacementPolicy::load(&view, &source).map_err(ExplainError::Policy)?;
-    Ok(explain(&pod, &namespace, &view, &policy))
+    Ok(explain_manifest(&pod, &namespace, &view, &policy))
 }
 
-/// The Pod of a manifest and its namespace: `--namespace`, else the
-/// manifest's, else `default`.
-fn manifest(
-    file: &Path,
-    namespace: Option<String>,
-) -> Result<(PodPlacement, String), ExplainError> {
-    let pod = PodPlacement::from_yaml(&read(file)?).map_err(|source| ExplainError::Pod {
+/// The Pod (or workload) of a manifest and its namespace: `--namespace`,
+/// else the manifest's, else `default`.
+fn manifest(file: &Path, namespace: Option<String>) -> Result<(Manifest, String), ExplainError> {
+    let manifest = Manifest::from_yaml(&read(file)?).map_err(|source| ExplainError::Pod {
         file: file.to_owned(),
         source,
     })?;
     let namespace = namespace
-        .or_else(|| Some(pod.namespace.clone()).filter(|ns| !ns.is_empty()))
+        .or_else(|| Some(manifest.namespace().to_owned()).filter(|ns| !ns.is_empty()))
         .unwrap_or_else(|| "default".to_owned());
-    Ok((pod, namespace))
+    Ok((manifest, namespace))
 }
 
 fn offline_index(
@@ -193,7 +190,7 @@ fn live(
     kubeconfig: Option<&Path>,
     config: &Config,
     source: &PolicySource,
-) -> Result<(PodPlacement, String, Index), ExplainError> {
+) -> Result<(Manifest, String, Index), ExplainError> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -202,9 +199,10 @@ fn live(
         let client = crate::controller::client(kubeconfig).await?;
         let (pod, namespace) = match pod {
             PodInput::Manifest { file, namespace } => manifest(&file, namespace)?,
-            PodInput::Cluster { namespace, name } => {
-                (cluster_pod(&client, &namespace, &name).await?, namespace)
-            }
+            PodInput::Cluster { namespace, name } => (
+                Manifest::Pod(cluster_pod(&client, &namespace, &name).await?),
+                namespace,
+            ),
         };
         let index = cluster_index(&client, &config.placement.pool_label, source).await?;
         Ok((pod, namespace, index))

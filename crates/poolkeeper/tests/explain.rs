@@ -415,3 +415,43 @@ fn unusable_input_exits_2_with_the_reason() {
         assert!(stderr.contains(mentions), "{args:?}: {}", describe(&output));
     }
 }
+
+/// A workload manifest is explained through its Pod template, with the
+/// workload's verdicts: a Deployment reaching outside its pool is refused, a
+/// DaemonSet's template is narrowed into its pool.
+#[test]
+fn workload_manifests_are_explained_through_their_template() {
+    let cluster = example("cluster.yaml");
+    let text = explain_text(&cluster, &example("deployment-outside.yaml"));
+    assert!(
+        text.contains("Pod:                    Deployment shop-hangzhou/web (its pod template)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("Validating webhook:     denied (reason outside_pool"),
+        "{text}"
+    );
+    assert!(
+        text.contains("the pod template of Deployment: pod is bound to node pool"),
+        "{text}"
+    );
+    assert!(
+        text.contains("Mutating webhook:       allowed (reason template_not_mutated"),
+        "{text}"
+    );
+
+    let text = explain_text(&cluster, &example("daemonset-agent.yaml"));
+    assert!(
+        text.contains("DaemonSet shop-hangzhou/agent (its pod template)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("Mutating webhook:       allowed, patched"),
+        "{text}"
+    );
+    assert!(text.contains("add /spec/template/spec/affinity"), "{text}");
+    assert!(
+        text.contains("Validating webhook:     allowed (reason in_pool"),
+        "{text}"
+    );
+}

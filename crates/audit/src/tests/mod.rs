@@ -14,11 +14,11 @@ use k8s_openapi::api::core::v1::{ConfigMap, Node, ObjectReference};
 use parking_lot::Mutex;
 use poolkeeper_config::Config;
 use poolkeeper_index::{Index, IndexResource};
-use poolkeeper_placement::PodPlacement;
+use poolkeeper_placement::{PodPlacement, Workload, WorkloadKind};
 use poolkeeper_recorder::Notice;
 use serde_json::{Value, json};
 
-use crate::{AuditSettings, PodLister, PodPage, PodQuery, WarningSink};
+use crate::{AuditSettings, PodLister, PodPage, PodQuery, WarningSink, WorkloadPage};
 
 pub(crate) const POOL: &str = "apps.openyurt.io/nodepool";
 
@@ -97,11 +97,18 @@ pub(crate) type Call = (PodQuery, u32, Option<String>);
 #[derive(Clone, Default)]
 pub(crate) struct FakePods {
     pub(crate) pods: Arc<Mutex<Vec<PodPlacement>>>,
+    pub(crate) workloads: Arc<Mutex<Vec<Workload>>>,
     pub(crate) calls: Arc<Mutex<Vec<Call>>>,
     pub(crate) failing: Arc<AtomicBool>,
 }
 
 impl FakePods {
+    /// Workloads of every namespace, listed in one page per kind.
+    pub(crate) fn with_workloads(self, workloads: Vec<Workload>) -> Self {
+        *self.workloads.lock() = workloads;
+        self
+    }
+
     pub(crate) fn new(pods: Vec<PodPlacement>) -> Self {
         let fake = Self::default();
         *fake.pods.lock() = pods;
@@ -146,6 +153,27 @@ impl PodLister for FakePods {
             })
         };
         Box::pin(async move { result })
+    }
+
+    fn workloads<'a>(
+        &'a self,
+        kind: WorkloadKind,
+        _limit: u32,
+        _continue_token: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<WorkloadPage, kube::Error>> {
+        let workloads = self
+            .workloads
+            .lock()
+            .iter()
+            .filter(|w| w.kind == kind)
+            .cloned()
+            .collect();
+        Box::pin(async move {
+            Ok(WorkloadPage {
+                workloads,
+                continue_token: None,
+            })
+        })
     }
 }
 

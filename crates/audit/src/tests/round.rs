@@ -9,6 +9,8 @@ use serde_json::json;
 use super::{
     FakePods, POOL, cluster, counts, k8s_node, labels, on, pod, policy_config_map, settings,
 };
+use poolkeeper_placement::{Workload, WorkloadKind};
+
 use crate::{AuditError, PodQuery, RUNNING_OR_PENDING, ReportKey, audit_round};
 
 fn pods() -> Vec<poolkeeper_placement::PodPlacement> {
@@ -257,4 +259,143 @@ async fn without_bindings_only_labelled_pods_are_listed() {
             .iter()
             .all(|(query, _, _)| matches!(query, PodQuery::Labelled { .. }))
     );
+}
+
+fn workload(
+    kind: WorkloadKind,
+    namespace: &str,
+    name: &str,
+    labels: serde_json::Value,
+    spec: serde_json::Value,
+) -> Workload {
+    let mut spec = spec;
+    spec["containers"] = json!([{"name": "c", "image": "i"}]);
+    let template = json!({"metadata": {"labels": labels}, "spec": spec});
+    let object = match kind {
+        WorkloadKind::CronJob => {
+            json!({"metadata": {"name": name, "namespace": namespace, "uid": format!("uid-{name}")},
+            "spec": {"jobTemplate": {"spec": {"template": template}}}})
+        }
+        _ => {
+            json!({"metadata": {"name": name, "namespace": namespace, "uid": format!("uid-{name}")},
+            "spec": {"template": template}})
+        }
+    };
+    Workload::from_value(kind, object).unwrap()
+}
+
+/// Workloads of bound namespaces (and with the pool label on their
+/// template) whose template would be denied are violations, in every mode,
+/// reported on the workload itself.
+#[tokio::test]
+async fn workloads_whose_template_would_be_denied_are_reported() {
+    let settings = settings();
+    let index = cluster(&settings);
+    let lister = FakePods::new(Vec::new()).with_workloads(vec![
+        workload(
+            WorkloadKind::Deployment,
+            "shop-hangzhou",
+            "web",
+            json!({}),
+            json!({"tolerations": [{"operator": "Exists"}]}),
+        ),
+        workload(
+            WorkloadKind::Deployment,
+            "shop-hangzhou",
+            "stray",
+            json!({}),
+            json!({"nodeName": "bj-1"}),
+        ),
+        workload(
+            WorkloadKind::CronJob,
+            "shop-beijing",
+            "nightly",
+            json!({}),
+            json!({"nodeSelector": {"zone": "nowhere"}}),
+        ),
+        // A DaemonSet created before the binding: its template was never narrowed.
+        workload(
+            WorkloadKind::DaemonSet,
+            "shop-hangzhou",
+            "agent",
+            json!({}),
+            json!({"tolerations": [{"operator": "Exists"}]}),
+        ),
+        workload(
+            WorkloadKind::Job,
+            "default",
+            "unbound",
+            json!({}),
+            json!({"nodeName": "hz-1"}),
+        ),
+        workload(
+            WorkloadKind::Job,
+            "default",
+            "labelled",
+            labels(&[(POOL, "beijing")]),
+            json!({"nodeName": "hz-1"}),
+        ),
+    ]);
+    let round = audit_round(&lister, &index, &settings, &HashSet::new())
+        .await
+        .unwrap();
+    assert_eq!(round.pods, 0);
+    assert_eq!(
+        round.workloads, 5,
+        "the unbound, unlabelled Job is not judged"
+    );
+    let found: Vec<(&str, &str, &str, &str)> = round
+        .findings
+        .iter()
+        .map(|f| {
+            (
+                f.violation.namespace.as_str(),
+                f.violation.pod.as_str(),
+                f.violation.reason,
+                f.kind,
+            )
+        })
+        .collect();
+    assert_eq!(
+        found,
+        [
+            (
+                "shop-hangzhou",
+                "Deployment/stray",
+                "outside_pool",
+                "Deployment"
+            ),
+            (
+                "shop-hangzhou",
+                "DaemonSet/agent",
+                "outside_pool",
+                "DaemonSet"
+            ),
+            ("default", "Job/labelled", "outside_pool", "Job"),
+            (
+                "shop-beijing",
+                "CronJob/nightly",
+                "no_matching_node",
+                "CronJob"
+            ),
+        ]
+    );
+    let stray = &round.findings[0];
+    assert_eq!(
+        (stray.name.as_str(), stray.uid.as_str(), stray.api_version),
+        ("stray", "uid-stray", "apps/v1")
+    );
+    assert!(
+        stray
+            .violation
+            .message
+            .starts_with("the pod template of Deployment: "),
+        "{}",
+        stray.violation.message
+    );
+    // shop-beijing is a dryrun binding: what enforce would deny still counts.
+    assert_eq!(round.findings[3].mode, poolkeeper_placement::Mode::Dryrun);
+    let reference = crate::pod_reference(stray);
+    assert_eq!(reference.kind.as_deref(), Some("Deployment"));
+    assert_eq!(reference.name.as_deref(), Some("stray"));
 }

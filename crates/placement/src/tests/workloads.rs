@@ -107,22 +107,18 @@ fn templates_are_judged_as_the_pods_they_become_in_every_mode() {
             Reason::OutsidePool,
         ),
     ];
-    for kind in WorkloadKind::ALL {
+    // A DaemonSet's template is judged as written (see below).
+    let kinds = WorkloadKind::ALL
+        .into_iter()
+        .filter(|k| *k != WorkloadKind::DaemonSet);
+    for kind in kinds {
         for (what, spec, allowed, reason) in &cases {
             for mode in [Mode::Enforce, Mode::Warn, Mode::Dryrun] {
                 let policy = policy_with(&format!("    mode: {mode}\n"));
                 let w = workload(kind, json!({}), spec.clone());
                 let decision = validate_workload(&w, "shop-hangzhou", &view, &policy);
                 let case = format!("{kind} {what} in {mode}");
-                // DaemonSet templates are narrowed, so a selector reaching out stays in the pool.
-                let narrowed = kind == WorkloadKind::DaemonSet
-                    && *reason == Reason::OutsidePool
-                    && spec.get("nodeName").is_none();
-                let (allowed, reason) = if narrowed {
-                    (true, Reason::InPool)
-                } else {
-                    (*allowed, *reason)
-                };
+                let (allowed, reason) = (*allowed, *reason);
                 assert_eq!(decision.reason, reason, "{case}");
                 assert_eq!(decision.mode, mode, "{case}");
                 assert_eq!(decision.enforce_allows(), allowed, "{case}");
@@ -259,10 +255,33 @@ fn daemonset_templates_are_narrowed_into_their_pool() {
         ])
     );
 
-    // dryrun withholds; other kinds are never patched.
+    // dryrun withholds, and the template as written would spread over every
+    // node: that is what validation (and the audit) judge for a DaemonSet.
     let (decision, template) = patched_template(WorkloadKind::DaemonSet, json!({}), Mode::Dryrun);
     assert!(decision.patch.is_none() && decision.withheld_patch.is_some());
     assert!(template["spec"].get("affinity").is_none());
+    let index = cluster();
+    let view = index.placement();
+    let as_written = workload(
+        WorkloadKind::DaemonSet,
+        json!({}),
+        json!({"tolerations": [{"operator": "Exists"}]}),
+    );
+    let verdict = validate_workload(&as_written, "shop-hangzhou", &view, &super::policy());
+    assert_eq!(verdict.reason, Reason::OutsidePool);
+    assert!(
+        verdict
+            .message
+            .unwrap()
+            .starts_with("the pod template of DaemonSet: ")
+    );
+    let (_, narrowed) = patched_template(WorkloadKind::DaemonSet, json!({}), Mode::Enforce);
+    let object = json!({"apiVersion": "apps/v1", "kind": "DaemonSet",
+        "metadata": {"name": "agent", "namespace": "shop-hangzhou"},
+        "spec": {"template": narrowed}});
+    let narrowed = Workload::from_value(WorkloadKind::DaemonSet, object).unwrap();
+    let verdict = validate_workload(&narrowed, "shop-hangzhou", &view, &super::policy());
+    assert_eq!(verdict.reason, Reason::InPool);
     for kind in WorkloadKind::ALL
         .into_iter()
         .filter(|k| *k != WorkloadKind::DaemonSet)

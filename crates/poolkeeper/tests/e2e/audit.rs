@@ -271,7 +271,7 @@ async fn pods_placed_before_their_namespace_was_bound_are_reported_once() {
     let (code, table) = audit_command(&env, "table");
     assert_eq!(code, 0, "{table}");
     assert!(
-        table.contains("2 pods checked") && table.contains("no violations"),
+        table.contains("2 pods and 0 workloads checked") && table.contains("no violations"),
         "{table}"
     );
     assert_eq!(audit_events(&client, LATE).await.len(), 2, "no new Events");
@@ -312,5 +312,66 @@ async fn a_node_moved_to_another_pool_makes_its_pods_violations() {
         violation["message"],
         "pod is bound to node pool \"cloud\" but runs on node \"cloud-2\", which is in node pool \"edge\""
     );
+    running.stop().await;
+}
+
+/// Workloads created before their namespace was bound whose Pod template
+/// would now be denied are reported on the workload itself (a Warning Event
+/// regarding the Deployment), and `poolkeeper audit` lists them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workloads_whose_template_reaches_outside_are_reported_on_the_workload() {
+    const LATE: &str = "shop-late";
+    let env = cluster(false, &[LATE]).await;
+    let client = env.client();
+    write_policy(&client, &[]).await;
+    let yaml = format!(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: stray, namespace: {LATE}}}\n\
+         spec:\n  replicas: 0\n  selector: {{matchLabels: {{app: stray}}}}\n  template:\n\
+         \x20   metadata: {{labels: {{app: stray}}}}\n\
+         \x20   spec: {{nodeSelector: {{kubernetes.io/hostname: loose-1}}, containers: [{{name: c, image: i}}]}}\n\
+         ---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: fine, namespace: {LATE}}}\n\
+         spec:\n  replicas: 0\n  selector: {{matchLabels: {{app: fine}}}}\n  template:\n\
+         \x20   metadata: {{labels: {{app: fine}}}}\n    spec: {{containers: [{{name: c, image: i}}]}}\n"
+    );
+    env.apply_yaml(&yaml, "workloads").await.unwrap();
+    let cert_dir = tempfile::tempdir().unwrap();
+    let mut running = start(&env, cert_dir.path()).await;
+    next_round(
+        &mut running,
+        "no violation while unbound",
+        Violations::is_empty,
+    )
+    .await;
+
+    write_policy(&client, &[(LATE, "cloud", "enforce")]).await;
+    let expected = set(&["shop-late/Deployment/stray"]);
+    let round = next_round(&mut running, "the stray Deployment", |v| *v == expected).await;
+    assert_eq!(round["violations"][0]["reason"], "outside_pool", "{round}");
+    let events = eventually("a Warning Event on the Deployment", TIMEOUT, || async {
+        let events: Vec<_> = poolkeeper_events(&client, LATE)
+            .await
+            .into_iter()
+            .filter_map(|event| {
+                let regarding = event.regarding?;
+                Some((regarding.kind?, regarding.name?, event.reason?))
+            })
+            .collect();
+        (!events.is_empty()).then_some(events)
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        events,
+        [(
+            "Deployment".to_owned(),
+            "stray".to_owned(),
+            "OutsidePool".to_owned()
+        )]
+    );
+    let (code, table) = audit_command(&env, "table");
+    assert_eq!(code, 1, "{table}");
+    assert!(table.contains("Deployment/stray"), "{table}");
+    assert!(!table.contains("Deployment/fine"), "{table}");
+    assert!(table.contains("0 pods and 2 workloads checked"), "{table}");
     running.stop().await;
 }

@@ -5,6 +5,8 @@
 //! rights, and what lies outside them is refused with 403 under the same
 //! identity.
 
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::batch::v1::CronJob;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -183,6 +185,22 @@ async fn only_what_the_roles_grant_is_allowed() {
             ),
         ),
         (
+            "list Deployments in every namespace (the audit's templates)",
+            code(
+                Api::<Deployment>::all(sa.clone())
+                    .list(&ListParams::default())
+                    .await,
+            ),
+        ),
+        (
+            "list CronJobs in every namespace",
+            code(
+                Api::<CronJob>::all(sa.clone())
+                    .list(&ListParams::default())
+                    .await,
+            ),
+        ),
+        (
             "get poolkeeper's webhook configuration",
             code(
                 Api::<ValidatingWebhookConfiguration>::all(sa.clone())
@@ -244,6 +262,22 @@ async fn only_what_the_roles_grant_is_allowed() {
     let other_class = machine_class("class-b");
     let label = Patch::Merge(json!({"metadata": {"labels": {"touched": "yes"}}}));
     let forbidden = [
+        (
+            "get a Deployment (the audit only lists)",
+            code(
+                Api::<Deployment>::namespaced(sa.clone(), "default")
+                    .get("web")
+                    .await,
+            ),
+        ),
+        (
+            "patch a DaemonSet",
+            code(
+                Api::<DaemonSet>::namespaced(sa.clone(), "default")
+                    .patch("agent", &PatchParams::default(), &label)
+                    .await,
+            ),
+        ),
         (
             "delete a Node",
             code(Api::<Node>::all(sa.clone()).delete("node-1", &DeleteParams::default()).await),
