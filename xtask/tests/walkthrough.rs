@@ -396,6 +396,9 @@ fn check_effect(command: &str, path: &str) {
             "no edge toleration: {pod}"
         );
     }
+    if command.contains("daemonset-agent.yaml") {
+        daemonset_on_its_pool(path);
+    }
     if command.contains("create deployment shop") {
         let nodes = eventually(
             "3 pods of deployment shop scheduled",
@@ -430,6 +433,40 @@ fn check_effect(command: &str, path: &str) {
             );
         }
     }
+}
+
+fn daemonset_on_its_pool(path: &str) {
+    let nodes = eventually("the DaemonSet's Pod", Duration::from_secs(60), || {
+        let nodes = kubectl(
+            path,
+            &[
+                "-n",
+                "shop-hangzhou",
+                "get",
+                "pods",
+                "-l",
+                "app=agent",
+                "-o",
+                "jsonpath={range .items[*]}{.spec.nodeName}{\"\\n\"}{end}",
+            ],
+        );
+        let nodes: Vec<&str> = nodes.lines().filter(|l| !l.is_empty()).collect();
+        (!nodes.is_empty()).then(|| nodes.join(" "))
+    });
+    // One Node in the pool: exactly one Pod, on it, and none tried elsewhere.
+    assert_eq!(nodes, "edge-hz-1");
+    let events = kubectl(
+        path,
+        &[
+            "-n",
+            "shop-hangzhou",
+            "get",
+            "events",
+            "-o",
+            "jsonpath={range .items[*]}{.reason}{\"\\n\"}{end}",
+        ],
+    );
+    assert!(!events.contains("FailedCreate"), "{events}");
 }
 
 fn pool_of(path: &str, node: &str) -> String {
