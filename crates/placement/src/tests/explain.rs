@@ -139,7 +139,9 @@ fn pods_from_manifests() {
     for (yaml, message) in [
         (
             "kind: Node\napiVersion: v1\n",
-            "expected one Pod (kind: Pod, apiVersion: v1), found kind \"Node\", apiVersion \"v1\"",
+            "expected one Pod (kind: Pod, apiVersion: v1) or workload (Deployment, ReplicaSet, \
+             StatefulSet, DaemonSet, Job, CronJob, ReplicationController), found kind \"Node\", \
+             apiVersion \"v1\"",
         ),
         ("", "found 0 documents"),
         (
