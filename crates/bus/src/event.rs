@@ -302,9 +302,12 @@ pub enum Event {
         #[serde(with = "humantime_serde")]
         duration: Duration,
     },
-    MachineEnqueued {
-        key: ObjectKey,
+    /// The Machines of one class handed on, once per class and pass.
+    MachinesEnqueued {
+        class: ObjectKey,
         reason: EnqueueReason,
+        /// How many: the class's Machines that are not being deleted.
+        machines: usize,
     },
     AdmissionDecided {
         webhook: WebhookKind,

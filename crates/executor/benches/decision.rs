@@ -107,7 +107,7 @@ fn decision(c: &mut Criterion) {
         b.iter(|| {
             for key in &keys {
                 let (class, in_use) = snapshot(&index, key).expect("class exists");
-                black_box(decide(&class, in_use, finalizer, false, &retries));
+                black_box(decide(&class, in_use, finalizer, (false, false), &retries));
             }
         })
     });
@@ -117,7 +117,7 @@ fn decision(c: &mut Criterion) {
             let mut patches = 0;
             for key in &keys {
                 let (class, in_use) = snapshot(&index, key).expect("class exists");
-                let decision = decide(&class, in_use, finalizer, false, &retries);
+                let decision = decide(&class, in_use, finalizer, (false, false), &retries);
                 if let Some(change) = decision.patch
                     && let Some(patch) = finalizer_patch(&class, change, finalizer)
                 {
@@ -144,7 +144,7 @@ fn decision(c: &mut Criterion) {
                     .filter(|m| m.class_name == key.name && m.key.namespace == key.namespace)
                     .count();
                 drop(view);
-                black_box(decide(&class, in_use, finalizer, false, &retries));
+                black_box(decide(&class, in_use, finalizer, (false, false), &retries));
             }
         })
     });

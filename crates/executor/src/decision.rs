@@ -46,13 +46,14 @@ impl Decision {
 }
 
 /// machine-controller-manager's MachineClass reconciliation, as a pure
-/// function of the class, how many Machines reference it, and whether its
-/// spec changed since this executor last saw it.
+/// function of the class, how many Machines reference it, whether its spec
+/// changed since this executor last saw it, and whether its Machines were
+/// already enqueued for its deletion.
 pub fn decide(
     class: &MachineClass,
     machines_in_use: usize,
     finalizer: &str,
-    spec_changed: bool,
+    (spec_changed, deletion_enqueued): (bool, bool),
     retries: &Retries,
 ) -> Decision {
     let has_finalizer = class.finalizers.iter().any(|f| f == finalizer);
@@ -74,11 +75,12 @@ pub fn decide(
             retries,
         ),
         // Being deleted while still in use: keep the finalizer (a deleting
-        // object accepts no new finalizers, so none is added either) and keep
-        // nudging the Machines until they move away.
+        // object accepts no new finalizers, so none is added either) and look
+        // again soon. The Machines are told once, when the deletion is first
+        // seen, not on every short retry (machine-controller-manager's PR 1056).
         (true, true) => Decision::new(
             None,
-            Some(EnqueueReason::ClassDeleting),
+            (!deletion_enqueued).then_some(EnqueueReason::ClassDeleting),
             Requeue::Short,
             ClassOutcome::Unchanged,
             retries,
@@ -303,7 +305,7 @@ mod tests {
                 &class(case.finalizers, case.deleting),
                 case.machines,
                 FINALIZER,
-                case.spec_changed,
+                (case.spec_changed, false),
                 &retries,
             );
             let expected = Decision {
@@ -317,6 +319,22 @@ mod tests {
         }
     }
 
+    /// A class being deleted while in use keeps its finalizer and is looked
+    /// at again after the short retry; its Machines are enqueued once.
+    #[test]
+    fn a_deleting_class_enqueues_its_machines_once() {
+        let retries = configured_retries();
+        let deleting = class(&[FINALIZER], true);
+        let first = decide(&deleting, 2, FINALIZER, (false, false), &retries);
+        assert_eq!(first.enqueue, Some(EnqueueReason::ClassDeleting));
+        for spec_changed in [false, true] {
+            let again = decide(&deleting, 2, FINALIZER, (spec_changed, true), &retries);
+            assert_eq!(again.enqueue, None);
+            assert_eq!(again.patch, None);
+            assert_eq!(again.requeue, Requeue::Short);
+        }
+    }
+
     #[test]
     fn requeue_periods_follow_the_settings() {
         let retries = Retries {
@@ -324,9 +342,21 @@ mod tests {
             long_retry: Duration::from_secs(2),
             conflict_retry: Duration::from_secs(3),
         };
-        let in_use = decide(&class(&[FINALIZER], false), 1, FINALIZER, false, &retries);
+        let in_use = decide(
+            &class(&[FINALIZER], false),
+            1,
+            FINALIZER,
+            (false, false),
+            &retries,
+        );
         assert_eq!(in_use.requeue_after, Duration::from_secs(2));
-        let deleting = decide(&class(&[FINALIZER], true), 1, FINALIZER, false, &retries);
+        let deleting = decide(
+            &class(&[FINALIZER], true),
+            1,
+            FINALIZER,
+            (false, false),
+            &retries,
+        );
         assert_eq!(deleting.requeue_after, Duration::from_secs(1));
         let conflict = after_write_error(&WriteError::Conflict(bare_unprocessable()), &retries);
         assert_eq!(conflict.requeue_after, Duration::from_secs(3));

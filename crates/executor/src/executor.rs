@@ -141,8 +141,8 @@ struct State {
     full: bool,
     pass_requested: bool,
     requeues: Requeues,
-    /// The spec hash of each class when this executor last acted on it.
-    spec_hashes: HashMap<ObjectKey, u64>,
+    /// What this executor remembers of each class between passes.
+    seen: HashMap<ObjectKey, Seen>,
     /// Only a leader writes. The supervisor runs the executor on the leader,
     /// so it starts out as one.
     follower: bool,
@@ -218,7 +218,7 @@ impl State {
 
     /// The keys of the next pass with the spec hash last seen for each;
     /// resets the dirty set.
-    fn take_pass_keys(&mut self, index: &Index) -> Vec<(ObjectKey, Option<u64>)> {
+    fn take_pass_keys(&mut self, index: &Index) -> Vec<(ObjectKey, Seen)> {
         let mut keys = std::mem::take(&mut self.dirty);
         if std::mem::take(&mut self.full) {
             keys.extend(
@@ -231,7 +231,7 @@ impl State {
         self.pass_requested = false;
         keys.into_iter()
             .map(|key| {
-                let seen = self.spec_hashes.get(&key).copied();
+                let seen = self.seen.get(&key).copied().unwrap_or_default();
                 (key, seen)
             })
             .collect()
@@ -241,16 +241,27 @@ impl State {
         for result in results {
             if result.requeue == Requeue::Never {
                 self.requeues.cancel(&result.key);
-                self.spec_hashes.remove(&result.key);
+                self.seen.remove(&result.key);
                 continue;
             }
             self.requeues
                 .schedule(result.key.clone(), result.requeue_after);
-            if let Some(hash) = result.seen_spec_hash {
-                self.spec_hashes.insert(result.key, hash);
+            let seen = self.seen.entry(result.key).or_default();
+            if let Some(hash) = result.seen.spec_hash {
+                seen.spec_hash = Some(hash);
             }
+            seen.deletion_enqueued = result.seen.deletion_enqueued;
         }
     }
+}
+
+/// What this executor remembers of a class between passes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Seen {
+    /// The spec hash the last reconciliation that took effect acted upon.
+    spec_hash: Option<u64>,
+    /// The class's Machines were enqueued for its deletion.
+    deletion_enqueued: bool,
 }
 
 /// What reconciling one key produced.
@@ -261,8 +272,9 @@ struct Reconciled {
     requeue: Requeue,
     /// When to look again; zero with [`Requeue::Never`].
     requeue_after: Duration,
-    /// The spec hash the reconciliation acted upon, when it took effect.
-    seen_spec_hash: Option<u64>,
+    /// What to remember of the class: the spec hash when the reconciliation
+    /// took effect, and whether its deletion was announced to its Machines.
+    seen: Seen,
     /// The write failure behind [`ClassOutcome::Error`].
     error: Option<WriteError>,
 }
@@ -275,7 +287,7 @@ impl Reconciled {
             outcome: ClassOutcome::Gone,
             requeue: Requeue::Never,
             requeue_after: Duration::ZERO,
-            seen_spec_hash: None,
+            seen: Seen::default(),
             error: None,
         }
     }
@@ -286,6 +298,8 @@ impl Reconciled {
 struct Snapshot {
     class: MachineClass,
     machines_in_use: usize,
+    /// The Machines an enqueue hands on: those not being deleted.
+    enqueueable: usize,
 }
 
 /// The shared, read-only part of the executor that passes run on.
@@ -300,7 +314,7 @@ impl<W: ClassWriter> Worker<W> {
     async fn run_pass(
         self: Arc<Self>,
         pass: u64,
-        keys: Vec<(ObjectKey, Option<u64>)>,
+        keys: Vec<(ObjectKey, Seen)>,
         activity: Activity,
     ) -> Vec<Reconciled> {
         let started = Instant::now();
@@ -316,7 +330,7 @@ impl<W: ClassWriter> Worker<W> {
     /// Reconciles `keys` with bounded concurrency, each key once.
     async fn reconcile_all(
         self: Arc<Self>,
-        keys: Vec<(ObjectKey, Option<u64>)>,
+        keys: Vec<(ObjectKey, Seen)>,
         activity: Activity,
     ) -> Vec<Reconciled> {
         // Re-armed after every key: a pass stalls only when no key completes.
@@ -376,10 +390,10 @@ impl<W: ClassWriter> Worker<W> {
 
     /// Reconciles one MachineClass: snapshot, decision, write, enqueues,
     /// and the event that reports it.
-    async fn reconcile(&self, key: ObjectKey, seen_spec_hash: Option<u64>) -> Reconciled {
+    async fn reconcile(&self, key: ObjectKey, seen: Seen) -> Reconciled {
         let started = Instant::now();
         let reconciled = match self.snapshot(&key) {
-            Some(snapshot) => self.reconcile_class(key, snapshot, seen_spec_hash).await,
+            Some(snapshot) => self.reconcile_class(key, snapshot, seen).await,
             None => Reconciled::gone(key),
         };
         self.report(&reconciled, started.elapsed());
@@ -390,35 +404,46 @@ impl<W: ClassWriter> Worker<W> {
         let view = self.index.machines();
         let class = view.machine_class(key)?.clone();
         let namespace = key.namespace.as_deref().unwrap_or_default();
-        let machines_in_use = view.machine_count_of_class(namespace, &key.name);
+        // Machines being deleted still need their class (to delete their
+        // machines), so they keep it in use; they are not enqueued.
+        let (mut machines_in_use, mut enqueueable) = (0, 0);
+        for machine in view.machines_of_class(namespace, &key.name) {
+            machines_in_use += 1;
+            enqueueable += usize::from(!machine.deleting);
+        }
         Some(Snapshot {
             class,
             machines_in_use,
+            enqueueable,
         })
     }
 
-    async fn reconcile_class(
-        &self,
-        key: ObjectKey,
-        snapshot: Snapshot,
-        seen_spec_hash: Option<u64>,
-    ) -> Reconciled {
+    async fn reconcile_class(&self, key: ObjectKey, snapshot: Snapshot, seen: Seen) -> Reconciled {
         let Snapshot {
             class,
             machines_in_use,
+            enqueueable,
         } = snapshot;
-        let spec_changed = seen_spec_hash.is_some_and(|seen| seen != class.spec_hash);
+        let spec_changed = seen.spec_hash.is_some_and(|hash| hash != class.spec_hash);
         let decision = decide(
             &class,
             machines_in_use,
             &self.settings.finalizer,
-            spec_changed,
+            (spec_changed, seen.deletion_enqueued),
             &self.settings.retries,
         );
         let (decision, error) = self.apply_decision(&key, &class, decision).await;
-        if let Some(reason) = decision.enqueue {
-            self.enqueue_machines(&key, reason).await;
+        if let Some(reason) = decision.enqueue.filter(|_| enqueueable > 0) {
+            // One event per class and pass, whatever the number of Machines:
+            // the bus holds a bounded number of events.
+            self.bus.publish(Event::MachinesEnqueued {
+                class: key.clone(),
+                reason,
+                machines: enqueueable,
+            });
         }
+        let deletion_enqueued = class.deleting
+            && (seen.deletion_enqueued || decision.enqueue == Some(EnqueueReason::ClassDeleting));
         // A failed write leaves the hash unrecorded, so that a spec change
         // still counts as one on the retry.
         let took_effect = !matches!(
@@ -430,7 +455,10 @@ impl<W: ClassWriter> Worker<W> {
             outcome: decision.outcome,
             requeue: decision.requeue,
             requeue_after: decision.requeue_after,
-            seen_spec_hash: took_effect.then_some(class.spec_hash),
+            seen: Seen {
+                spec_hash: took_effect.then_some(class.spec_hash),
+                deletion_enqueued,
+            },
             error,
         }
     }
@@ -473,22 +501,6 @@ impl<W: ClassWriter> Worker<W> {
         tokio::time::timeout(timeout, self.writer.patch_finalizers(key, patch))
             .await
             .unwrap_or(Err(WriteError::Timeout(timeout)))
-    }
-
-    async fn enqueue_machines(&self, class: &ObjectKey, reason: EnqueueReason) {
-        let namespace = class.namespace.as_deref().unwrap_or_default();
-        let machines: Vec<ObjectKey> = self
-            .index
-            .machines()
-            .machines_of_class(namespace, &class.name)
-            .map(|machine| machine.key.clone())
-            .collect();
-        for (i, key) in machines.into_iter().enumerate() {
-            if i > 0 && i % PUBLISH_BURST == 0 {
-                tokio::task::yield_now().await;
-            }
-            self.bus.publish(Event::MachineEnqueued { key, reason });
-        }
     }
 
     fn report(&self, reconciled: &Reconciled, duration: Duration) {

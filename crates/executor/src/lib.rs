@@ -2,7 +2,7 @@
 //!
 //! It keeps machine-controller-manager's finalizer on every MachineClass
 //! that Machines still reference, removes it once none do, and hands the
-//! affected Machines on (`MachineEnqueued`).
+//! affected Machines on (`MachinesEnqueued`, one event per class and pass).
 //!
 //! - [`decide`] is the pure per-class decision; [`finalizer_patch`] turns it
 //!   into a guarded JSON patch.
@@ -15,7 +15,7 @@
 //!   against the API server.
 //!
 //! Everything it does is reported as bus events (`ReconciliationStarted`,
-//! `ReconciliationCompleted`, `MachineClassReconciled`, `MachineEnqueued`);
+//! `ReconciliationCompleted`, `MachineClassReconciled`, `MachinesEnqueued`);
 //! the metrics are derived from them outside this crate.
 
 mod decision;

@@ -19,7 +19,7 @@
 //! | `executor_reconciliation_duration_seconds` | | `MachineClassReconciled` |
 //! | `executor_requeues_total` | `requeue` | `MachineClassReconciled` |
 //! | `executor_api_writes_total` | `result` | `MachineClassReconciled` (outcomes that wrote or failed to) |
-//! | `executor_machines_enqueued_total` | `reason` | `MachineEnqueued` |
+//! | `executor_machines_enqueued_total` | `reason` | `MachinesEnqueued` (its `machines`) |
 //! | `webhook_admissions_total` | `webhook`, `result`, `mode` | `AdmissionDecided` |
 //! | `webhook_admission_duration_seconds` | `webhook` | `AdmissionDecided` |
 //! | `audit_violations` | `namespace`, `pool`, `reason` | `AuditCompleted` (the last round's; a violation that is gone disappears) |
@@ -366,12 +366,14 @@ impl Metrics {
                 duration,
                 ..
             } => self.reconciled(*outcome, *requeue, *duration),
-            Event::MachineEnqueued { reason, .. } => {
+            Event::MachinesEnqueued {
+                reason, machines, ..
+            } => {
                 self.enqueued
                     .get_or_create(&Reason {
                         reason: reason.as_str(),
                     })
-                    .inc();
+                    .inc_by(*machines as u64);
             }
             Event::AdmissionDecided {
                 webhook,
@@ -627,9 +629,10 @@ mod tests {
                 requeue_after: Duration::from_millis(200),
                 duration: Duration::from_millis(1),
             },
-            Event::MachineEnqueued {
-                key: ObjectKey::namespaced("ns", "m"),
+            Event::MachinesEnqueued {
+                class: ObjectKey::namespaced("ns", "c"),
                 reason: EnqueueReason::FinalizerAdded,
+                machines: 1,
             },
             Event::AdmissionDecided {
                 webhook: WebhookKind::Mutate,

@@ -244,9 +244,10 @@ mod tests {
                 initial: false,
                 related: Vec::new(),
             },
-            Event::MachineEnqueued {
-                key,
+            Event::MachinesEnqueued {
+                class: key,
                 reason: poolkeeper_bus::EnqueueReason::FinalizerAdded,
+                machines: 2,
             },
             Event::ReconciliationCompleted {
                 pass: 1,

@@ -212,11 +212,16 @@ impl Harness {
         )
     }
 
-    fn enqueued(&self) -> Vec<(String, EnqueueReason)> {
+    /// `(class, reason, machines)` of every enqueue.
+    fn enqueued(&self) -> Vec<(String, EnqueueReason, usize)> {
         self.events()
             .into_iter()
             .filter_map(|(_, event)| match event {
-                Event::MachineEnqueued { key, reason } => Some((key.name, reason)),
+                Event::MachinesEnqueued {
+                    class,
+                    reason,
+                    machines,
+                } => Some((class.name, reason, machines)),
                 _ => None,
             })
             .collect()

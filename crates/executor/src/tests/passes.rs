@@ -85,7 +85,10 @@ async fn a_debounced_pass_looks_only_at_the_classes_a_change_relates_to() {
     );
     assert_eq!(h.fake.finalizers(&key("a")), Some(vec![]));
     assert_eq!(h.fake.finalizers(&key("b")), Some(vec![FINALIZER.into()]));
-    assert_eq!(h.enqueued(), [("m1".into(), EnqueueReason::FinalizerAdded)]);
+    assert_eq!(
+        h.enqueued(),
+        [("b".into(), EnqueueReason::FinalizerAdded, 1)]
+    );
     h.stop().await;
 }
 

@@ -40,7 +40,10 @@ async fn a_conflict_is_retried_after_conflict_retry_and_converges() {
         ]
     );
     // Machines are enqueued once, when the finalizer is in place.
-    assert_eq!(h.enqueued(), [("m1".into(), EnqueueReason::FinalizerAdded)]);
+    assert_eq!(
+        h.enqueued(),
+        [("a".into(), EnqueueReason::FinalizerAdded, 1)]
+    );
     assert_eq!(h.writes(), 1);
     assert_eq!(
         h.count(|e| matches!(e, Event::ReconciliationCompleted { failed: 0, .. })),
@@ -97,7 +100,7 @@ async fn an_api_error_is_retried_after_short_retry() {
     );
     assert_eq!(
         h.enqueued(),
-        [("m1".into(), EnqueueReason::FinalizerAdded)],
+        [("a".into(), EnqueueReason::FinalizerAdded, 1)],
         "nothing is enqueued for the failed write"
     );
     h.stop().await;

@@ -100,9 +100,9 @@ async fn wait_finalizer(classes: &Api<MachineClass>, name: &str, finalizer: &str
     .await;
 }
 
-/// `MachineEnqueued` of `machine` for `why`.
-fn is_enqueued(event: &Event, machine: &ObjectKey, why: EnqueueReason) -> bool {
-    matches!(event, Event::MachineEnqueued { key, reason } if key == machine && *reason == why)
+/// `MachinesEnqueued` of the Machines of `of` for `why`.
+fn is_enqueued(event: &Event, of: &ObjectKey, why: EnqueueReason) -> bool {
+    matches!(event, Event::MachinesEnqueued { class, reason, .. } if class == of && *reason == why)
 }
 
 /// `MachineClassReconciled` of `class` with `result`.
@@ -131,15 +131,16 @@ async fn finalizer_follows_machines_and_holds_back_deletion() {
     create_machine(&machines, "m1", "small").await;
     create_machine(&machines, "m2", "small").await;
     wait_finalizer(&classes, "small", &finalizer, true).await;
-    let m1 = key("m1");
+    let small = key("small");
     next_event(
         &mut running.events,
-        "MachineEnqueued{m1, FinalizerAdded}",
-        |event| is_enqueued(event, &m1, EnqueueReason::FinalizerAdded),
+        "MachinesEnqueued{small, FinalizerAdded}",
+        |event| is_enqueued(event, &small, EnqueueReason::FinalizerAdded),
     )
     .await;
 
     // Not the last Machine: the class stays protected.
+    let m1 = key("m1");
     delete_machine(&machines, "m1").await;
     next_event(&mut running.events, "m1 deleted in the index", |event| {
         matches!(
@@ -153,7 +154,6 @@ async fn finalizer_follows_machines_and_holds_back_deletion() {
         )
     })
     .await;
-    let small = key("small");
     let reconciled = next_event(
         &mut running.events,
         "a reconciliation of small after m1 went",
@@ -188,17 +188,29 @@ async fn finalizer_follows_machines_and_holds_back_deletion() {
         .delete("small", &DeleteParams::default())
         .await
         .expect("deleting MachineClass small");
-    let m3 = key("m3");
-    // Twice: the deletion was seen, and the class was looked at again after
-    // shortRetry and still kept.
+    // The deletion is seen and its Machines are told once; the class is
+    // looked at again after shortRetry, still kept, without enqueueing them
+    // again (machine-controller-manager's PR 1056).
+    next_event(
+        &mut running.events,
+        "MachinesEnqueued{small, ClassDeleting}",
+        |event| is_enqueued(event, &small, EnqueueReason::ClassDeleting),
+    )
+    .await;
+    let before = running.executor_totals().await.machines_enqueued;
     for round in 1..=2 {
         next_event(
             &mut running.events,
-            &format!("MachineEnqueued{{m3, ClassDeleting}} #{round}"),
-            |event| is_enqueued(event, &m3, EnqueueReason::ClassDeleting),
+            &format!("small kept after shortRetry #{round}"),
+            |event| is_reconciled(event, &small, ClassOutcome::Unchanged),
         )
         .await;
     }
+    assert_eq!(
+        running.executor_totals().await.machines_enqueued,
+        before,
+        "the retries of a deleting class enqueue nothing more"
+    );
     let held = classes
         .get_opt("small")
         .await
@@ -270,11 +282,11 @@ async fn moving_a_machine_moves_the_finalizer() {
         (state == expected_state(&["old", "new"], &["new"])).then_some(())
     })
     .await;
-    let worker = key("worker");
+    let new = key("new");
     next_event(
         &mut running.events,
-        "MachineEnqueued{worker, FinalizerAdded} for the new class",
-        |event| is_enqueued(event, &worker, EnqueueReason::FinalizerAdded),
+        "MachinesEnqueued{new, FinalizerAdded} for the worker's new class",
+        |event| is_enqueued(event, &new, EnqueueReason::FinalizerAdded),
     )
     .await;
 
