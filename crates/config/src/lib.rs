@@ -145,6 +145,7 @@ mod tests {
         config.api_server.startup_timeout = Duration::ZERO;
         config.machine_classes.finalizer = "x".into();
         config.placement.pool_label = "/".into();
+        config.placement.excluded_namespaces = vec!["Kube_System".into()];
         let policy = &mut config.placement.policy_config_map;
         policy.namespace = "-".into();
         policy.name = "-".into();

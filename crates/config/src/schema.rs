@@ -221,6 +221,9 @@ pub struct PlacementConfig {
     pub default_mode: Mode,
     /// What a binding that names none does with a Pod's own node constraints.
     pub default_constraints: Constraints,
+    /// Namespaces never bound, whatever the policy says (poolkeeper's own,
+    /// the policy ConfigMap's, is always excluded too).
+    pub excluded_namespaces: Vec<String>,
     #[serde(deserialize_with = "or_default")]
     pub policy_config_map: PolicyConfigMapRef,
 }
@@ -232,6 +235,9 @@ impl Default for PlacementConfig {
             pool_label: "apps.openyurt.io/nodepool".to_owned(),
             default_mode: Mode::Enforce,
             default_constraints: Constraints::Judge,
+            excluded_namespaces: ["kube-system", "kube-public", "kube-node-lease"]
+                .map(str::to_owned)
+                .to_vec(),
             policy_config_map: PolicyConfigMapRef::default(),
         }
     }

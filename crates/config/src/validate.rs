@@ -141,6 +141,14 @@ fn placement(v: &mut Rules, config: &Config) {
         dns1123_subdomain(&policy.name),
     );
     v.check("placement.policyConfigMap.key", config_map_key(&policy.key));
+    for (i, namespace) in placement.excluded_namespaces.iter().enumerate() {
+        if let Err(reason) = dns1123_label(namespace) {
+            v.fail(
+                "placement.excludedNamespaces",
+                format!("entry {i} ({namespace:?}): {reason}"),
+            );
+        }
+    }
 }
 
 fn webhook(v: &mut Rules, config: &Config) {

@@ -40,8 +40,11 @@ pub enum Reason {
     NotReady,
     /// The placement policy ConfigMap does not parse.
     PolicyInvalid,
-    /// The Pod is bound to no pool.
+    /// The Pod is bound to no pool (or its namespace is excluded).
     Unbound,
+    /// The Pod is the mirror of a static Pod: the kubelet cannot act on a
+    /// denial or a patch, so it is left alone (the audit still judges it).
+    MirrorPod,
     /// The Pod is bound to a pool that does not exist.
     PoolMissing,
     /// Mutate: nothing to add.
@@ -72,6 +75,7 @@ impl Reason {
             Reason::NotReady => "not_ready",
             Reason::PolicyInvalid => "policy_invalid",
             Reason::Unbound => "unbound",
+            Reason::MirrorPod => "mirror_pod",
             Reason::PoolMissing => "pool_missing",
             Reason::Unchanged => "unchanged",
             Reason::Patched => "patched",
@@ -249,6 +253,9 @@ pub fn pool_binding<'a>(
     policy: &'a PlacementPolicy,
     pool_label: &str,
 ) -> Option<PoolBinding<'a>> {
+    if policy.is_excluded(namespace) {
+        return None;
+    }
     let mode = policy.mode_for_namespace(namespace);
     let labelled = pod.labels.get(pool_label).filter(|pool| !pool.is_empty());
     if let Some(pool) = labelled {
@@ -350,6 +357,9 @@ pub fn mutate(
     view: &PlacementView<'_>,
     policy: &PlacementPolicy,
 ) -> Decision {
+    if pod.is_mirror() {
+        return Decision::allow(Reason::MirrorPod);
+    }
     mutate_at(pod, namespace, view, policy, &PatchTarget::POD)
 }
 
@@ -601,6 +611,9 @@ pub fn validate(
     view: &PlacementView<'_>,
     policy: &PlacementPolicy,
 ) -> Decision {
+    if pod.is_mirror() {
+        return Decision::allow(Reason::MirrorPod);
+    }
     match bound_pool(pod, namespace, view, policy) {
         Ok((pool, binding)) => validate_in_pool(pod, pool, view, policy).with_mode(binding.mode),
         Err(decision) => *decision,

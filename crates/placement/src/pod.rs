@@ -48,7 +48,12 @@ pub const PLACEMENT_ANNOTATION: &str = "poolkeeper.io/placement";
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Annotations {
     pub placement: Option<String>,
+    /// `kubernetes.io/config.mirror` is present: the Pod mirrors a static Pod.
+    pub mirror: bool,
 }
+
+/// The annotation the kubelet gives the mirror Pod of a static Pod.
+pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
 
 impl<'de> Deserialize<'de> for Annotations {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
@@ -66,6 +71,9 @@ impl<'de> Deserialize<'de> for Annotations {
                 while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
                     if key == PLACEMENT_ANNOTATION {
                         seen.placement = map.next_value()?;
+                    } else if key == MIRROR_ANNOTATION {
+                        seen.mirror = true;
+                        map.next_value::<serde::de::IgnoredAny>()?;
                     } else {
                         map.next_value::<serde::de::IgnoredAny>()?;
                     }
@@ -181,6 +189,7 @@ impl From<Pod> for PodPlacement {
             labels: metadata.labels.unwrap_or_default(),
             annotations: metadata.annotations.map(|all| Annotations {
                 placement: all.get(PLACEMENT_ANNOTATION).cloned(),
+                mirror: all.contains_key(MIRROR_ANNOTATION),
             }),
             spec,
         }
@@ -221,6 +230,11 @@ impl PodPlacement {
             }
         }
         serde_json::from_value(document).map_err(|error| PlacementError::InvalidPod { error })
+    }
+
+    /// Whether the Pod mirrors a static Pod (its kubelet created it).
+    pub fn is_mirror(&self) -> bool {
+        self.annotations.as_ref().is_some_and(|a| a.mirror)
     }
 
     /// `spec.nodeName` when not empty: the node a scheduled Pod runs on.

@@ -12,8 +12,8 @@
 //!   - {key: node-role.kubernetes.io/edge, operator: Exists, effect: NoSchedule}
 //! ```
 
-use std::collections::BTreeMap;
 use std::collections::btree_map::Entry;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use k8s_openapi::api::core::v1::Toleration;
@@ -35,6 +35,9 @@ pub struct PolicySource {
     pub key: String,
     pub default_mode: Mode,
     pub default_constraints: Constraints,
+    /// Namespaces never bound: `placement.excludedNamespaces` and the
+    /// policy ConfigMap's own namespace.
+    pub excluded_namespaces: BTreeSet<String>,
 }
 
 impl From<&PlacementConfig> for PolicySource {
@@ -46,6 +49,12 @@ impl From<&PlacementConfig> for PolicySource {
             key: config_map.key.clone(),
             default_mode: placement.default_mode,
             default_constraints: placement.default_constraints,
+            excluded_namespaces: placement
+                .excluded_namespaces
+                .iter()
+                .chain([&config_map.namespace])
+                .cloned()
+                .collect(),
         }
     }
 }
@@ -86,6 +95,7 @@ pub struct PlacementPolicy {
     edge_tolerations: Vec<Toleration>,
     default_mode: Mode,
     default_constraints: Constraints,
+    excluded_namespaces: BTreeSet<String>,
 }
 
 impl Default for PlacementPolicy {
@@ -133,13 +143,17 @@ impl PlacementPolicy {
     /// Parses a policy document whose bindings default to `enforce`. Empty
     /// input (or only comments) is the empty policy.
     pub fn parse(yaml: &str) -> Result<Self, PlacementError> {
-        Self::parse_from(yaml, "placement policy", Mode::Enforce, Constraints::Judge)
+        Self::parse_with_default_mode(yaml, Mode::Enforce)
     }
 
     /// Parses a policy document whose bindings without a `mode` get
     /// `default_mode`.
     pub fn parse_with_default_mode(yaml: &str, default_mode: Mode) -> Result<Self, PlacementError> {
-        Self::parse_from(yaml, "placement policy", default_mode, Constraints::Judge)
+        let defaults = PolicySource {
+            default_mode,
+            ..PolicySource::from(&PlacementConfig::default())
+        };
+        Self::parse_from(yaml, "placement policy", &defaults)
     }
 
     /// No binding, no edge toleration.
@@ -149,6 +163,8 @@ impl PlacementPolicy {
             edge_tolerations: Vec::new(),
             default_mode,
             default_constraints: Constraints::Judge,
+            excluded_namespaces: PolicySource::from(&PlacementConfig::default())
+                .excluded_namespaces,
         }
     }
 
@@ -159,16 +175,8 @@ impl PlacementPolicy {
         source: &PolicySource,
     ) -> Result<Self, PlacementError> {
         match data.and_then(|data| data.get(&source.key)) {
-            Some(yaml) => Self::parse_from(
-                yaml,
-                &source.to_string(),
-                source.default_mode,
-                source.default_constraints,
-            ),
-            None => Ok(Self {
-                default_constraints: source.default_constraints,
-                ..Self::empty(source.default_mode)
-            }),
+            Some(yaml) => Self::parse_from(yaml, &source.to_string(), source),
+            None => Ok(Self::empty_from(source)),
         }
     }
 
@@ -177,28 +185,29 @@ impl PlacementPolicy {
         Self::from_config_map_data(view.config_map(&source.config_map_key()), source)
     }
 
-    fn parse_from(
-        yaml: &str,
-        origin: &str,
-        default_mode: Mode,
-        default_constraints: Constraints,
-    ) -> Result<Self, PlacementError> {
+    /// No binding, no edge toleration, the defaults of `source`.
+    fn empty_from(source: &PolicySource) -> Self {
+        Self {
+            default_constraints: source.default_constraints,
+            excluded_namespaces: source.excluded_namespaces.clone(),
+            ..Self::empty(source.default_mode)
+        }
+    }
+
+    fn parse_from(yaml: &str, origin: &str, source: &PolicySource) -> Result<Self, PlacementError> {
         let document: Option<PolicyDocument> =
             serde_saphyr::from_str(yaml).map_err(|error| PlacementError::PolicySyntax {
                 origin: origin.to_owned(),
                 error: Box::new(error),
             })?;
         let Some(document) = document else {
-            return Ok(Self {
-                default_constraints,
-                ..Self::empty(default_mode)
-            });
+            return Ok(Self::empty_from(source));
         };
 
         let mut problems = Vec::new();
         let bindings = read_bindings(
             document.bindings.as_deref().unwrap_or_default(),
-            (default_mode, default_constraints),
+            source,
             &mut problems,
         );
         let edge_tolerations =
@@ -207,8 +216,9 @@ impl PlacementPolicy {
             Ok(Self {
                 bindings,
                 edge_tolerations,
-                default_mode,
-                default_constraints,
+                default_mode: source.default_mode,
+                default_constraints: source.default_constraints,
+                excluded_namespaces: source.excluded_namespaces.clone(),
             })
         } else {
             Err(PlacementError::PolicyInvalid {
@@ -237,6 +247,12 @@ impl PlacementPolicy {
         self.bindings
             .get(namespace)
             .map_or(self.default_mode, |binding| binding.mode)
+    }
+
+    /// Whether `namespace` is never bound, whatever a binding or a Pod's
+    /// label says.
+    pub fn is_excluded(&self, namespace: &str) -> bool {
+        self.excluded_namespaces.contains(namespace)
     }
 
     /// What decisions about Pods of `namespace` do with their own node
@@ -273,14 +289,22 @@ impl PlacementPolicy {
 /// `problems` as `bindings[i].field: reason`.
 fn read_bindings(
     entries: &[BindingEntry],
-    (default_mode, default_constraints): (Mode, Constraints),
+    source: &PolicySource,
     problems: &mut Vec<String>,
 ) -> BTreeMap<String, Binding> {
+    let (default_mode, default_constraints) = (source.default_mode, source.default_constraints);
     let mut bindings = BTreeMap::new();
     let mut first_seen: BTreeMap<&str, usize> = BTreeMap::new();
     for (i, entry) in entries.iter().enumerate() {
         let path = format!("bindings[{i}]");
         problems.extend(binding_problems(entry, &path));
+        if source.excluded_namespaces.contains(&entry.namespace) {
+            problems.push(format!(
+                "{path}.namespace: {:?} is excluded from placement (placement.excludedNamespaces \
+                 and poolkeeper's own namespace) and can never be bound",
+                entry.namespace
+            ));
+        }
         match first_seen.entry(&entry.namespace) {
             Entry::Occupied(first) => problems.push(format!(
                 "{path}.namespace: duplicate binding for namespace {:?} (first bound at bindings[{}])",

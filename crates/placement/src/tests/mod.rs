@@ -3,6 +3,7 @@
 mod affinity;
 mod audit;
 mod candidates;
+mod exclusions;
 mod explain;
 mod modes;
 mod mutate;

@@ -228,6 +228,7 @@ fn custom_policy_location_and_pool_label() {
         key: "policy".into(),
         default_mode: poolkeeper_config::Mode::Warn,
         default_constraints: poolkeeper_config::Constraints::Judge,
+        excluded_namespaces: Default::default(),
     };
     let yaml = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: placement, namespace: ops}\ndata:\n  policy: 'bindings: [{namespace: a, nodePool: p}]'\n---\napiVersion: v1\nkind: Node\nmetadata: {name: node-1, labels: {example.com/pool: p}}\n";
     let objects = build_index_from_objects(yaml, "example.com/pool", &policy).unwrap();
