@@ -9,8 +9,9 @@ use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
 use kube::api::{Patch, PatchParams};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use kube::{Api, Client, Resource};
+use poolkeeper_watchers::retrying;
 use serde::de::DeserializeOwned;
 
 use crate::desired::DesiredSelectors;
@@ -125,7 +126,7 @@ pub(crate) async fn update<K: Configuration>(
 
 /// One item per change of the configuration `managed` names (created,
 /// changed, deleted, and once the watch has listed it), or a watch error
-/// (the watch retries with backoff). A field selector on the name keeps
+/// (the watch retries with the watchers' policy). A field selector on the name keeps
 /// the watch within RBAC's `resourceNames`.
 pub(crate) fn changes<K: Configuration>(
     client: Client,
@@ -133,13 +134,16 @@ pub(crate) fn changes<K: Configuration>(
 ) -> impl Stream<Item = (ConfigurationKind, Result<(), watcher::Error>)> + Send + 'static {
     let kind = managed.kind;
     let config = watcher::Config::default().fields(&format!("metadata.name={}", managed.name));
-    watcher(Api::<K>::all(client), config)
-        .default_backoff()
-        .filter_map(move |event| async move {
+    let api = Api::<K>::all(client.clone());
+    // The watchers' retry policy: a 410 relists at once, other errors back off
+    // while the API server's readiness is probed.
+    retrying(client, move || watcher(api.clone(), config.clone())).filter_map(
+        move |event| async move {
             match event {
                 Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => None,
                 Ok(_) => Some((kind, Ok(()))),
                 Err(error) => Some((kind, Err(error))),
             }
-        })
+        },
+    )
 }

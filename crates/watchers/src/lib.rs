@@ -11,7 +11,8 @@
 //!
 //! Watch failures never stop a watcher: a 410 relists at once, other errors
 //! back off (capped, jittered, ended early once the API server is seen coming
-//! back; see `retry`). Failures are published as `WatchFailed` (once per
+//! back; see `retry`). [`retrying`] gives any other watch of the process the
+//! same policy (the webhook configurations' watch uses it). Failures are published as `WatchFailed` (once per
 //! failure streak) and `WatchRecovered`.
 
 mod bookkeeping;
@@ -31,6 +32,7 @@ use poolkeeper_index::Index;
 use poolkeeper_supervisor::Component;
 
 use component::{KindWatcher, Shared};
+pub use retry::retrying;
 use sync::{SyncTracker, SyncedKinds};
 
 /// What to watch and how.

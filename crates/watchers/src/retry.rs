@@ -20,6 +20,7 @@
 use std::time::Duration;
 
 use futures::future::BoxFuture;
+use futures::{Stream, StreamExt};
 use kube::Client;
 use kube::runtime::watcher;
 use tokio::time::Instant;
@@ -247,6 +248,80 @@ pub(crate) async fn wait_out(delay: Duration, probe: &dyn Probe) -> Waited {
     }
 }
 
+/// A watch that retries with this module's policy: the items of `connect()`'s stream, every
+/// error passed on (for the caller to report) and followed by the policy's wait (a 410 relists
+/// at once, other errors back off while `/readyz` is probed); after a 410 that kube's watcher
+/// does not relist after by itself, `connect` starts a new watch. Every watch of the process
+/// that is not an index kind (the webhook configurations) goes through this; the index's
+/// kinds use the same policy in the watcher component.
+pub fn retrying<K, S, F>(
+    client: Client,
+    connect: F,
+) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send
+where
+    K: Send + 'static,
+    S: Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+    F: FnMut() -> S + Send + 'static,
+{
+    retrying_with(
+        ReadyzProbe::new(client),
+        RetryPolicy::new(Backoff::new()),
+        connect,
+    )
+}
+
+pub(crate) fn retrying_with<K, S, F, P>(
+    probe: P,
+    retry: RetryPolicy,
+    mut connect: F,
+) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send
+where
+    K: Send + 'static,
+    S: Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+    F: FnMut() -> S + Send + 'static,
+    P: Probe + 'static,
+{
+    let stream = Box::pin(connect());
+    let state = Retrying {
+        connect,
+        stream,
+        retry,
+        probe,
+        wait: Duration::ZERO,
+    };
+    futures::stream::unfold(state, |mut state| async move {
+        if !state.wait.is_zero() {
+            let waited = wait_out(std::mem::take(&mut state.wait), &state.probe).await;
+            tracing::debug!(?waited, "retrying the watch");
+        }
+        let next = state.stream.next().await?;
+        match &next {
+            Ok(event) => {
+                if !matches!(event, watcher::Event::Init) {
+                    state.retry.on_success();
+                }
+            }
+            Err(error) => {
+                let failure = classify(error);
+                state.wait = state.retry.on_failure(failure, Instant::now());
+                if failure == WatchFailure::Expired && !relists_by_itself(error) {
+                    state.stream = Box::pin((state.connect)());
+                }
+            }
+        }
+        Some((next, state))
+    })
+}
+
+struct Retrying<S, F, P> {
+    connect: F,
+    stream: std::pin::Pin<Box<S>>,
+    retry: RetryPolicy,
+    probe: P,
+    /// How long to wait before the next poll.
+    wait: Duration,
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::VecDeque;
@@ -469,5 +544,79 @@ mod tests {
                 probe.asked.lock()
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod retrying_tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::core::Status;
+
+    use super::*;
+
+    struct AlwaysReady;
+
+    impl Probe for AlwaysReady {
+        fn probe(&self) -> BoxFuture<'_, ProbeAnswer> {
+            Box::pin(async { ProbeAnswer::Ready })
+        }
+    }
+
+    fn gone() -> kube::Error {
+        kube::Error::Api(Status::failure("too old", "Expired").with_code(410).boxed())
+    }
+
+    fn refused() -> kube::Error {
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        kube::Error::Service(Box::new(io))
+    }
+
+    /// The policy of the index's watchers, for any watch: connection failures back off
+    /// (1 s, 2 s without jitter), the next event resets the backoff, a 410 relists at once,
+    /// and a 410 on a watch start, after which kube's watcher would retry the expired
+    /// resourceVersion, starts a new watch.
+    #[tokio::test(start_paused = true)]
+    async fn any_watch_retries_with_the_watchers_policy() {
+        type Item = Result<watcher::Event<ConfigMap>, watcher::Error>;
+        let connects = Arc::new(AtomicUsize::new(0));
+        let counted = connects.clone();
+        let connect = move || {
+            let n = counted.fetch_add(1, Ordering::SeqCst);
+            let items: Vec<Item> = if n == 0 {
+                vec![
+                    Err(watcher::Error::WatchStartFailed(refused())),
+                    Err(watcher::Error::WatchStartFailed(refused())),
+                    Ok(watcher::Event::Apply(ConfigMap::default())),
+                    Err(watcher::Error::WatchStartFailed(refused())),
+                    Err(watcher::Error::WatchStartFailed(gone())),
+                ]
+            } else {
+                vec![Ok(watcher::Event::Init)]
+            };
+            futures::stream::iter(items)
+        };
+        let policy = RetryPolicy::new(Backoff::with_random(|| 0.0));
+        let start = Instant::now();
+        let seen: Vec<(Duration, bool)> = retrying_with(AlwaysReady, policy, connect)
+            .map(|item| (start.elapsed(), item.is_ok()))
+            .collect()
+            .await;
+        let secs = |s: u64| Duration::from_secs(s);
+        assert_eq!(
+            seen,
+            [
+                (secs(0), false),
+                (secs(1), false),
+                (secs(3), true),
+                (secs(3), false),
+                // Backoff reset by the event: 1 s; then the 410 relists at once.
+                (secs(4), false),
+                (secs(4), true),
+            ]
+        );
+        assert_eq!(connects.load(Ordering::SeqCst), 2);
     }
 }
