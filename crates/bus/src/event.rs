@@ -295,6 +295,8 @@ pub enum Event {
     },
     MachineClassReconciled {
         key: ObjectKey,
+        /// The class's UID as the index held it; `None` once it is gone.
+        uid: Option<String>,
         outcome: ClassOutcome,
         requeue: Requeue,
         #[serde(with = "humantime_serde")]

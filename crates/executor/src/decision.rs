@@ -130,6 +130,7 @@ mod tests {
     fn class(finalizers: &[&str], deleting: bool) -> MachineClass {
         MachineClass {
             key: ObjectKey::namespaced("machine-system", "class-a"),
+            uid: "uid-class-a".into(),
             finalizers: finalizers.iter().map(|f| f.to_string()).collect(),
             deleting,
             spec_hash: 1,

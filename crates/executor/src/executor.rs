@@ -268,6 +268,8 @@ struct Seen {
 #[derive(Debug)]
 struct Reconciled {
     key: ObjectKey,
+    /// The class's UID, from the index snapshot; `None` when it is gone.
+    uid: Option<String>,
     outcome: ClassOutcome,
     requeue: Requeue,
     /// When to look again; zero with [`Requeue::Never`].
@@ -284,6 +286,7 @@ impl Reconciled {
     fn gone(key: ObjectKey) -> Self {
         Self {
             key,
+            uid: None,
             outcome: ClassOutcome::Gone,
             requeue: Requeue::Never,
             requeue_after: Duration::ZERO,
@@ -452,6 +455,7 @@ impl<W: ClassWriter> Worker<W> {
         );
         Reconciled {
             key,
+            uid: Some(class.uid.clone()).filter(|uid| !uid.is_empty()),
             outcome: decision.outcome,
             requeue: decision.requeue,
             requeue_after: decision.requeue_after,
@@ -506,6 +510,7 @@ impl<W: ClassWriter> Worker<W> {
     fn report(&self, reconciled: &Reconciled, duration: Duration) {
         self.bus.publish(Event::MachineClassReconciled {
             key: reconciled.key.clone(),
+            uid: reconciled.uid.clone(),
             outcome: reconciled.outcome,
             requeue: reconciled.requeue,
             requeue_after: reconciled.requeue_after,

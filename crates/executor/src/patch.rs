@@ -95,6 +95,7 @@ mod tests {
     fn class(finalizers: &[&str], resource_version: &str) -> MachineClass {
         MachineClass {
             key: ObjectKey::namespaced("machine-system", "class-a"),
+            uid: "uid-class-a".into(),
             finalizers: finalizers.iter().map(|f| f.to_string()).collect(),
             deleting: false,
             spec_hash: 0,

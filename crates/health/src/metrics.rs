@@ -617,6 +617,7 @@ mod tests {
             },
             Event::MachineClassReconciled {
                 key: class.clone(),
+                uid: None,
                 outcome: ClassOutcome::FinalizerAdded,
                 requeue: Requeue::Long,
                 requeue_after: Duration::from_secs(600),
@@ -624,6 +625,7 @@ mod tests {
             },
             Event::MachineClassReconciled {
                 key: class.clone(),
+                uid: None,
                 outcome: ClassOutcome::Conflict,
                 requeue: Requeue::Conflict,
                 requeue_after: Duration::from_millis(200),

@@ -93,6 +93,7 @@ impl From<&api::MachineClass> for MachineClass {
     fn from(class: &api::MachineClass) -> Self {
         Self {
             key: object_key(class),
+            uid: class.metadata.uid.clone().unwrap_or_default(),
             finalizers: class.metadata.finalizers.clone().unwrap_or_default(),
             deleting: class.metadata.deletion_timestamp.is_some(),
             spec_hash: machine_class_spec_hash(class),

@@ -64,6 +64,8 @@ pub struct NodePool {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MachineClass {
     pub key: ObjectKey,
+    /// `metadata.uid`, which Kubernetes Events about the class regard.
+    pub uid: String,
     pub finalizers: Vec<String>,
     /// `metadata.deletionTimestamp` is set.
     pub deleting: bool,
@@ -79,6 +81,7 @@ impl MachineClass {
         // Destructured, so that a new field has to be placed on one side or the other.
         let Self {
             key,
+            uid,
             finalizers,
             deleting,
             spec_hash,
@@ -86,6 +89,7 @@ impl MachineClass {
         } = self;
         *resource_version != other.resource_version
             && *key == other.key
+            && *uid == other.uid
             && *finalizers == other.finalizers
             && *deleting == other.deleting
             && *spec_hash == other.spec_hash

@@ -19,7 +19,6 @@ mod notice;
 mod queue;
 mod recorder;
 mod settings;
-mod uids;
 mod writer;
 
 pub use kube::runtime::events::EventType;

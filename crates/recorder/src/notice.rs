@@ -95,15 +95,17 @@ pub fn class_notice(
     }
 }
 
-/// The MachineClass and the Event a bus event calls for, if any.
-pub fn notice_for(event: &Event, settings: &RecorderSettings) -> Option<(ObjectKey, Notice)> {
+/// The object and the Event a bus event calls for, if any.
+pub fn notice_for(event: &Event, settings: &RecorderSettings) -> Option<(ObjectReference, Notice)> {
     match event {
         Event::MachineClassReconciled {
             key,
+            uid,
             outcome,
             requeue_after,
             ..
-        } => class_notice(*outcome, *requeue_after, settings).map(|notice| (key.clone(), notice)),
+        } => class_notice(*outcome, *requeue_after, settings)
+            .map(|notice| (class_reference(key, uid.clone()), notice)),
         _ => None,
     }
 }
@@ -152,6 +154,7 @@ mod tests {
     fn reconciled(outcome: ClassOutcome, requeue: Requeue, after: Duration) -> Event {
         Event::MachineClassReconciled {
             key: ObjectKey::namespaced("machine-system", "worker"),
+            uid: Some("uid-worker".into()),
             outcome,
             requeue,
             requeue_after: after,
@@ -193,8 +196,15 @@ mod tests {
             let actual = notice_for(&event, &settings());
             match (expected, actual) {
                 (None, None) => {}
-                (Some((type_, reason, action)), Some((key, notice))) => {
-                    assert_eq!(key, ObjectKey::namespaced("machine-system", "worker"));
+                (Some((type_, reason, action)), Some((regarding, notice))) => {
+                    assert_eq!(
+                        regarding,
+                        class_reference(
+                            &ObjectKey::namespaced("machine-system", "worker"),
+                            Some("uid-worker".into())
+                        ),
+                        "the UID comes with the event"
+                    );
                     assert_eq!(
                         (notice.type_, notice.reason, notice.action),
                         (type_, reason, action),

@@ -6,40 +6,29 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use k8s_openapi::api::core::v1::ObjectReference;
-use poolkeeper_bus::ObjectKey;
 use tokio::sync::mpsc;
 
 use crate::notice::Notice;
 
-/// The object an Event regards.
-#[derive(Clone, Debug, PartialEq)]
-pub(crate) enum Regarding {
-    /// A MachineClass by key: its UID is looked up before writing.
-    MachineClass(ObjectKey),
-    /// A complete reference, UID included.
-    Object(ObjectReference),
-}
-
-/// One Event waiting to be written.
+/// One Event waiting to be written, with the complete reference (UID
+/// included) of the object it regards.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Pending {
-    pub(crate) regarding: Regarding,
+    pub(crate) regarding: ObjectReference,
     pub(crate) notice: Notice,
 }
 
 impl fmt::Display for Pending {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} on ", self.notice.reason)?;
-        match &self.regarding {
-            Regarding::MachineClass(key) => write!(f, "MachineClass {key}"),
-            Regarding::Object(reference) => write!(
-                f,
-                "{} {}/{}",
-                reference.kind.as_deref().unwrap_or("object"),
-                reference.namespace.as_deref().unwrap_or_default(),
-                reference.name.as_deref().unwrap_or_default()
-            ),
-        }
+        let reference = &self.regarding;
+        write!(
+            f,
+            "{} on {} {}/{}",
+            self.notice.reason,
+            reference.kind.as_deref().unwrap_or("object"),
+            reference.namespace.as_deref().unwrap_or_default(),
+            reference.name.as_deref().unwrap_or_default()
+        )
     }
 }
 
@@ -96,7 +85,10 @@ mod tests {
 
     fn pending(name: &str) -> Pending {
         Pending {
-            regarding: Regarding::MachineClass(ObjectKey::namespaced("ns", name)),
+            regarding: crate::notice::class_reference(
+                &poolkeeper_bus::ObjectKey::namespaced("ns", name),
+                Some(format!("uid-{name}")),
+            ),
             notice: Notice::normal("FinalizerAdded", "AddFinalizer", "note"),
         }
     }
@@ -130,12 +122,12 @@ mod tests {
             "FinalizerAdded on MachineClass ns/a"
         );
         let pod = Pending {
-            regarding: Regarding::Object(ObjectReference {
+            regarding: ObjectReference {
                 kind: Some("Pod".into()),
                 namespace: Some("shop".into()),
                 name: Some("web".into()),
                 ..ObjectReference::default()
-            }),
+            },
             notice: Notice::warning("OutsidePool", "Audit", "note"),
         };
         assert_eq!(pod.to_string(), "OutsidePool on Pod shop/web");

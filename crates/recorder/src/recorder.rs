@@ -5,14 +5,13 @@ use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
 use kube::runtime::events::Reporter;
-use poolkeeper_bus::{Bus, Change, Delivery, Event, ResourceKind, Subscription};
+use poolkeeper_bus::{Bus, Delivery, Subscription};
 use poolkeeper_supervisor::{BoxError, Component, Context, error_chain};
 use tokio::sync::mpsc;
 
 use crate::notice::{Notice, notice_for};
-use crate::queue::{Pending, Queue, Regarding};
+use crate::queue::{Pending, Queue};
 use crate::settings::RecorderSettings;
-use crate::uids::Uids;
 use crate::writer::{Writer, Written};
 
 /// `reportingController` of every Event poolkeeper writes.
@@ -34,7 +33,6 @@ pub struct EventRecorder {
     queue: Queue,
     pending: mpsc::Receiver<Pending>,
     writer: Writer,
-    uids: Uids,
 }
 
 impl std::fmt::Debug for EventRecorder {
@@ -68,7 +66,6 @@ impl EventRecorder {
             settings,
             queue,
             pending,
-            uids: Uids::default(),
         }
     }
 
@@ -121,43 +118,19 @@ impl EventRecorder {
                     "event recorder fell behind the bus: Kubernetes Events for the missed \
                      events are skipped"
                 );
-                // A missed delete or create may have changed a class's UID.
-                self.uids.forget_all();
                 return;
             }
         };
-        match &envelope.event {
-            Event::ResourceChanged {
-                kind: ResourceKind::MachineClass,
-                key,
-                change: Change::Created | Change::Deleted,
-                ..
-            } => self.uids.forget(key),
-            event => {
-                if let Some((key, notice)) = notice_for(event, &self.settings) {
-                    self.queue.offer(Pending {
-                        regarding: Regarding::MachineClass(key),
-                        notice,
-                    });
-                }
-            }
+        if let Some((regarding, notice)) = notice_for(&envelope.event, &self.settings) {
+            self.queue.offer(Pending { regarding, notice });
         }
     }
 
     fn start_write(&self, pending: Pending) -> impl Future<Output = Written> + use<> {
-        let known_uid = match &pending.regarding {
-            Regarding::MachineClass(key) => self.uids.get(key).map(str::to_owned),
-            Regarding::Object(_) => None,
-        };
-        self.writer
-            .clone()
-            .write(pending, known_uid, self.uids.generation())
+        self.writer.clone().write(pending)
     }
 
     fn on_written(&mut self, written: Written) {
-        if let Some((key, uid, generation)) = written.learned {
-            self.uids.learn(key, uid, generation);
-        }
         match written.result {
             Ok(()) => tracing::debug!(event = %written.pending, "Kubernetes Event written"),
             Err(error) => tracing::warn!(
@@ -202,10 +175,7 @@ impl EventSink {
     /// recorder has stopped (both logged). Events are best-effort.
     pub fn record(&self, mut regarding: ObjectReference, notice: Notice) -> bool {
         regarding.resource_version = None;
-        self.queue.offer(Pending {
-            regarding: Regarding::Object(regarding),
-            notice,
-        })
+        self.queue.offer(Pending { regarding, notice })
     }
 }
 
@@ -233,7 +203,7 @@ mod tests {
     use std::sync::Arc;
     use std::time::{Duration, SystemTime};
 
-    use poolkeeper_bus::{ClassOutcome, Envelope, ObjectKey, Requeue};
+    use poolkeeper_bus::{Change, ClassOutcome, Envelope, Event, ObjectKey, Requeue, ResourceKind};
     use poolkeeper_config::Config;
 
     use super::*;
@@ -261,6 +231,7 @@ mod tests {
     fn reconciled(name: &str, outcome: ClassOutcome) -> Delivery {
         delivered(Event::MachineClassReconciled {
             key: ObjectKey::namespaced("machine-system", name),
+            uid: Some(format!("uid-{name}")),
             outcome,
             requeue: Requeue::Long,
             requeue_after: Duration::from_secs(600),
@@ -286,32 +257,14 @@ mod tests {
         recorder.on_delivery(&class_changed("a", Change::Updated));
         recorder.on_delivery(&reconciled("a", ClassOutcome::FinalizerAdded));
         let queued = recorder.pending.try_recv().expect("one Event queued");
+        assert_eq!(queued.regarding.name.as_deref(), Some("a"));
         assert_eq!(
-            queued.regarding,
-            Regarding::MachineClass(ObjectKey::namespaced("machine-system", "a"))
+            queued.regarding.uid.as_deref(),
+            Some("uid-a"),
+            "the UID comes with the event: no lookup"
         );
         assert_eq!(queued.notice.reason, "FinalizerAdded");
         assert!(recorder.pending.try_recv().is_err(), "nothing else");
-    }
-
-    #[tokio::test]
-    async fn creates_deletes_and_lags_forget_uids() {
-        let key = |name| ObjectKey::namespaced("machine-system", name);
-        let mut recorder = recorder(&Bus::default());
-        for name in ["a", "b", "c"] {
-            recorder
-                .uids
-                .learn(key(name), format!("uid-{name}"), recorder.uids.generation());
-        }
-        recorder.on_delivery(&class_changed("a", Change::Updated));
-        assert_eq!(recorder.uids.get(&key("a")), Some("uid-a"));
-        recorder.on_delivery(&class_changed("a", Change::Deleted));
-        recorder.on_delivery(&class_changed("b", Change::Created));
-        assert_eq!(recorder.uids.get(&key("a")), None);
-        assert_eq!(recorder.uids.get(&key("b")), None);
-        assert_eq!(recorder.uids.get(&key("c")), Some("uid-c"));
-        recorder.on_delivery(&Delivery::Lagged(3));
-        assert_eq!(recorder.uids.get(&key("c")), None);
     }
 
     #[tokio::test]
@@ -335,7 +288,7 @@ mod tests {
             resource_version: None,
             ..reference
         };
-        assert_eq!(queued.regarding, Regarding::Object(expected));
+        assert_eq!(queued.regarding, expected);
         assert_eq!(queued.notice, notice);
     }
 

@@ -40,6 +40,8 @@ struct Setup {
     bus: Bus,
     sink: EventSink,
     running: Running,
+    /// The UID of each class created, as the index would hold it.
+    uids: parking_lot::Mutex<std::collections::HashMap<String, String>>,
 }
 
 impl Setup {
@@ -65,6 +67,7 @@ impl Setup {
             bus,
             sink,
             running,
+            uids: Default::default(),
         }
     }
 
@@ -75,7 +78,9 @@ impl Setup {
             .create(&PostParams::default(), &class)
             .await
             .expect("create class");
-        created.metadata.uid.expect("a created object has a UID")
+        let uid = created.metadata.uid.expect("a created object has a UID");
+        self.uids.lock().insert(name.to_owned(), uid.clone());
+        uid
     }
 
     async fn delete_class(&self, name: &str) {
@@ -86,7 +91,8 @@ impl Setup {
             .expect("delete class");
     }
 
-    /// What the executor publishes after reconciling class `name`.
+    /// What the executor publishes after reconciling class `name`: with the
+    /// UID its index snapshot held (none for a class never seen).
     fn reconciled(&self, name: &str, outcome: ClassOutcome) {
         let (requeue, requeue_after) = match outcome {
             ClassOutcome::Error => (Requeue::Short, Duration::from_secs(5)),
@@ -96,6 +102,7 @@ impl Setup {
         };
         self.bus.publish(Event::MachineClassReconciled {
             key: ObjectKey::namespaced(NS, name),
+            uid: self.uids.lock().get(name).cloned(),
             outcome,
             requeue,
             requeue_after,

@@ -48,13 +48,14 @@ async fn a_hung_api_server_delays_each_event_by_the_write_timeout_only() {
     for name in ["a", "b", "c"] {
         bus.publish(Event::MachineClassReconciled {
             key: ObjectKey::namespaced("machine-system", name),
+            uid: Some(format!("uid-{name}")),
             outcome: ClassOutcome::FinalizerAdded,
             requeue: Requeue::Long,
             requeue_after: Duration::from_secs(600),
             duration: Duration::ZERO,
         });
     }
-    // One request per Event (the class lookup), each given up after 200 ms.
+    // One request per Event (the Event's write), each given up after 200 ms.
     let deadline = Instant::now() + Duration::from_secs(10);
     while accepted.load(Ordering::SeqCst) < 3 {
         assert!(
@@ -75,6 +76,7 @@ async fn a_hung_api_server_delays_each_event_by_the_write_timeout_only() {
     // Stopping does not wait for a write under way.
     bus.publish(Event::MachineClassReconciled {
         key: ObjectKey::namespaced("machine-system", "d"),
+        uid: Some("uid-d".into()),
         outcome: ClassOutcome::Error,
         requeue: Requeue::Short,
         requeue_after: Duration::from_secs(5),

@@ -61,6 +61,7 @@ async fn the_events_say_what_every_reconciliation_did() {
                 requeue,
                 requeue_after,
                 duration,
+                ..
             } => Some((
                 key.name.clone(),
                 *outcome,
