@@ -1,46 +1,29 @@
 //! The leader's audit: a round every `audit.interval`, its result on the
-//! bus, and a Warning Event for each violating Pod and reason the first
-//! time it is found.
+//! bus, each violation marked `first_found` the first time it is found (the
+//! recorder writes a Warning Event for those).
 
 use std::collections::HashSet;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use k8s_openapi::api::core::v1::ObjectReference;
 use poolkeeper_bus::Bus;
 use poolkeeper_index::Index;
-use poolkeeper_recorder::{EventSink, Notice};
 use poolkeeper_supervisor::{BoxError, Component, Context, error_chain};
 use tokio::time::MissedTickBehavior;
 
 use crate::lister::{KubePods, PodLister};
-use crate::round::{Finding, ReportKey, Round, audit_round, event_reason};
+use crate::round::{ReportKey, Round, audit_round, report_key};
 use crate::settings::AuditSettings;
-
-/// The Event action of the audit's Warnings.
-pub const EVENT_ACTION: &str = "Audit";
-
-/// Where the audit's Warning Events go.
-pub trait WarningSink: Send + Sync + 'static {
-    /// Queues a Warning on the object `regarding`; whether it was queued.
-    fn warn(&self, regarding: ObjectReference, notice: Notice) -> bool;
-}
-
-impl WarningSink for EventSink {
-    fn warn(&self, regarding: ObjectReference, notice: Notice) -> bool {
-        self.record(regarding, notice)
-    }
-}
 
 /// The leader-only [`Component`] `audit`. See the crate documentation.
 pub struct Audit {
     lister: Box<dyn PodLister>,
     index: Arc<Index>,
     bus: Bus,
-    events: Box<dyn WarningSink>,
     settings: AuditSettings,
-    /// The Pods and reasons a Warning was queued for and that still
-    /// violate; a Pod that is gone or back in its pool drops out.
+    /// The objects and reasons found so far that still violate; one that is
+    /// gone or back in its pool drops out, and is first found again if it
+    /// violates later.
     reported: HashSet<ReportKey>,
 }
 
@@ -54,31 +37,27 @@ impl std::fmt::Debug for Audit {
 }
 
 impl Audit {
-    /// The audit of the cluster `client` talks to, with Warnings through
-    /// the Kubernetes Event recorder's `events` sink.
+    /// The audit of the cluster `client` talks to.
     pub fn new(
         client: kube::Client,
         index: Arc<Index>,
         bus: &Bus,
-        events: EventSink,
         settings: AuditSettings,
     ) -> Self {
-        Self::with_parts(KubePods::new(client), index, bus, events, settings)
+        Self::with_lister(KubePods::new(client), index, bus, settings)
     }
 
-    /// The audit with any Pod source and Warning sink.
-    pub fn with_parts(
+    /// The audit with any Pod source.
+    pub fn with_lister(
         lister: impl PodLister,
         index: Arc<Index>,
         bus: &Bus,
-        events: impl WarningSink,
         settings: AuditSettings,
     ) -> Self {
         Self {
             lister: Box::new(lister),
             index,
             bus: bus.clone(),
-            events: Box::new(events),
             settings,
             reported: HashSet::new(),
         }
@@ -113,27 +92,21 @@ impl Audit {
         }
     }
 
-    /// Warns about the new findings, forgets what no longer violates and
-    /// publishes the round.
+    /// Marks the violations found for the first time, forgets what no longer
+    /// violates and publishes the round.
     fn complete(&mut self, mut round: Round) {
         let mut reported = std::mem::take(&mut round.still_reported);
-        let mut warned = 0;
-        for finding in &round.findings {
-            let key = finding.key();
-            if reported.contains(&key) {
-                continue;
-            }
-            // Not queued (recorder busy or stopped): tried again next round.
-            if self.events.warn(pod_reference(finding), notice(finding)) {
-                reported.insert(key);
-                warned += 1;
-            }
+        let mut first_found = 0;
+        for violation in &mut round.findings {
+            violation.first_found = reported.insert(report_key(violation));
+            first_found += usize::from(violation.first_found);
         }
         self.reported = reported;
         tracing::info!(
             pods = round.pods,
+            workloads = round.workloads,
             violations = round.violations(),
-            warned,
+            first_found,
             duration_ms = round.duration.as_millis() as u64,
             "audit round completed"
         );
@@ -154,29 +127,4 @@ impl Component for Audit {
     fn run(self: Box<Self>, ctx: Context) -> BoxFuture<'static, Result<(), BoxError>> {
         Box::pin((*self).run_loop(ctx))
     }
-}
-
-/// The Pod (or workload) a finding is about, with its UID (how `kubectl
-/// describe` finds its Events).
-pub fn pod_reference(finding: &Finding) -> ObjectReference {
-    ObjectReference {
-        api_version: Some(finding.api_version.to_owned()),
-        kind: Some(finding.kind.to_owned()),
-        namespace: Some(finding.violation.namespace.clone()),
-        name: Some(finding.name.clone()),
-        uid: Some(finding.uid.clone()).filter(|uid| !uid.is_empty()),
-        field_path: None,
-        resource_version: None,
-    }
-}
-
-/// The Warning for a finding: the validating webhook's reason and message,
-/// and the binding's mode.
-pub fn notice(finding: &Finding) -> Notice {
-    let violation = &finding.violation;
-    Notice::warning(
-        event_reason(violation.reason),
-        EVENT_ACTION,
-        format!("{} (binding mode {})", violation.message, finding.mode),
-    )
 }

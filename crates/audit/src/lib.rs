@@ -21,12 +21,12 @@ mod round;
 mod settings;
 mod snapshot;
 
-pub use component::{Audit, EVENT_ACTION, WarningSink, notice, pod_reference};
+pub use component::Audit;
 pub use error::AuditError;
 pub use lister::{
     KubePods, PodLister, PodPage, PodQuery, RUNNING_OR_PENDING, WorkloadPage, decode_chunks,
 };
-pub use round::{Finding, ReportKey, Round, audit_round, event_reason, queries};
+pub use round::{ReportKey, Round, audit_round, queries, report_key};
 pub use settings::AuditSettings;
 pub use snapshot::{cluster_index, cluster_pod};
 

@@ -9,8 +9,7 @@ use std::time::Duration;
 use poolkeeper_bus::{AuditCount, AuditViolation, Event};
 use poolkeeper_index::{Index, PlacementView};
 use poolkeeper_placement::{
-    Decision, Mode, PlacementPolicy, PodPlacement, Reason, Workload, WorkloadKind, audit,
-    validate_workload,
+    Decision, PlacementPolicy, PodPlacement, Workload, WorkloadKind, audit, validate_workload,
 };
 use tokio::time::Instant;
 
@@ -18,31 +17,14 @@ use crate::error::AuditError;
 use crate::lister::{PodLister, PodQuery};
 use crate::settings::AuditSettings;
 
-/// A violation with what its Warning Event needs.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Finding {
-    pub violation: AuditViolation,
-    /// The object's kind (`Pod`, or the workload's) and `apiVersion`.
-    pub kind: &'static str,
-    pub api_version: &'static str,
-    /// `metadata.name` (`violation.pod` is `Kind/name` for a workload).
-    pub name: String,
-    /// `metadata.uid`, so that `kubectl describe` finds the Event.
-    pub uid: String,
-    /// The binding's mode (violations count in every mode).
-    pub mode: Mode,
-}
-
-impl Finding {
-    /// What identifies this Pod and reason across rounds.
-    pub fn key(&self) -> ReportKey {
-        ReportKey::new(
-            &self.uid,
-            &self.violation.namespace,
-            &self.violation.pod,
-            self.violation.reason,
-        )
-    }
+/// What identifies a violation across rounds.
+pub fn report_key(violation: &AuditViolation) -> ReportKey {
+    ReportKey::new(
+        &violation.uid,
+        &violation.namespace,
+        &violation.pod,
+        violation.reason,
+    )
 }
 
 /// A Pod (by UID, so a Pod recreated under the same name is another one)
@@ -75,7 +57,7 @@ pub struct Round {
     /// Every violation, counted by namespace, pool and reason (sorted).
     pub counts: Vec<AuditCount>,
     /// The first `max_reported` violations, in LIST order.
-    pub findings: Vec<Finding>,
+    pub findings: Vec<AuditViolation>,
     /// More violations were found than `findings` holds.
     pub truncated: bool,
     /// The keys of the previous round's reports that are still violations.
@@ -94,11 +76,7 @@ impl Round {
             pods: self.pods,
             duration: self.duration,
             counts: self.counts.clone(),
-            violations: self
-                .findings
-                .iter()
-                .map(|finding| finding.violation.clone())
-                .collect(),
+            violations: self.findings.clone(),
             truncated: self.truncated,
         }
     }
@@ -129,7 +107,7 @@ struct Tally<'r> {
     pods: usize,
     workloads: usize,
     counts: BTreeMap<(String, String, &'static str), usize>,
-    findings: Vec<Finding>,
+    findings: Vec<AuditViolation>,
     truncated: bool,
     still_reported: HashSet<ReportKey>,
 }
@@ -210,20 +188,19 @@ impl<'r> Tally<'r> {
             self.truncated = true;
             return;
         }
-        self.findings.push(Finding {
-            violation: AuditViolation {
-                namespace,
-                pod: shown,
-                pool,
-                reason,
-                node: subject.node.map(str::to_owned),
-                message: decision.message.unwrap_or_default(),
-            },
+        self.findings.push(AuditViolation {
+            namespace,
+            pod: shown,
             kind: subject.kind,
             api_version: subject.api_version,
             name: subject.name.to_owned(),
             uid: subject.uid.to_owned(),
             mode: decision.mode,
+            first_found: false,
+            pool,
+            reason,
+            node: subject.node.map(str::to_owned),
+            message: decision.message.unwrap_or_default(),
         });
     }
 
@@ -340,14 +317,4 @@ async fn audit_workloads(
         }
     }
     Ok(())
-}
-
-/// The Warning Event reason (PascalCase) of a violation reason.
-pub fn event_reason(reason: &str) -> &'static str {
-    match reason {
-        r if r == Reason::OutsidePool.as_str() => "OutsidePool",
-        r if r == Reason::NoMatchingNode.as_str() => "NoMatchingNode",
-        r if r == Reason::MissingEdgeTolerations.as_str() => "MissingEdgeTolerations",
-        _ => "PlacementViolation",
-    }
 }

@@ -220,11 +220,24 @@ label_enum! {
     }
 }
 
-/// A Pod the audit found outside its pool.
+/// A Pod the audit found outside its pool, or a workload whose Pod
+/// template would be denied.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct AuditViolation {
     pub namespace: String,
+    /// The Pod's name, or `Kind/name` of a workload.
     pub pod: String,
+    /// The object, for the Warning Event that regards it: `Pod` or the
+    /// workload's kind, its `apiVersion`, name and UID.
+    pub kind: &'static str,
+    pub api_version: &'static str,
+    pub name: String,
+    pub uid: String,
+    /// The binding's mode (violations count in every mode).
+    pub mode: Mode,
+    /// Found for the first time (this object and reason were not a violation
+    /// in the previous round): the recorder writes its Warning Event.
+    pub first_found: bool,
     pub pool: String,
     /// The validating webhook's reason for the same Pod.
     pub reason: &'static str,
@@ -333,7 +346,7 @@ pub enum Event {
         /// Every violation, counted by namespace, pool and reason.
         counts: Vec<AuditCount>,
         /// The first violations found (`audit.maxReported`), for
-        /// `/debug/audit` and Events.
+        /// `/debug/audit` and the recorder's Warning Events.
         violations: Vec<AuditViolation>,
         /// More violations were found than `violations` holds.
         truncated: bool,

@@ -320,6 +320,12 @@ async fn debug_audit_shows_the_last_round_even_after_the_ring_moved_on() {
             violations: vec![AuditViolation {
                 namespace: "shop".into(),
                 pod: "web-1".into(),
+                kind: "Pod",
+                api_version: "v1",
+                name: "web-1".into(),
+                uid: "uid-web-1".into(),
+                mode: poolkeeper_bus::Mode::Enforce,
+                first_found: true,
                 pool: "hangzhou".into(),
                 reason: "node_outside_pool",
                 node: Some("beijing-1".into()),

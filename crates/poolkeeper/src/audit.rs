@@ -111,8 +111,7 @@ fn table(round: &Round) -> String {
         "NODE".into(),
         "MESSAGE".into(),
     ]];
-    for finding in &round.findings {
-        let v = &finding.violation;
+    for v in &round.findings {
         rows.push([
             v.namespace.clone(),
             v.pod.clone(),

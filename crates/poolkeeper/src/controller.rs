@@ -292,7 +292,6 @@ impl Wiring<'_> {
                         client.clone(),
                         index.clone(),
                         &bus,
-                        events.sink(),
                         audit_settings.clone(),
                     )));
                 }

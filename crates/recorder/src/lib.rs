@@ -1,7 +1,9 @@
 //! Kubernetes Events (`events.k8s.io/v1`, reporting controller
 //! `poolkeeper`) for what poolkeeper does, derived from bus events.
 //!
-//! - [`notice_for`] / [`class_notice`] are the pure mapping: a
+//! - [`notices_for`] / [`class_notice`] / [`audit_notice`] are the pure
+//!   mapping: each violation of an `AuditCompleted` found for the first time
+//!   calls for a Warning on its Pod or workload; a
 //!   `MachineClassReconciled` whose finalizer was added or removed calls for
 //!   a Normal Event, one that failed for a Warning; every other outcome
 //!   (settled, unused, gone, conflict) for none, so periodic passes write
@@ -11,8 +13,9 @@
 //!   queues the Events it calls for, and writes them one at a time through
 //!   kube's `Recorder`, which aggregates repetitions into the `series` of
 //!   one Event object. The bus is never kept waiting by the API server.
-//! - [`EventSink`] lets other components ask for Events on any object (e.g.
-//!   Pods the audit finds outside their pool).
+//!
+//! Every Kubernetes Event poolkeeper writes comes from the bus: no component
+//! asks the recorder directly.
 
 mod error;
 mod notice;
@@ -22,6 +25,9 @@ mod settings;
 mod writer;
 
 pub use kube::runtime::events::EventType;
-pub use notice::{MAX_NOTE_BYTES, Notice, class_notice, class_reference, notice_for};
-pub use recorder::{EventRecorder, EventSink, REPORTING_CONTROLLER};
+pub use notice::{
+    AUDIT_ACTION, MAX_NOTE_BYTES, Notice, audit_notice, audit_reference, class_notice,
+    class_reference, notices_for,
+};
+pub use recorder::{EventRecorder, REPORTING_CONTROLLER};
 pub use settings::RecorderSettings;

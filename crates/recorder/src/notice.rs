@@ -6,7 +6,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Resource;
 use kube::runtime::events::{Event as KubeEvent, EventType};
 use poolkeeper_api::MachineClass;
-use poolkeeper_bus::{ClassOutcome, Event, ObjectKey};
+use poolkeeper_bus::{AuditViolation, ClassOutcome, Event, ObjectKey};
 
 use crate::settings::RecorderSettings;
 
@@ -95,8 +95,10 @@ pub fn class_notice(
     }
 }
 
-/// The object and the Event a bus event calls for, if any.
-pub fn notice_for(event: &Event, settings: &RecorderSettings) -> Option<(ObjectReference, Notice)> {
+/// The objects and Events a bus event calls for: a MachineClass whose
+/// finalizer changed or whose reconciliation failed, each violation the
+/// audit found for the first time.
+pub fn notices_for(event: &Event, settings: &RecorderSettings) -> Vec<(ObjectReference, Notice)> {
     match event {
         Event::MachineClassReconciled {
             key,
@@ -105,9 +107,49 @@ pub fn notice_for(event: &Event, settings: &RecorderSettings) -> Option<(ObjectR
             requeue_after,
             ..
         } => class_notice(*outcome, *requeue_after, settings)
-            .map(|notice| (class_reference(key, uid.clone()), notice)),
-        _ => None,
+            .map(|notice| (class_reference(key, uid.clone()), notice))
+            .into_iter()
+            .collect(),
+        Event::AuditCompleted { violations, .. } => violations
+            .iter()
+            .filter(|violation| violation.first_found)
+            .map(|violation| (audit_reference(violation), audit_notice(violation)))
+            .collect(),
+        _ => Vec::new(),
     }
+}
+
+/// The Event action of the audit's Warnings.
+pub const AUDIT_ACTION: &str = "Audit";
+
+/// The object a violation is about, with its UID (how `kubectl describe`
+/// finds its Events).
+pub fn audit_reference(violation: &AuditViolation) -> ObjectReference {
+    ObjectReference {
+        api_version: Some(violation.api_version.to_owned()),
+        kind: Some(violation.kind.to_owned()),
+        namespace: Some(violation.namespace.clone()),
+        name: Some(violation.name.clone()),
+        uid: Some(violation.uid.clone()).filter(|uid| !uid.is_empty()),
+        field_path: None,
+        resource_version: None,
+    }
+}
+
+/// The Warning for a violation: the validating webhook's reason (as
+/// PascalCase) and message, and the binding's mode.
+pub fn audit_notice(violation: &AuditViolation) -> Notice {
+    let reason = match violation.reason {
+        "outside_pool" => "OutsidePool",
+        "no_matching_node" => "NoMatchingNode",
+        "missing_edge_tolerations" => "MissingEdgeTolerations",
+        _ => "PlacementViolation",
+    };
+    Notice::warning(
+        reason,
+        AUDIT_ACTION,
+        format!("{} (binding mode {})", violation.message, violation.mode),
+    )
 }
 
 /// The `regarding` reference of a MachineClass. `kubectl describe` finds
@@ -193,7 +235,7 @@ mod tests {
         );
         for (outcome, expected) in OUTCOMES {
             let event = reconciled(outcome, Requeue::Short, Duration::from_secs(5));
-            let actual = notice_for(&event, &settings());
+            let actual = notices_for(&event, &settings()).pop();
             match (expected, actual) {
                 (None, None) => {}
                 (Some((type_, reason, action)), Some((regarding, notice))) => {
@@ -268,7 +310,7 @@ mod tests {
             Event::LeadershipChanged { leader: true },
         ];
         for event in events {
-            assert_eq!(notice_for(&event, &settings()), None, "{}", event.name());
+            assert_eq!(notices_for(&event, &settings()), [], "{}", event.name());
         }
     }
 

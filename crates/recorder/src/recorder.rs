@@ -2,14 +2,13 @@
 //! them one at a time beside the bus reading.
 
 use futures::future::BoxFuture;
-use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
 use kube::runtime::events::Reporter;
 use poolkeeper_bus::{Bus, Delivery, Subscription};
 use poolkeeper_supervisor::{BoxError, Component, Context, error_chain};
 use tokio::sync::mpsc;
 
-use crate::notice::{Notice, notice_for};
+use crate::notice::notices_for;
 use crate::queue::{Pending, Queue};
 use crate::settings::RecorderSettings;
 use crate::writer::{Writer, Written};
@@ -69,14 +68,6 @@ impl EventRecorder {
         }
     }
 
-    /// Where other components ask for Events of their own, written by this
-    /// recorder while it runs.
-    pub fn sink(&self) -> EventSink {
-        EventSink {
-            queue: self.queue.clone(),
-        }
-    }
-
     async fn run_loop(mut self, ctx: Context) -> Result<(), BoxError> {
         ctx.mark_ready();
         let mut writing: Option<BoxFuture<'static, Written>> = None;
@@ -121,7 +112,7 @@ impl EventRecorder {
                 return;
             }
         };
-        if let Some((regarding, notice)) = notice_for(&envelope.event, &self.settings) {
+        for (regarding, notice) in notices_for(&envelope.event, &self.settings) {
             self.queue.offer(Pending { regarding, notice });
         }
     }
@@ -157,28 +148,6 @@ impl Component for EventRecorder {
     }
 }
 
-/// A handle for asking the [`EventRecorder`] for an Event on any object,
-/// e.g. a Warning on a Pod found outside its pool. Cheap to clone.
-#[derive(Clone, Debug)]
-pub struct EventSink {
-    queue: Queue,
-}
-
-impl EventSink {
-    /// Queues `notice` on the object `regarding` refers to, without
-    /// waiting. `regarding` is the object's reference with its UID, as
-    /// `kube::Resource::object_ref` gives it (its resourceVersion is
-    /// dropped, so that repetitions form a series). The Event is written in
-    /// the object's namespace (`default` for cluster-scoped objects).
-    ///
-    /// Returns whether it was queued: not when the queue is full or the
-    /// recorder has stopped (both logged). Events are best-effort.
-    pub fn record(&self, mut regarding: ObjectReference, notice: Notice) -> bool {
-        regarding.resource_version = None;
-        self.queue.offer(Pending { regarding, notice })
-    }
-}
-
 /// The result of the write under way, or never if none is.
 async fn finish(writing: &mut Option<BoxFuture<'static, Written>>) -> Written {
     match writing {
@@ -203,7 +172,10 @@ mod tests {
     use std::sync::Arc;
     use std::time::{Duration, SystemTime};
 
-    use poolkeeper_bus::{Change, ClassOutcome, Envelope, Event, ObjectKey, Requeue, ResourceKind};
+    use poolkeeper_bus::{
+        AuditViolation, Change, ClassOutcome, Envelope, Event, Mode, ObjectKey, Requeue,
+        ResourceKind,
+    };
     use poolkeeper_config::Config;
 
     use super::*;
@@ -267,29 +239,47 @@ mod tests {
         assert!(recorder.pending.try_recv().is_err(), "nothing else");
     }
 
+    fn violation(name: &str, first_found: bool) -> AuditViolation {
+        AuditViolation {
+            namespace: "shop".into(),
+            pod: name.into(),
+            kind: "Pod",
+            api_version: "v1",
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            mode: Mode::Warn,
+            first_found,
+            pool: "hangzhou".into(),
+            reason: "outside_pool",
+            node: Some("bj-1".into()),
+            message: "pod is bound to node pool \"hangzhou\" but runs on node \"bj-1\"".into(),
+        }
+    }
+
+    /// The audit's Warnings come from the bus: one per violation found for
+    /// the first time, regarding the object by UID.
     #[tokio::test]
-    async fn the_sink_queues_complete_references_without_resource_version() {
-        let recorder = recorder(&Bus::default());
-        let sink = recorder.sink();
-        let mut pending = recorder.pending;
-        let reference = ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Pod".into()),
-            namespace: Some("shop".into()),
-            name: Some("web".into()),
-            uid: Some("uid-web".into()),
-            resource_version: Some("42".into()),
-            field_path: None,
-        };
-        let notice = Notice::warning("OutsidePool", "Audit", "outside");
-        assert!(sink.clone().record(reference.clone(), notice.clone()));
-        let queued = pending.try_recv().unwrap();
-        let expected = ObjectReference {
-            resource_version: None,
-            ..reference
-        };
-        assert_eq!(queued.regarding, expected);
-        assert_eq!(queued.notice, notice);
+    async fn violations_found_for_the_first_time_are_warned_about() {
+        let mut recorder = recorder(&Bus::default());
+        recorder.on_delivery(&delivered(Event::AuditCompleted {
+            pods: 2,
+            duration: Duration::ZERO,
+            counts: Vec::new(),
+            violations: vec![violation("old", false), violation("web", true)],
+            truncated: false,
+        }));
+        let queued = recorder.pending.try_recv().expect("one Warning queued");
+        assert_eq!(queued.regarding.kind.as_deref(), Some("Pod"));
+        assert_eq!(queued.regarding.name.as_deref(), Some("web"));
+        assert_eq!(queued.regarding.uid.as_deref(), Some("uid-web"));
+        assert_eq!(queued.regarding.resource_version, None);
+        assert_eq!(queued.notice.reason, "OutsidePool");
+        assert!(
+            queued.notice.note.ends_with("(binding mode warn)"),
+            "{:?}",
+            queued.notice
+        );
+        assert!(recorder.pending.try_recv().is_err(), "none for the old one");
     }
 
     #[test]

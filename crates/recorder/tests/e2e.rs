@@ -6,11 +6,13 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Event as CoreEvent, Pod};
 use k8s_openapi::api::events::v1::Event as KubeEvent;
 use kube::api::{DeleteParams, ListParams, PostParams};
-use kube::{Api, Client, Resource};
+use kube::{Api, Client};
 use poolkeeper_api::MachineClass;
-use poolkeeper_bus::{Bus, Change, ClassOutcome, Event, ObjectKey, Requeue, ResourceKind};
+use poolkeeper_bus::{
+    AuditViolation, Bus, Change, ClassOutcome, Event, Mode, ObjectKey, Requeue, ResourceKind,
+};
 use poolkeeper_config::Config;
-use poolkeeper_recorder::{EventRecorder, EventSink, Notice, RecorderSettings};
+use poolkeeper_recorder::{EventRecorder, RecorderSettings};
 use poolkeeper_supervisor::testing::{Running, spawn};
 use poolkeeper_testenv::{TestEnv, eventually};
 use serde_json::json;
@@ -38,7 +40,6 @@ struct Setup {
     _env: TestEnv,
     client: Client,
     bus: Bus,
-    sink: EventSink,
     running: Running,
     /// The UID of each class created, as the index would hold it.
     uids: parking_lot::Mutex<std::collections::HashMap<String, String>>,
@@ -57,7 +58,6 @@ impl Setup {
         let settings = RecorderSettings::from(&Config::default());
         let identity = controller_identity(&env).await;
         let recorder = EventRecorder::new(identity, &bus, settings, INSTANCE);
-        let sink = recorder.sink();
         bus.start();
         let mut running = spawn(Box::new(recorder));
         running.wait_ready(WAIT).await;
@@ -65,7 +65,6 @@ impl Setup {
             _env: env,
             client,
             bus,
-            sink,
             running,
             uids: Default::default(),
         }
@@ -357,7 +356,8 @@ async fn events_follow_the_class_identity_and_reach_other_objects() {
     setup.stop().await;
 }
 
-/// What the audit will do: a Warning on a Pod, through the sink.
+/// What the audit publishes: a round with a violation found for the first
+/// time becomes a Warning on the Pod, regarding it by UID.
 async fn warning_on_a_pod(setup: &Setup) {
     let namespace = "shop";
     let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(setup.client.clone());
@@ -377,8 +377,26 @@ async fn warning_on_a_pod(setup: &Setup) {
         .await
         .expect("create pod");
     let uid = pod.metadata.uid.clone().expect("uid");
-    let notice = Notice::warning("OutsidePool", "Audit", "node n1 is outside pool hangzhou");
-    assert!(setup.sink.record(pod.object_ref(&()), notice));
+    setup.bus.publish(Event::AuditCompleted {
+        pods: 1,
+        duration: Duration::from_millis(3),
+        counts: Vec::new(),
+        violations: vec![AuditViolation {
+            namespace: namespace.to_owned(),
+            pod: "web".to_owned(),
+            kind: "Pod",
+            api_version: "v1",
+            name: "web".to_owned(),
+            uid: uid.clone(),
+            mode: Mode::Enforce,
+            first_found: true,
+            pool: "hangzhou".to_owned(),
+            reason: "outside_pool",
+            node: Some("n1".to_owned()),
+            message: "node n1 is outside pool hangzhou".to_owned(),
+        }],
+        truncated: false,
+    });
     let event = setup
         .wait_for(namespace, "the Pod's Warning", |e| {
             reason(e) == "OutsidePool"
@@ -388,6 +406,6 @@ async fn warning_on_a_pod(setup: &Setup) {
     assert_eq!(regarding(&event), (Some("web"), Some(uid.as_str())));
     assert_eq!(
         event.note.as_deref(),
-        Some("node n1 is outside pool hangzhou")
+        Some("node n1 is outside pool hangzhou (binding mode enforce)")
     );
 }

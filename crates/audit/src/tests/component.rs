@@ -1,15 +1,15 @@
 //! The component on a paused clock: rounds every interval, the bus event,
-//! and one Warning per Pod and reason.
+//! and each Pod and reason marked first found once (the recorder's Warning).
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use poolkeeper_bus::{Bus, Event};
+use poolkeeper_bus::{AuditViolation, Bus, Event};
 use poolkeeper_index::IndexResource;
 use poolkeeper_supervisor::testing::{EventRecorder, spawn};
 use serde_json::json;
 
-use super::{FakePods, FakeSink, cluster, k8s_node, on, pod, settings};
+use super::{FakePods, cluster, k8s_node, on, pod, settings};
 use crate::{Audit, AuditSettings};
 
 const INTERVAL: Duration = Duration::from_secs(60);
@@ -18,7 +18,6 @@ struct Setup {
     bus: Bus,
     recorder: EventRecorder,
     lister: FakePods,
-    sink: FakeSink,
     index: std::sync::Arc<poolkeeper_index::Index>,
     settings: AuditSettings,
 }
@@ -37,17 +36,15 @@ fn setup() -> Setup {
             pod("shop-hangzhou", "in", json!({}), on("hz-1")),
             pod("shop-hangzhou", "out", json!({}), on("bj-1")),
         ]),
-        sink: FakeSink::default(),
         settings,
     }
 }
 
 fn audit(s: &Setup) -> Box<Audit> {
-    Box::new(Audit::with_parts(
+    Box::new(Audit::with_lister(
         s.lister.clone(),
         s.index.clone(),
         &s.bus,
-        s.sink.clone(),
         s.settings.clone(),
     ))
 }
@@ -76,6 +73,19 @@ fn violations(event: &Event) -> Vec<String> {
             .collect(),
         other => panic!("not a round: {other:?}"),
     }
+}
+
+/// Every violation published as first found, over all rounds so far.
+fn first_found(recorder: &EventRecorder) -> Vec<AuditViolation> {
+    recorder
+        .events()
+        .into_iter()
+        .flat_map(|event| match event {
+            Event::AuditCompleted { violations, .. } => violations,
+            _ => Vec::new(),
+        })
+        .filter(|v| v.first_found)
+        .collect()
 }
 
 #[tokio::test(start_paused = true)]
@@ -110,27 +120,20 @@ async fn one_warning_per_pod_and_reason_until_it_is_gone() {
     let s = setup();
     let running = spawn(audit(&s));
     rounds(&s.recorder, 3).await;
+    let found = first_found(&s.recorder);
+    assert_eq!(found.len(), 1, "three rounds, first found once: {found:?}");
+    let out = &found[0];
     assert_eq!(
-        s.sink.queued(),
-        [("shop-hangzhou/out".to_owned(), "OutsidePool")],
-        "three rounds, one Warning"
+        (out.namespace.as_str(), out.pod.as_str(), out.reason),
+        ("shop-hangzhou", "out", "outside_pool")
     );
-    let (regarding, notice) = s.sink.warnings.lock()[0].clone();
-    assert_eq!(regarding.uid.as_deref(), Some("uid-out"));
-    assert_eq!(
-        (regarding.kind.as_deref(), regarding.api_version.as_deref()),
-        (Some("Pod"), Some("v1"))
-    );
-    assert_eq!(notice.action, "Audit");
+    assert_eq!(out.uid, "uid-out");
+    assert_eq!((out.kind, out.api_version), ("Pod", "v1"));
+    assert_eq!(out.mode, poolkeeper_bus::Mode::Enforce);
     assert!(
-        notice.note.contains("runs on node \"bj-1\""),
+        out.message.contains("runs on node \"bj-1\""),
         "{}",
-        notice.note
-    );
-    assert!(
-        notice.note.ends_with("(binding mode enforce)"),
-        "{}",
-        notice.note
+        out.message
     );
 
     // The Pod goes away: forgotten. A new Pod of the same name is another
@@ -141,12 +144,9 @@ async fn one_warning_per_pod_and_reason_until_it_is_gone() {
     again.uid = "uid-out-2".to_owned();
     s.lister.pods.lock().push(again);
     rounds(&s.recorder, 6).await;
-    let queued = s.sink.queued();
-    assert_eq!(queued.len(), 2, "{queued:?}");
-    assert_eq!(
-        s.sink.warnings.lock()[1].0.uid.as_deref(),
-        Some("uid-out-2")
-    );
+    let found = first_found(&s.recorder);
+    assert_eq!(found.len(), 2, "{found:?}");
+    assert_eq!(found[1].uid, "uid-out-2");
     running.stop().await.unwrap();
 }
 
@@ -163,26 +163,13 @@ async fn a_node_moved_to_another_pool_makes_its_pods_violations_next_round() {
         violations(&timed[1].1),
         ["shop-hangzhou/in", "shop-hangzhou/out"]
     );
-    assert_eq!(s.sink.queued().len(), 2);
-    // Back in its pool, then out again: a new Warning.
+    assert_eq!(first_found(&s.recorder).len(), 2);
+    // Back in its pool, then out again: first found again.
     s.index.apply(k8s_node("hz-1", Some("hangzhou")));
     rounds(&s.recorder, 3).await;
     s.index.apply(k8s_node("hz-1", Some("beijing")));
     rounds(&s.recorder, 4).await;
-    assert_eq!(s.sink.queued().len(), 3, "{:?}", s.sink.queued());
-    running.stop().await.unwrap();
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_refused_warning_is_tried_again_next_round() {
-    let s = setup();
-    s.sink.full.store(true, Ordering::SeqCst);
-    let running = spawn(audit(&s));
-    rounds(&s.recorder, 1).await;
-    assert!(s.sink.queued().is_empty());
-    s.sink.full.store(false, Ordering::SeqCst);
-    rounds(&s.recorder, 3).await;
-    assert_eq!(s.sink.queued().len(), 1);
+    assert_eq!(first_found(&s.recorder).len(), 3);
     running.stop().await.unwrap();
 }
 

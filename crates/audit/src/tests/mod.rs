@@ -10,15 +10,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures::future::BoxFuture;
-use k8s_openapi::api::core::v1::{ConfigMap, Node, ObjectReference};
+use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use parking_lot::Mutex;
 use poolkeeper_config::Config;
 use poolkeeper_index::{Index, IndexResource};
 use poolkeeper_placement::{PodPlacement, Workload, WorkloadKind};
-use poolkeeper_recorder::Notice;
 use serde_json::{Value, json};
 
-use crate::{AuditSettings, PodLister, PodPage, PodQuery, WarningSink, WorkloadPage};
+use crate::{AuditSettings, PodLister, PodPage, PodQuery, WorkloadPage};
 
 pub(crate) const POOL: &str = "apps.openyurt.io/nodepool";
 
@@ -174,43 +173,6 @@ impl PodLister for FakePods {
                 continue_token: None,
             })
         })
-    }
-}
-
-/// Warnings as they would be queued; refuses them while `full`.
-#[derive(Clone, Default)]
-pub(crate) struct FakeSink {
-    pub(crate) warnings: Arc<Mutex<Vec<(ObjectReference, Notice)>>>,
-    pub(crate) full: Arc<AtomicBool>,
-}
-
-impl FakeSink {
-    /// `(namespace/name, reason)` of every queued Warning, in order.
-    pub(crate) fn queued(&self) -> Vec<(String, &'static str)> {
-        self.warnings
-            .lock()
-            .iter()
-            .map(|(regarding, notice)| {
-                (
-                    format!(
-                        "{}/{}",
-                        regarding.namespace.as_deref().unwrap_or_default(),
-                        regarding.name.as_deref().unwrap_or_default()
-                    ),
-                    notice.reason,
-                )
-            })
-            .collect()
-    }
-}
-
-impl WarningSink for FakeSink {
-    fn warn(&self, regarding: ObjectReference, notice: Notice) -> bool {
-        if self.full.load(Ordering::SeqCst) {
-            return false;
-        }
-        self.warnings.lock().push((regarding, notice));
-        true
     }
 }
 

@@ -81,13 +81,7 @@ async fn judges_bound_namespaces_and_labelled_pods_once_each() {
     let found: Vec<(&str, &str, Option<&str>)> = round
         .findings
         .iter()
-        .map(|f| {
-            (
-                f.violation.namespace.as_str(),
-                f.violation.pod.as_str(),
-                f.violation.node.as_deref(),
-            )
-        })
+        .map(|f| (f.namespace.as_str(), f.pod.as_str(), f.node.as_deref()))
         .collect();
     assert_eq!(
         found,
@@ -103,7 +97,7 @@ async fn judges_bound_namespaces_and_labelled_pods_once_each() {
     let out_bj = &round.findings[1];
     assert_eq!(out_bj.uid, "uid-out-bj");
     assert_eq!(
-        out_bj.violation.message,
+        out_bj.message,
         "pod is bound to node pool \"hangzhou\" but runs on node \"bj-1\", which is in node pool \"beijing\""
     );
     assert_eq!(round.findings[0].mode, poolkeeper_placement::Mode::Dryrun);
@@ -213,7 +207,7 @@ async fn a_relabelled_node_changes_the_verdict_of_the_next_round() {
         .await
         .unwrap();
     assert_eq!(after.violations(), 1);
-    assert_eq!(after.findings[0].violation.node.as_deref(), Some("hz-2"));
+    assert_eq!(after.findings[0].node.as_deref(), Some("hz-2"));
 }
 
 #[tokio::test]
@@ -347,14 +341,7 @@ async fn workloads_whose_template_would_be_denied_are_reported() {
     let found: Vec<(&str, &str, &str, &str)> = round
         .findings
         .iter()
-        .map(|f| {
-            (
-                f.violation.namespace.as_str(),
-                f.violation.pod.as_str(),
-                f.violation.reason,
-                f.kind,
-            )
-        })
+        .map(|f| (f.namespace.as_str(), f.pod.as_str(), f.reason, f.kind))
         .collect();
     assert_eq!(
         found,
@@ -387,15 +374,12 @@ async fn workloads_whose_template_would_be_denied_are_reported() {
     );
     assert!(
         stray
-            .violation
             .message
             .starts_with("the pod template of Deployment: "),
         "{}",
-        stray.violation.message
+        stray.message
     );
     // shop-beijing is a dryrun binding: what enforce would deny still counts.
     assert_eq!(round.findings[3].mode, poolkeeper_placement::Mode::Dryrun);
-    let reference = crate::pod_reference(stray);
-    assert_eq!(reference.kind.as_deref(), Some("Deployment"));
-    assert_eq!(reference.name.as_deref(), Some("stray"));
+    assert_eq!(stray.kind, "Deployment");
 }
