@@ -96,8 +96,6 @@ label_enum! {
     pub enum TriggerReason {
         /// The quiet period after a burst of changes expired (or `maxDelay` was reached).
         Debounced,
-        /// Every watched kind finished its initial list.
-        IndexSynchronized,
         /// This replica just became the leader.
         LeadershipGained,
         /// A subscriber lagged behind the bus: changes may have been missed.
@@ -414,8 +412,8 @@ mod tests {
     #[test]
     fn label_values_are_snake_case_except_kinds() {
         assert_eq!(
-            TriggerReason::IndexSynchronized.as_str(),
-            "index_synchronized"
+            TriggerReason::LeadershipGained.as_str(),
+            "leadership_gained"
         );
         assert_eq!(ClassOutcome::FinalizerAdded.as_str(), "finalizer_added");
         assert_eq!(Requeue::Conflict.as_str(), "conflict");

@@ -10,8 +10,6 @@ use poolkeeper_bus::TriggerReason;
 pub enum Input {
     /// A watched object changed; `initial` when it came from a (re)list.
     Changed { initial: bool },
-    /// Every watched kind has finished its initial list.
-    IndexSynchronized,
     /// This replica became the leader.
     LeadershipGained,
     /// The bus subscription lagged: changes may have been missed.
@@ -71,7 +69,6 @@ impl Debouncer {
                 });
                 expired
             }
-            Input::IndexSynchronized => self.fire(TriggerReason::IndexSynchronized),
             Input::LeadershipGained => self.fire(TriggerReason::LeadershipGained),
             Input::Lagged => self.fire(TriggerReason::Lagged),
             Input::Shutdown => {
@@ -224,18 +221,6 @@ mod tests {
                 deadline: Some(500),
             },
             Case {
-                name: "index synchronized triggers at once",
-                steps: vec![At(10, Input::IndexSynchronized)],
-                triggers: vec![(10, IndexSynchronized)],
-                deadline: None,
-            },
-            Case {
-                name: "index synchronized cancels a pending window",
-                steps: vec![At(0, LIVE), At(200, Input::IndexSynchronized), Tick(500)],
-                triggers: vec![(200, IndexSynchronized)],
-                deadline: None,
-            },
-            Case {
                 name: "leadership gained triggers at once and cancels the window",
                 steps: vec![At(0, LIVE), At(50, Input::LeadershipGained), Tick(500)],
                 triggers: vec![(50, LeadershipGained)],
@@ -258,7 +243,7 @@ mod tests {
                 steps: vec![
                     At(0, Input::Shutdown),
                     At(10, LIVE),
-                    At(20, Input::IndexSynchronized),
+                    At(20, Input::Lagged),
                     At(30, Input::LeadershipGained),
                     At(40, Input::Lagged),
                     Tick(10_000),

@@ -77,7 +77,6 @@ impl Reconciler {
                 {
                     Some(Input::Changed { initial: *initial })
                 }
-                Event::IndexSynchronized => Some(Input::IndexSynchronized),
                 Event::LeadershipChanged { leader: true } => Some(Input::LeadershipGained),
                 Event::ShutdownRequested => Some(Input::Shutdown),
                 _ => None,

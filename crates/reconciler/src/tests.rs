@@ -114,13 +114,13 @@ async fn continuous_churn_triggers_every_max_delay() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn index_synchronized_cancels_the_pending_timer_and_triggers_once() {
+async fn leadership_cancels_the_pending_timer_and_triggers_once() {
     let h = Harness::start(1024);
     h.change(false);
     h.at_ms(200).await;
-    h.bus.publish(Event::IndexSynchronized);
+    h.bus.publish(Event::LeadershipChanged { leader: true });
     h.at_ms(10_000).await;
-    assert_eq!(h.triggers(), [(ms(200), TriggerReason::IndexSynchronized)]);
+    assert_eq!(h.triggers(), [(ms(200), TriggerReason::LeadershipGained)]);
     h.stop().await;
 }
 

@@ -29,7 +29,7 @@ async fn the_events_say_what_every_reconciliation_did() {
             "Operation cannot be fulfilled on machineclasses \"a\": the object has been modified",
         ),
     );
-    h.trigger(TriggerReason::IndexSynchronized);
+    h.trigger(TriggerReason::LeadershipGained);
     h.at(secs(1)).await;
     let recorder = h.recorder.clone();
     h.stop().await;

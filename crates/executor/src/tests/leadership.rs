@@ -6,7 +6,7 @@ use super::*;
 async fn a_follower_does_not_write_until_it_leads_again() {
     let h = Harness::start(&[class("a", &[])], &[machine("m1", "a")]);
     h.bus.publish(Event::LeadershipChanged { leader: false });
-    h.trigger(TriggerReason::IndexSynchronized);
+    h.trigger(TriggerReason::LeadershipGained);
     h.at(ms(100)).await;
     assert_eq!(h.passes(), 0);
     h.bus.publish(Event::LeadershipChanged { leader: true });
@@ -24,7 +24,7 @@ async fn losing_leadership_mid_pass_stops_writing() {
         &[machine("m1", "a"), machine("m2", "b")],
     );
     h.fake.set_latency(secs(1));
-    h.trigger(TriggerReason::IndexSynchronized);
+    h.trigger(TriggerReason::LeadershipGained);
     h.at(ms(500)).await;
     h.bus.publish(Event::LeadershipChanged { leader: false });
     h.at(LONG * 2).await;
@@ -43,7 +43,7 @@ async fn losing_leadership_mid_pass_stops_writing() {
 async fn after_shutdown_is_requested_no_pass_starts() {
     let h = Harness::start(&[class("a", &[])], &[machine("m1", "a")]);
     h.bus.publish(Event::ShutdownRequested);
-    h.trigger(TriggerReason::IndexSynchronized);
+    h.trigger(TriggerReason::LeadershipGained);
     h.at(ms(100)).await;
     assert_eq!(h.passes(), 0);
     assert!(!h.running.is_finished(), "runs until cancelled");

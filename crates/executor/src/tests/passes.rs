@@ -6,7 +6,7 @@ use super::*;
 async fn triggers_during_a_pass_coalesce_into_one_next_pass() {
     let h = Harness::start(&[class("a", &[])], &[machine("m1", "a")]);
     h.fake.set_latency(secs(1));
-    h.trigger(TriggerReason::IndexSynchronized);
+    h.trigger(TriggerReason::LeadershipGained);
     h.at(ms(100)).await;
     for _ in 0..5 {
         h.trigger(TriggerReason::Debounced);
@@ -38,7 +38,7 @@ async fn concurrency_is_bounded_and_no_key_is_written_twice_at_once() {
     setup.settings.concurrency = 3;
     let h = Harness::start_with(&classes, &machines, setup);
     h.fake.set_latency(ms(100));
-    h.trigger(TriggerReason::IndexSynchronized);
+    h.trigger(TriggerReason::LeadershipGained);
     // A trigger for a key while it is being written.
     h.at(ms(50)).await;
     let mut c00 = class("c00", &[]);
@@ -64,7 +64,7 @@ async fn a_debounced_pass_looks_only_at_the_classes_a_change_relates_to() {
         ],
         &[machine("m1", "a"), machine("m2", "idle")],
     );
-    h.trigger(TriggerReason::IndexSynchronized);
+    h.trigger(TriggerReason::LeadershipGained);
     h.at(ms(10)).await;
     // m1 moves from "a" to "b": its change relates to both.
     h.apply(ResourceKind::Machine, machine("m1", "b"));
@@ -110,7 +110,7 @@ async fn a_machine_change_dirties_exactly_its_related_classes() {
 #[tokio::test(start_paused = true)]
 async fn a_deleted_machine_releases_its_class() {
     let h = Harness::start(&[class("a", &[FINALIZER])], &[machine("m1", "a")]);
-    h.trigger(TriggerReason::IndexSynchronized);
+    h.trigger(TriggerReason::LeadershipGained);
     h.at(ms(10)).await;
     h.delete::<Machine>(ResourceKind::Machine, "m1");
     h.trigger(TriggerReason::Debounced);
@@ -122,7 +122,7 @@ async fn a_deleted_machine_releases_its_class() {
 #[tokio::test(start_paused = true)]
 async fn a_full_trigger_looks_at_every_class_in_the_index() {
     let h = Harness::start(&[class("a", &[])], &[machine("m1", "a")]);
-    h.trigger(TriggerReason::IndexSynchronized);
+    h.trigger(TriggerReason::LeadershipGained);
     h.at(ms(10)).await;
     // Changes the executor never heard of, as after missed events.
     for name in ["b", "c"] {

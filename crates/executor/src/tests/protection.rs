@@ -8,7 +8,7 @@ async fn a_class_in_use_gets_the_finalizer_and_its_machines_are_enqueued() {
         &[class("a", &[])],
         &[machine("m1", "a"), machine("m2", "a")],
     );
-    h.trigger(TriggerReason::IndexSynchronized);
+    h.trigger(TriggerReason::LeadershipGained);
     h.at(ms(10)).await;
     assert_eq!(
         h.fake.finalizers(&key("a")),
@@ -59,7 +59,7 @@ async fn in_steady_state_a_second_pass_writes_and_enqueues_nothing() {
         ],
         &[machine("m1", "a"), machine("m2", "b")],
     );
-    h.trigger(TriggerReason::IndexSynchronized);
+    h.trigger(TriggerReason::LeadershipGained);
     h.at(ms(100)).await;
     assert_eq!(h.writes(), 1);
     assert_eq!(h.enqueued().len(), 1);
@@ -95,7 +95,7 @@ async fn an_unused_class_loses_the_finalizer_and_keeps_the_others() {
         ],
         &[],
     );
-    h.trigger(TriggerReason::IndexSynchronized);
+    h.trigger(TriggerReason::LeadershipGained);
     h.at(ms(10)).await;
     assert_eq!(
         h.fake.finalizers(&key("a")),
@@ -124,7 +124,7 @@ async fn a_spec_change_enqueues_the_machines_without_a_write() {
         &[class("a", &[FINALIZER])],
         &[machine("m1", "a"), machine("m2", "a")],
     );
-    h.trigger(TriggerReason::IndexSynchronized);
+    h.trigger(TriggerReason::LeadershipGained);
     h.at(ms(10)).await;
     assert!(h.enqueued().is_empty(), "first sight is not a change");
     let mut changed = class("a", &[FINALIZER]);
@@ -149,7 +149,7 @@ async fn a_spec_change_enqueues_the_machines_without_a_write() {
 #[tokio::test(start_paused = true)]
 async fn a_class_being_deleted_while_in_use_enqueues_its_machines_once() {
     let h = Harness::start(&[deleting(class("a", &[FINALIZER]))], &[machine("m1", "a")]);
-    h.trigger(TriggerReason::IndexSynchronized);
+    h.trigger(TriggerReason::LeadershipGained);
     h.at(SHORT * 2 + ms(10)).await;
     let enqueued: Vec<_> = h
         .events()
@@ -172,7 +172,7 @@ async fn a_class_being_deleted_while_in_use_enqueues_its_machines_once() {
 #[tokio::test(start_paused = true)]
 async fn a_class_gone_from_the_index_is_forgotten() {
     let h = Harness::start(&[class("a", &[])], &[]);
-    h.trigger(TriggerReason::IndexSynchronized);
+    h.trigger(TriggerReason::LeadershipGained);
     h.at(ms(10)).await;
     h.delete::<MachineClass>(ResourceKind::MachineClass, "a");
     h.trigger(TriggerReason::Debounced);

@@ -10,7 +10,7 @@ async fn a_conflict_is_retried_after_conflict_retry_and_converges() {
     let mut newer = class("a", &["example.com/other"]);
     newer.metadata.resource_version = Some("2".into());
     h.fake.insert(&newer);
-    h.trigger(TriggerReason::IndexSynchronized);
+    h.trigger(TriggerReason::LeadershipGained);
     h.at(ms(50)).await;
     // The watch catches up before the retry.
     h.index.apply(newer);
@@ -58,7 +58,7 @@ async fn an_api_error_is_retried_after_short_retry() {
     let h = Harness::start(&[class("a", &[])], &[machine("m1", "a")]);
     h.fake
         .answer_next(&key("a"), status(500, "InternalError", "etcd unavailable"));
-    h.trigger(TriggerReason::IndexSynchronized);
+    h.trigger(TriggerReason::LeadershipGained);
     h.at(SHORT + ms(10)).await;
     assert_eq!(
         h.calls(),
@@ -112,7 +112,7 @@ async fn a_write_without_answer_times_out_and_is_retried() {
     setup.settings.write_timeout = secs(1);
     let h = Harness::start_with(&[class("a", &[])], &[machine("m1", "a")], setup);
     h.fake.set_latency(secs(3600));
-    h.trigger(TriggerReason::IndexSynchronized);
+    h.trigger(TriggerReason::LeadershipGained);
     h.at(secs(2)).await;
     assert_eq!(
         h.reconciled(),
@@ -133,7 +133,7 @@ async fn a_write_that_finds_no_class_is_checked_again_soon() {
         &key("a"),
         status(404, "NotFound", "machineclasses \"a\" not found"),
     );
-    h.trigger(TriggerReason::IndexSynchronized);
+    h.trigger(TriggerReason::LeadershipGained);
     h.at(ms(10)).await;
     assert_eq!(h.calls(), [(ms(0), "a".into(), Answer::NotFound)]);
     assert_eq!(
@@ -150,7 +150,7 @@ async fn the_long_retry_requeue_fires_a_pass_for_that_key() {
         &[class("a", &[FINALIZER]), class("b", &[])],
         &[machine("m1", "a")],
     );
-    h.trigger(TriggerReason::IndexSynchronized);
+    h.trigger(TriggerReason::LeadershipGained);
     h.at(ms(10)).await;
     assert_eq!(h.passes(), 1);
     // Only "b" changes later, so only "b" is rescheduled.
