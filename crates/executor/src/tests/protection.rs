@@ -212,7 +212,7 @@ async fn machines_being_deleted_are_not_enqueued() {
         serde_json::from_value(json!("2025-01-01T00:00:00Z")).unwrap();
     leaving.metadata.finalizers = Some(vec!["example.com/drain".into()]);
     let h = Harness::start(&[class("a", &[])], &[machine("m1", "a"), leaving.clone()]);
-    h.trigger(TriggerReason::IndexSynchronized);
+    h.trigger(TriggerReason::LeadershipGained);
     h.at(ms(10)).await;
     assert_eq!(h.fake.finalizers(&key("a")), Some(vec![FINALIZER.into()]));
     assert_eq!(
@@ -241,7 +241,7 @@ async fn twenty_thousand_machines_of_one_class_are_one_event() {
         .map(|i| machine(&format!("m{i}"), "a"))
         .collect();
     let h = Harness::start(&[class("a", &[])], &machines);
-    h.trigger(TriggerReason::IndexSynchronized);
+    h.trigger(TriggerReason::LeadershipGained);
     h.at(ms(100)).await;
     assert_eq!(
         h.enqueued(),
