@@ -285,7 +285,7 @@ fn kubectl(path: &str, args: &[&str]) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
-fn eventually(what: &str, timeout: Duration, mut check: impl FnMut() -> Option<String>) -> String {
+fn eventually<T>(what: &str, timeout: Duration, mut check: impl FnMut() -> Option<T>) -> T {
     let started = Instant::now();
     loop {
         if let Some(value) = check() {
@@ -403,29 +403,9 @@ fn check_effect(command: &str, path: &str) {
         let nodes = eventually(
             "3 pods of deployment shop scheduled",
             Duration::from_secs(90),
-            || {
-                let nodes = kubectl(
-                    path,
-                    &[
-                        "-n",
-                        "shop-hangzhou",
-                        "get",
-                        "pods",
-                        "-l",
-                        "app=shop",
-                        "-o",
-                        "jsonpath={range .items[*]}{.spec.nodeName}{\"\\n\"}{end}",
-                    ],
-                );
-                let nodes: Vec<String> = nodes
-                    .lines()
-                    .filter(|l| !l.is_empty())
-                    .map(str::to_owned)
-                    .collect();
-                (nodes.len() == 3).then(|| nodes.join(" "))
-            },
+            || Some(bound_nodes(path, "app=shop")).filter(|nodes| nodes.len() == 3),
         );
-        for node in nodes.split(' ') {
+        for node in &nodes {
             assert_eq!(
                 pool_of(path, node),
                 "hangzhou",
@@ -435,26 +415,34 @@ fn check_effect(command: &str, path: &str) {
     }
 }
 
+/// The nodes the Pods of `shop-hangzhou` with `selector` are bound to.
+fn bound_nodes(path: &str, selector: &str) -> Vec<String> {
+    let nodes = kubectl(
+        path,
+        &[
+            "-n",
+            "shop-hangzhou",
+            "get",
+            "pods",
+            "-l",
+            selector,
+            "-o",
+            "jsonpath={range .items[*]}{.spec.nodeName}{\"\\n\"}{end}",
+        ],
+    );
+    nodes
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
 fn daemonset_on_its_pool(path: &str) {
     let nodes = eventually("the DaemonSet's Pod", Duration::from_secs(60), || {
-        let nodes = kubectl(
-            path,
-            &[
-                "-n",
-                "shop-hangzhou",
-                "get",
-                "pods",
-                "-l",
-                "app=agent",
-                "-o",
-                "jsonpath={range .items[*]}{.spec.nodeName}{\"\\n\"}{end}",
-            ],
-        );
-        let nodes: Vec<&str> = nodes.lines().filter(|l| !l.is_empty()).collect();
-        (!nodes.is_empty()).then(|| nodes.join(" "))
+        Some(bound_nodes(path, "app=agent")).filter(|nodes| !nodes.is_empty())
     });
     // One Node in the pool: exactly one Pod, on it, and none tried elsewhere.
-    assert_eq!(nodes, "edge-hz-1");
+    assert_eq!(nodes, ["edge-hz-1"]);
     let events = kubectl(
         path,
         &[
