@@ -339,6 +339,8 @@ fn the_readme_walkthrough_works_against_cargo_xtask_dev() {
     for needed in [
         "kubectl -n shop-hangzhou run web",
         "create deployment",
+        "deployment-outside.yaml",
+        "daemonset-agent.yaml",
         "explain",
         "audit",
     ] {
