@@ -30,9 +30,10 @@ use std::path::Path;
 pub use error::{ConfigError, ConfigErrors, Location};
 pub use poolkeeper_bus::{Constraints, Mode};
 pub use schema::{
-    ApiServerConfig, AuditConfig, BusConfig, Config, ExecutorConfig, HealthConfig,
+    ApiServerConfig, AuditConfig, BusConfig, Config, EventsConfig, ExecutorConfig, HealthConfig,
     LeaderElectionConfig, LogFormat, LoggingConfig, MachineClassesConfig, PlacementConfig,
     PolicyConfigMapRef, ReconcilerConfig, ShutdownConfig, WatchersConfig, WebhookConfig,
+    WebhookSelectorsConfig,
 };
 
 /// The documented default configuration file (`config/poolkeeper.yaml`).
@@ -146,6 +147,10 @@ mod tests {
         config.machine_classes.finalizer = "x".into();
         config.placement.pool_label = "/".into();
         config.placement.excluded_namespaces = vec!["Kube_System".into()];
+        config.webhook_selectors.request_timeout = Duration::ZERO;
+        config.webhook_selectors.retry_initial = Duration::from_secs(10);
+        config.webhook_selectors.retry_max = Duration::ZERO;
+        config.events.write_timeout = Duration::ZERO;
         let policy = &mut config.placement.policy_config_map;
         policy.namespace = "-".into();
         policy.name = "-".into();

@@ -38,6 +38,10 @@ pub struct Config {
     #[serde(deserialize_with = "or_default")]
     pub webhook: WebhookConfig,
     #[serde(deserialize_with = "or_default")]
+    pub webhook_selectors: WebhookSelectorsConfig,
+    #[serde(deserialize_with = "or_default")]
+    pub events: EventsConfig,
+    #[serde(deserialize_with = "or_default")]
     pub health: HealthConfig,
     #[serde(deserialize_with = "or_default")]
     pub bus: BusConfig,
@@ -60,10 +64,55 @@ impl Default for Config {
             placement: PlacementConfig::default(),
             audit: AuditConfig::default(),
             webhook: WebhookConfig::default(),
+            webhook_selectors: WebhookSelectorsConfig::default(),
+            events: EventsConfig::default(),
             health: HealthConfig::default(),
             bus: BusConfig::default(),
             shutdown: ShutdownConfig::default(),
             logging: LoggingConfig::default(),
+        }
+    }
+}
+
+/// `webhookSelectors`: how the leader keeps its webhook configurations'
+/// selectors in step with the bindings.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct WebhookSelectorsConfig {
+    /// Longest one read or patch of a configuration may take.
+    #[serde(with = "duration")]
+    pub request_timeout: Duration,
+    /// First retry delay after a failed update, doubled on each further failure.
+    #[serde(with = "duration")]
+    pub retry_initial: Duration,
+    /// Longest retry delay.
+    #[serde(with = "duration")]
+    pub retry_max: Duration,
+}
+
+impl Default for WebhookSelectorsConfig {
+    fn default() -> Self {
+        Self {
+            request_timeout: Duration::from_secs(30),
+            retry_initial: Duration::from_millis(200),
+            retry_max: Duration::from_secs(5),
+        }
+    }
+}
+
+/// `events`: the Kubernetes Events the leader writes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct EventsConfig {
+    /// Longest one Event write may take before it is given up (logged).
+    #[serde(with = "duration")]
+    pub write_timeout: Duration,
+}
+
+impl Default for EventsConfig {
+    fn default() -> Self {
+        Self {
+            write_timeout: Duration::from_secs(30),
         }
     }
 }

@@ -45,6 +45,22 @@ pub(crate) fn validate(config: &Config) -> Vec<Violation> {
     audit(&mut v, config);
     webhook(&mut v, config);
     health(&mut v, config);
+    let selectors = &config.webhook_selectors;
+    v.positive("webhookSelectors.requestTimeout", selectors.request_timeout);
+    v.positive("webhookSelectors.retryInitial", selectors.retry_initial);
+    v.positive("webhookSelectors.retryMax", selectors.retry_max);
+    if selectors.retry_initial > selectors.retry_max {
+        v.fail_related(
+            "webhookSelectors.retryInitial",
+            &["webhookSelectors.retryMax"],
+            format!(
+                "must not be longer than webhookSelectors.retryMax ({}), got {}",
+                show(selectors.retry_max),
+                show(selectors.retry_initial)
+            ),
+        );
+    }
+    v.positive("events.writeTimeout", config.events.write_timeout);
     v.range(
         "bus.capacity",
         config.bus.capacity,

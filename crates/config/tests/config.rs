@@ -184,7 +184,7 @@ fn each_mistake_is_reported_at_its_path() {
         (
             "colour: blue",
             "colour",
-            "unknown key \"colour\"; allowed keys: apiServer, audit, bus, executor, health",
+            "unknown key \"colour\"; allowed keys: apiServer, audit, bus, events, executor, health",
         ),
         (
             "webhook: {mutatePaths: /x}",

@@ -68,6 +68,11 @@ const INVALID: &[(&str, &str)] = &[
     ),
     ("shutdown: {drainDelay: 30s}", "shutdown.drainDelay"),
     ("placement: {defaultMode: audit}", "placement.defaultMode"),
+    (
+        "webhookSelectors: {retryInitial: 10s}",
+        "webhookSelectors.retryInitial",
+    ),
+    ("events: {writeTimeout: 0s}", "events.writeTimeout"),
     ("audit: {pageSize: 0}", "audit.pageSize"),
 ];
 

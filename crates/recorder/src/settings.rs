@@ -9,9 +9,8 @@ pub struct RecorderSettings {
     /// The finalizer the MachineClass Events talk about
     /// (`machineClasses.finalizer`).
     pub finalizer: String,
-    /// Longest one Event write, with the lookup of its MachineClass, may
-    /// take before it is given up (`executor.writeTimeout`, the bound on
-    /// every API write of the leader).
+    /// Longest one Event write may take before it is given up
+    /// (`events.writeTimeout`).
     pub write_timeout: Duration,
 }
 
@@ -19,7 +18,7 @@ impl From<&Config> for RecorderSettings {
     fn from(config: &Config) -> Self {
         Self {
             finalizer: config.machine_classes.finalizer.clone(),
-            write_timeout: config.executor.write_timeout,
+            write_timeout: config.events.write_timeout,
         }
     }
 }
@@ -32,7 +31,7 @@ mod tests {
     fn every_setting_comes_from_the_config() {
         let mut config = Config::default();
         config.machine_classes.finalizer = "example.com/protect".to_owned();
-        config.executor.write_timeout = Duration::from_secs(4);
+        config.events.write_timeout = Duration::from_secs(4);
         assert_eq!(
             RecorderSettings::from(&config),
             RecorderSettings {

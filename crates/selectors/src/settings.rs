@@ -58,13 +58,12 @@ pub struct SelectorSettings {
     /// Where the bindings are read from (`placement.policyConfigMap`).
     pub policy: PolicySource,
     /// Longest one read or patch of a configuration may take
-    /// (`executor.writeTimeout`, the bound on every API write of the leader).
+    /// (`webhookSelectors.requestTimeout`).
     pub request_timeout: Duration,
     /// First retry delay after a failed update, doubled on each further
-    /// failure (`executor.conflictRetry`).
+    /// failure (`webhookSelectors.retryInitial`).
     pub retry_initial: Duration,
-    /// Longest retry delay (`executor.shortRetry`, the leader's delay after
-    /// an API error).
+    /// Longest retry delay (`webhookSelectors.retryMax`).
     pub retry_max: Duration,
 }
 
@@ -93,9 +92,9 @@ impl From<&Config> for SelectorSettings {
                 config.leader_election.lease_namespace.clone(),
             ],
             policy: PolicySource::from(&config.placement),
-            request_timeout: config.executor.write_timeout,
-            retry_initial: config.executor.conflict_retry,
-            retry_max: config.executor.short_retry,
+            request_timeout: config.webhook_selectors.request_timeout,
+            retry_initial: config.webhook_selectors.retry_initial,
+            retry_max: config.webhook_selectors.retry_max,
         }
     }
 }
@@ -119,9 +118,9 @@ mod tests {
         config.placement.pool_label = "example.com/pool".to_owned();
         config.placement.policy_config_map.namespace = "pk-config".to_owned();
         config.placement.policy_config_map.name = "bindings".to_owned();
-        config.executor.write_timeout = Duration::from_secs(7);
-        config.executor.conflict_retry = Duration::from_millis(50);
-        config.executor.short_retry = Duration::from_secs(3);
+        config.webhook_selectors.request_timeout = Duration::from_secs(7);
+        config.webhook_selectors.retry_initial = Duration::from_millis(50);
+        config.webhook_selectors.retry_max = Duration::from_secs(3);
 
         let settings = SelectorSettings::from(&config);
         assert_eq!(
