@@ -106,6 +106,40 @@ const KUSTOMIZE: Toolset = Toolset {
     without_go: "",
 };
 
+/// kubelet, kube-proxy and the pause process of the test cluster's node: a module of its own
+/// (same Kubernetes release), so adding it leaves the control plane's stamp valid.
+const NODE: Toolset = Toolset {
+    label: "node",
+    modules: &[GoModule {
+        name: "node",
+        packages: &[
+            "k8s.io/kubernetes/cmd/kubelet",
+            "k8s.io/kubernetes/cmd/kube-proxy",
+            "./pause",
+        ],
+        binaries: &["kubelet", "kube-proxy", "pause"],
+        version_package: Some("k8s.io/component-base/version"),
+    }],
+    pinned_by: ("node", "k8s.io/kubernetes"),
+    dir_prefix: "",
+    command: "cargo xtask cluster build",
+    without_go: "",
+};
+
+const HELM: Toolset = Toolset {
+    label: "helm",
+    modules: &[GoModule {
+        name: "helm",
+        packages: &["helm.sh/helm/v4/cmd/helm"],
+        binaries: &["helm"],
+        version_package: None,
+    }],
+    pinned_by: ("helm", "helm.sh/helm/v4"),
+    dir_prefix: "helm-",
+    command: "cargo xtask cluster build",
+    without_go: "",
+};
+
 const CONTROL_PLANE_MODULES: [GoModule; 2] = [
     GoModule {
         name: "etcd",
@@ -172,6 +206,16 @@ pub fn ensure(root: &Path, force: bool) -> Result<PathBuf> {
 /// The kustomize executable, built first where missing or stale.
 pub fn kustomize(root: &Path) -> Result<PathBuf> {
     Ok(KUSTOMIZE.ensure(root, false)?.join("kustomize"))
+}
+
+/// The directory holding kubelet, kube-proxy and pause, built first where missing or stale.
+pub fn node(root: &Path) -> Result<PathBuf> {
+    NODE.ensure(root, false)
+}
+
+/// The helm executable, built first where missing or stale.
+pub fn helm(root: &Path) -> Result<PathBuf> {
+    Ok(HELM.ensure(root, false)?.join("helm"))
 }
 
 impl Toolset {

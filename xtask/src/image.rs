@@ -1,12 +1,15 @@
-//! `cargo xtask image [--glibc]`: the OCI image of the Dockerfile, tagged
+//! `cargo xtask image [--glibc] [--oci-archive]`: the OCI image of the Dockerfile, tagged
 //! `poolkeeper:<workspace version>`, built with buildah or podman (the first on the PATH) from
 //! target/dist/, which `cargo xtask dist` refreshes first. The Dockerfile starts `FROM scratch`,
-//! so no base image is pulled.
+//! so no base image is pulled. With `--oci-archive` no builder is needed: the same image is
+//! written as an OCI archive (target/dist/poolkeeper-<version>.oci.tar) from the Dockerfile,
+//! for `ctr images import`, `skopeo copy oci-archive:...` or `podman load`.
 
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::run::{display, on_path};
-use crate::{Error, Result, dist, workspace_root};
+use crate::{Error, Result, dist, oci, workspace_root};
 
 const IMAGE: &str = "poolkeeper";
 
@@ -30,17 +33,26 @@ const BUILDERS: [Builder; 2] = [
 
 pub fn command(args: &[String]) -> Result<()> {
     let mut glibc = false;
+    let mut archive = false;
     for arg in args {
         match arg.as_str() {
             "--glibc" => glibc = true,
+            "--oci-archive" => archive = true,
             other => return Err(Error::Usage(format!("image: unknown option {other:?}"))),
         }
+    }
+    if archive {
+        let root = workspace_root();
+        let dist = dist::build(&root, glibc)?;
+        let path = write_archive(&root, &dist)?;
+        println!("wrote {}", path.display());
+        return Ok(());
     }
     // Before the build of the binary, so a missing builder fails at once.
     let builder = find_builder()?;
     let root = workspace_root();
     let dist = dist::build(&root, glibc)?;
-    let tag = format!("{IMAGE}:{}", env!("CARGO_PKG_VERSION"));
+    let tag = tag();
 
     let mut build = Command::new(builder.program);
     build
@@ -63,6 +75,28 @@ pub fn command(args: &[String]) -> Result<()> {
         builder.program
     );
     Ok(())
+}
+
+/// The name the image is tagged with, as a Pod spec names it.
+pub fn tag() -> String {
+    format!("{IMAGE}:{}", env!("CARGO_PKG_VERSION"))
+}
+
+/// The Dockerfile's image as an OCI archive in `dist`, from the binary already there.
+pub fn write_archive(root: &Path, dist: &Path) -> Result<PathBuf> {
+    let dockerfile = root.join("Dockerfile");
+    let text = std::fs::read_to_string(&dockerfile)
+        .map_err(|e| Error::io(format!("reading {}", dockerfile.display()), e))?;
+    let args = [("DIST", "."), ("VERSION", env!("CARGO_PKG_VERSION"))];
+    let image = oci::dockerfile::image(&text, &args, dist, &oci::full_reference(&tag()))?;
+    let path = dist.join(format!("{IMAGE}-{}.oci.tar", env!("CARGO_PKG_VERSION")));
+    let digest = oci::write_archive(&image, &path)?;
+    eprintln!(
+        "image: {} ({digest}) in {}",
+        image.reference,
+        path.display()
+    );
+    Ok(path)
 }
 
 fn find_builder() -> Result<&'static Builder> {

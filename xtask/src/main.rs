@@ -2,12 +2,14 @@
 
 mod bench_scale;
 mod checks;
+mod cluster;
 mod controlplane;
 mod crds;
 mod dev;
 mod dist;
 mod fuzz;
 mod image;
+mod oci;
 mod pipeline;
 mod run;
 mod soak;
@@ -35,8 +37,15 @@ commands:
                             glibc with --glibc or where musl can't be built), and
                             target/dist/manifests.yaml, deploy/ rendered by kustomize (built from
                             its pinned Go module); then runs the binary's check-config and ldd
-  image [--glibc]           dist, then the OCI image poolkeeper:<version> of the Dockerfile with
-                            buildah or podman (FROM scratch: no base image is pulled)
+  image [--glibc] [--oci-archive]
+                            dist, then the OCI image poolkeeper:<version> of the Dockerfile with
+                            buildah or podman (FROM scratch: no base image is pulled); with
+                            --oci-archive, written by xtask itself as target/dist/poolkeeper-
+                            <version>.oci.tar, no builder needed
+  cluster up|down|status|build|exec|test
+                            a real one-node cluster (containerd, runc, CNI bridge, kube-proxy,
+                            kubelet) in the network namespace poolkeeper-cluster; `test` runs
+                            the install tests against it (kustomize, Helm); needs root
   bench [CARGO BENCH ARGS]  run the benchmarks (all, or those selected by the arguments); the
                             webhook load benchmark needs wrk (`apt-get install wrk`)
   bench-webhook             the one-core webhook benchmark: server and load generator (vegeta,
@@ -107,6 +116,7 @@ fn main() -> ExitCode {
     };
     let result = match command {
         "control-plane" => controlplane::command(rest),
+        "cluster" => cluster::command(rest),
         "checks" => checks::command(rest),
         "test" => pipeline::command(rest),
         "dev" => dev::command(rest),
