@@ -9,7 +9,7 @@ use crate::run::display;
 use crate::{Error, Result};
 
 /// Programs the node runs, and the Debian package of each.
-const PROGRAMS: [(&str, &str); 10] = [
+const PROGRAMS: [(&str, &str); 12] = [
     ("ip", "iproute2"),
     ("nsenter", "util-linux"),
     ("umount", "mount"),
@@ -20,6 +20,9 @@ const PROGRAMS: [(&str, &str); 10] = [
     ("containerd-shim-runc-v2", "containerd"),
     ("ctr", "containerd"),
     ("runc", "runc"),
+    // The tests: the README's blocks are bash; /metrics is read from inside the namespace.
+    ("bash", "bash"),
+    ("curl", "curl"),
 ];
 
 /// The CNI plugins the node's network uses.

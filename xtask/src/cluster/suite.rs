@@ -1,19 +1,22 @@
-//! `cargo xtask cluster test` and the pipeline's real-cluster step: build what the tests need
-//! (the release binary and its image archive, the node's binaries, helm), bring the cluster up,
-//! run the test targets that need it (`cargo test -p xtask --features cluster --test cluster
-//! --test chart`), and take it down again whatever happened.
+//! `cargo xtask cluster test` and the pipeline's real-cluster step: lint the tests, build what
+//! they need (the release binary and its image archive, the node's binaries, helm), bring the
+//! cluster up, run them (`cargo test -p xtask --example cluster-tests`), and take the cluster
+//! down again whatever happened.
+//!
+//! The tests are an example target with `test = false`, so neither a plain `cargo test` nor the
+//! workspace's test steps run them without their cluster, and the workspace's clippy sees only
+//! their stub `main`: they are linted here, in the test profile.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use super::{Binaries, Layout, NETNS, NODE_NAME, host, teardown};
-use crate::run::cargo;
+use crate::run::{cargo, display};
 use crate::{Error, Result, dist, image};
 
-/// The test targets that run against the cluster (and helm's lint and template checks).
-const TEST_TARGETS: [&str; 2] = ["cluster", "chart"];
+const EXAMPLE: &str = "cluster-tests";
 /// Read by the tests: where the cluster and its tools are.
-pub const ENV: [&str; 9] = [
+const ENV: [&str; 10] = [
     "POOLKEEPER_CLUSTER_NETNS",
     "POOLKEEPER_CLUSTER_KUBECONFIG",
     "POOLKEEPER_CLUSTER_CONTAINERD",
@@ -23,18 +26,19 @@ pub const ENV: [&str; 9] = [
     "POOLKEEPER_CLUSTER_WORKLOAD_IMAGE",
     "POOLKEEPER_CLUSTER_PATH",
     "POOLKEEPER_HELM",
+    "POOLKEEPER_BINARY",
 ];
 
-/// `cargo xtask cluster test [TESTNAME]`: the tests with libtest's output as it comes.
-pub fn command(root: &Path, layout: &Layout, args: &[String]) -> Result<()> {
-    run(root, layout, args, |command| {
+/// `cargo xtask cluster test [FILTER]...`: the tests with libtest's output as it comes.
+pub fn command(root: &Path, layout: &Layout, filter: &[String]) -> Result<()> {
+    run(root, layout, filter, |command| {
         crate::run::status(command).map_err(|e| ((), e))
     })
     .map_err(|(_, e)| e)
 }
 
-/// Builds, brings the cluster up, runs the tests with `run_tests`, takes the cluster down.
-/// Anything that keeps the tests from running is an error naming the reason: they are never
+/// Lints, builds, brings the cluster up, runs the tests with `run_tests`, takes the cluster
+/// down. Whatever keeps the tests from running is an error naming the reason: they are never
 /// skipped.
 pub fn run<T: Default>(
     root: &Path,
@@ -42,31 +46,7 @@ pub fn run<T: Default>(
     filter: &[String],
     run_tests: impl FnOnce(&mut Command) -> Result<T, (T, Error)>,
 ) -> Result<T, (T, Error)> {
-    let prepared = prepare(root, layout);
-    let (host, binaries, archive) = prepared.map_err(|e| (T::default(), e))?;
-    let mut test = cargo(root);
-    test.args(["test", "-j2", "-p", "xtask", "--features", "cluster"]);
-    for target in TEST_TARGETS {
-        test.args(["--test", target]);
-    }
-    test.arg("--").args(filter).arg("--test-threads=1");
-    let image = image::tag();
-    let values = [
-        NETNS.to_owned(),
-        layout.kubeconfig().to_string_lossy().into_owned(),
-        layout.containerd_socket().to_string_lossy().into_owned(),
-        NODE_NAME.to_owned(),
-        archive.to_string_lossy().into_owned(),
-        image,
-        binaries.pause_image.clone(),
-        super::tool_path(&binaries),
-        binaries
-            .helm
-            .as_ref()
-            .map(|h| h.to_string_lossy().into_owned())
-            .unwrap_or_default(),
-    ];
-    test.envs(ENV.iter().zip(values));
+    let (host, mut test) = prepare(root, layout, filter).map_err(|e| (T::default(), e))?;
     let outcome = run_tests(&mut test);
     let down = teardown::cleanup(layout, &host.cgroups);
     match (outcome, down) {
@@ -76,11 +56,12 @@ pub fn run<T: Default>(
     }
 }
 
-/// Everything up to a running cluster: the image archive, the binaries, the host's
-/// prerequisites, then `up` (after taking down a cluster left running).
-fn prepare(root: &Path, layout: &Layout) -> Result<(host::Host, Binaries, std::path::PathBuf)> {
-    // Before the long builds, so a machine that cannot run the cluster says so at once.
+/// Everything up to a running cluster, and the test command for it.
+fn prepare(root: &Path, layout: &Layout, filter: &[String]) -> Result<(host::Host, Command)> {
+    // First the checks that take seconds: a machine that cannot run the cluster, or tests
+    // that do not pass clippy, say so before the long builds.
     let host = host::check()?;
+    lint(root)?;
     let binaries = super::build(root, true)?;
     let dist = dist::build(root, false)?;
     let archive = image::write_archive(root, &dist)?;
@@ -89,5 +70,58 @@ fn prepare(root: &Path, layout: &Layout) -> Result<(host::Host, Binaries, std::p
         teardown::down(layout)?;
     }
     super::up(layout, &host, &binaries)?;
-    Ok((host, binaries, archive))
+    let binary = dist.join("poolkeeper");
+    Ok((
+        host,
+        test_command(root, layout, &binaries, &archive, &binary, filter),
+    ))
+}
+
+fn lint(root: &Path) -> Result<()> {
+    let mut clippy = cargo(root);
+    clippy
+        .args([
+            "clippy",
+            "-j2",
+            "-p",
+            "xtask",
+            "--example",
+            EXAMPLE,
+            "--profile",
+            "test",
+        ])
+        .args(["--", "-D", "warnings"]);
+    println!("$ {}", display(&clippy));
+    crate::run::status(&mut clippy)
+}
+
+fn test_command(
+    root: &Path,
+    layout: &Layout,
+    binaries: &Binaries,
+    archive: &Path,
+    binary: &Path,
+    filter: &[String],
+) -> Command {
+    let mut test = cargo(root);
+    test.args(["test", "-j2", "-p", "xtask", "--example", EXAMPLE, "--"])
+        .args(filter)
+        // One cluster: one installation at a time (the tests also take a lock).
+        .arg("--test-threads=1");
+    let path = |p: &Path| p.to_string_lossy().into_owned();
+    let helm: PathBuf = binaries.helm.clone().unwrap_or_default();
+    let values = [
+        NETNS.to_owned(),
+        path(&layout.kubeconfig()),
+        path(&layout.containerd_socket()),
+        NODE_NAME.to_owned(),
+        path(archive),
+        image::tag(),
+        binaries.pause_image.clone(),
+        super::tool_path(binaries),
+        path(&helm),
+        path(binary),
+    ];
+    test.envs(ENV.iter().zip(values));
+    test
 }

@@ -76,7 +76,7 @@ mod tests {
         assert_eq!(&bytes[..10], b"poolkeeper");
         assert_eq!(&bytes[100..108], b"0000755\0");
         assert_eq!(&bytes[124..136], b"00000000006\0");
-        assert_eq!(&bytes[257..265], b"ustar\000");
+        assert_eq!(&bytes[257..265], b"ustar\x0000");
         assert_eq!(&bytes[BLOCK..BLOCK + 6], b"binary");
         assert!(bytes[BLOCK + 6..].iter().all(|b| *b == 0));
         // The checksum: the sum of the header's bytes, its own field counted as spaces.

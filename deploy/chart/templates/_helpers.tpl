@@ -1,0 +1,112 @@
+{{/* The name of every object of the release; the webhook configurations and the Lease too. */}}
+{{- define "poolkeeper.fullname" -}}
+{{- default .Release.Name .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "poolkeeper.labels" -}}
+app.kubernetes.io/name: poolkeeper
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{- define "poolkeeper.selectorLabels" -}}
+app.kubernetes.io/name: poolkeeper
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "poolkeeper.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{/* The Service the API server calls the webhooks through, and its DNS names. */}}
+{{- define "poolkeeper.webhookService" -}}
+{{- printf "%s-webhook" (include "poolkeeper.fullname" .) -}}
+{{- end -}}
+
+{{- define "poolkeeper.servingSecret" -}}
+{{- printf "%s-webhook-tls" (include "poolkeeper.fullname" .) -}}
+{{- end -}}
+
+{{- define "poolkeeper.placementConfigMap" -}}
+{{- printf "%s-placement" (include "poolkeeper.fullname" .) -}}
+{{- end -}}
+
+{{/* poolkeeper's configuration file: what the chart sets, with .Values.config merged over it. */}}
+{{- define "poolkeeper.config" -}}
+{{- $fullname := include "poolkeeper.fullname" . -}}
+{{- $config := dict
+  "namespace" .Values.machineNamespace
+  "leaderElection" (dict "enabled" true "leaseName" $fullname "leaseNamespace" .Release.Namespace)
+  "placement" (dict
+    "poolLabel" .Values.placement.poolLabel
+    "defaultMode" .Values.placement.defaultMode
+    "defaultConstraints" .Values.placement.defaultConstraints
+    "excludedNamespaces" .Values.placement.excludedNamespaces
+    "policyConfigMap" (dict "namespace" .Release.Namespace "name" (include "poolkeeper.placementConfigMap" .) "key" "placement.yaml"))
+  "webhook" (dict "listen" (printf "0.0.0.0:%v" .Values.webhook.port))
+  "logging" (dict "level" .Values.logging.level "format" .Values.logging.format)
+-}}
+{{- toYaml (mergeOverwrite $config (deepCopy .Values.config)) -}}
+{{- end -}}
+
+{{/* cert-manager's CA injector fills in the caBundle from the serving certificate. */}}
+{{- define "poolkeeper.injectCA" -}}
+{{- if .Values.certManager.enabled -}}
+annotations:
+  cert-manager.io/inject-ca-from: {{ .Release.Namespace }}/{{ include "poolkeeper.fullname" . }}-webhook
+{{- end -}}
+{{- end -}}
+
+{{/* What every entry shares: the Service it is called through, the policy on failure. */}}
+{{- define "poolkeeper.webhookEntry" -}}
+admissionReviewVersions: [v1]
+sideEffects: None
+failurePolicy: {{ .root.Values.webhook.failurePolicy }}
+timeoutSeconds: {{ .root.Values.webhook.timeoutSeconds }}
+matchPolicy: Equivalent
+clientConfig:
+  service:
+    name: {{ .service }}
+    namespace: {{ .root.Release.Namespace }}
+    path: {{ .path }}
+    port: 443
+  {{- with .caBundle }}
+  caBundle: {{ . }}
+  {{- end }}
+{{- end -}}
+
+{{/* The bound-namespaces entry's selectors: as the leader keeps them, else "nothing bound". */}}
+{{- define "poolkeeper.boundSelectors" -}}
+{{- if .kept -}}
+namespaceSelector: {{- toYaml .kept.namespaceSelector | nindent 2 }}
+objectSelector: {{- toYaml .kept.objectSelector | nindent 2 }}
+{{- else -}}
+namespaceSelector:
+  matchExpressions:
+    - key: kubernetes.io/metadata.name
+      operator: In
+      values: [no-binding.poolkeeper.io]
+objectSelector: {}
+{{- end -}}
+{{- end -}}
+
+{{/* The pool-labelled entry's selectors: as the leader keeps them, else every namespace but
+kube-system and the release's own. */}}
+{{- define "poolkeeper.labelledSelectors" -}}
+{{- if .kept -}}
+namespaceSelector: {{- toYaml .kept.namespaceSelector | nindent 2 }}
+objectSelector: {{- toYaml .kept.objectSelector | nindent 2 }}
+{{- else -}}
+namespaceSelector:
+  matchExpressions:
+    - key: kubernetes.io/metadata.name
+      operator: NotIn
+      values: [kube-system, {{ .root.Release.Namespace }}]
+objectSelector:
+  matchExpressions:
+    - key: {{ .root.Values.placement.poolLabel }}
+      operator: Exists
+{{- end -}}
+{{- end -}}

@@ -1,0 +1,242 @@
+//! deploy/chart without a cluster: `helm lint`, and `helm template` with the defaults and with
+//! every value set, checked against what the values promise and against deploy/ (CRDs,
+//! webhook rules); the configuration it renders is accepted by poolkeeper's `check-config`.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use crate::support::{root, run};
+
+fn helm(args: &[&str]) -> Output {
+    let helm = std::env::var("POOLKEEPER_HELM").unwrap_or_else(|_| {
+        panic!("POOLKEEPER_HELM is not set: `cargo xtask cluster test` builds helm and sets it")
+    });
+    run(Command::new(helm).current_dir(root()).args(args))
+}
+
+fn helm_ok(args: &[&str]) -> String {
+    let out = helm(args);
+    assert!(
+        out.status.success(),
+        "helm {} failed: {}{}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Every value the chart documents, set to something other than its default.
+const EVERY_OPTION: [&str; 16] = [
+    "replicaCount=3",
+    "image.repository=registry.example.com/poolkeeper",
+    "image.tag=9.9.9",
+    "resources.limits.memory=512Mi",
+    "placement.defaultMode=warn",
+    "placement.defaultConstraints=narrow",
+    "placement.policy.bindings[0].namespace=shop",
+    "placement.policy.bindings[0].nodePool=edge",
+    "webhook.failurePolicy=Ignore",
+    "webhook.timeoutSeconds=10",
+    "certManager.enabled=true",
+    "podDisruptionBudget.enabled=false",
+    "serviceMonitor.enabled=true",
+    "logging.level=debug",
+    "config.audit.interval=5m",
+    "priorityClassName=system-cluster-critical",
+];
+
+fn template(sets: &[&str]) -> String {
+    let mut args = vec![
+        "template",
+        "poolkeeper",
+        "deploy/chart",
+        "--namespace",
+        "poolkeeper-system",
+    ];
+    for set in sets {
+        args.extend(["--set", set]);
+    }
+    helm_ok(&args)
+}
+
+fn kinds(rendered: &str) -> Vec<String> {
+    let mut kinds: Vec<String> = rendered
+        .lines()
+        .filter_map(|l| l.strip_prefix("kind: "))
+        .map(str::to_owned)
+        .collect();
+    kinds.sort();
+    kinds
+}
+
+#[test]
+fn the_chart_lints_with_the_defaults_and_every_option() {
+    helm_ok(&["lint", "--strict", "deploy/chart"]);
+    let mut args = vec!["lint", "--strict", "deploy/chart"];
+    for set in EVERY_OPTION {
+        args.extend(["--set", set]);
+    }
+    helm_ok(&args);
+}
+
+#[test]
+fn the_defaults_render_deploy_s_installation_with_its_own_certificate() {
+    let rendered = template(&[]);
+    let expected = [
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "ConfigMap",
+        "Deployment",
+        "MutatingWebhookConfiguration",
+        "PodDisruptionBudget",
+        "Role",
+        "Role",
+        "RoleBinding",
+        "RoleBinding",
+        "Secret",
+        "Service",
+        "Service",
+        "ServiceAccount",
+        "ValidatingWebhookConfiguration",
+    ];
+    assert_eq!(kinds(&rendered), expected);
+    assert!(rendered.contains("image: poolkeeper:0.1.0"));
+    assert!(rendered.contains("imagePullPolicy: IfNotPresent"));
+    assert!(rendered.contains("replicas: 2"));
+    assert!(rendered.contains("failurePolicy: Fail"));
+    assert_eq!(
+        rendered.matches("caBundle: LS0t").count(),
+        4,
+        "every entry has the CA"
+    );
+    assert!(!rendered.contains("cert-manager.io"));
+    assert!(rendered.contains("values: [kube-system, poolkeeper-system]"));
+}
+
+#[test]
+fn every_value_reaches_the_rendered_objects() {
+    let rendered = template(&EVERY_OPTION);
+    for expected in [
+        "replicas: 3",
+        "image: registry.example.com/poolkeeper:9.9.9",
+        "memory: 512Mi",
+        "defaultMode: warn",
+        "defaultConstraints: narrow",
+        "nodePool: edge",
+        "failurePolicy: Ignore",
+        "timeoutSeconds: 10",
+        "kind: Certificate",
+        "kind: Issuer",
+        "cert-manager.io/inject-ca-from: poolkeeper-system/poolkeeper-webhook",
+        "kind: ServiceMonitor",
+        "level: debug",
+        "interval: 5m",
+        "priorityClassName: system-cluster-critical",
+    ] {
+        assert!(rendered.contains(expected), "{expected:?} is not rendered");
+    }
+    for absent in ["kind: PodDisruptionBudget", "kind: Secret", "caBundle:"] {
+        assert!(!rendered.contains(absent), "{absent:?} is rendered");
+    }
+}
+
+/// The `poolkeeper.yaml` of the rendered ConfigMap, dedented.
+fn rendered_config(rendered: &str) -> String {
+    let start = rendered
+        .find("  poolkeeper.yaml: |\n")
+        .expect("the config ConfigMap")
+        + "  poolkeeper.yaml: |\n".len();
+    rendered[start..]
+        .lines()
+        .take_while(|l| l.starts_with("    ") || l.is_empty())
+        .map(|l| format!("{}\n", l.get(4..).unwrap_or_default()))
+        .collect()
+}
+
+#[test]
+fn the_rendered_configuration_is_accepted_by_poolkeeper() {
+    let binary = std::env::var("POOLKEEPER_BINARY")
+        .expect("POOLKEEPER_BINARY: the poolkeeper binary `cargo xtask cluster test` builds");
+    let dir = std::env::temp_dir().join(format!("chart-config-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (name, sets) in [("defaults", &[][..]), ("options", &EVERY_OPTION[..])] {
+        let config = rendered_config(&template(sets));
+        assert!(config.contains("leaseName: poolkeeper"), "{config}");
+        let path = dir.join(format!("{name}.yaml"));
+        std::fs::write(&path, &config).unwrap();
+        let out = run(Command::new(&binary).arg("check-config").arg(&path));
+        assert!(
+            out.status.success(),
+            "check-config refused the chart's {name} configuration: {}\n{config}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn the_charts_crds_are_deploys() {
+    let crds = |dir: &str| -> Vec<(String, String)> {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(root().join(dir))
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .collect();
+        files.sort();
+        files
+            .iter()
+            .map(|p| {
+                let name = p.file_name().unwrap().to_string_lossy().into_owned();
+                (name, std::fs::read_to_string(p).unwrap())
+            })
+            .collect()
+    };
+    assert!(
+        crds("deploy/chart/crds") == crds("deploy/crds"),
+        "deploy/chart/crds/ differs from deploy/crds/: copy them (cp deploy/crds/*.yaml deploy/chart/crds/)"
+    );
+}
+
+/// The `rules:` lists of a webhook configuration file, comments dropped.
+fn rules_blocks(text: &str) -> Vec<String> {
+    let mut blocks = Vec::new();
+    let mut current: Option<String> = None;
+    for line in text.lines() {
+        let trimmed = line.trim();
+        if trimmed == "rules:" {
+            current = Some(String::new());
+        } else if let Some(block) = current.as_mut() {
+            if trimmed.starts_with('#') {
+                continue;
+            }
+            if trimmed.starts_with("- ") || line.starts_with("        ") {
+                block.push_str(trimmed);
+                block.push('\n');
+            } else {
+                blocks.push(current.take().unwrap());
+            }
+        }
+    }
+    blocks.extend(current);
+    blocks
+}
+
+#[test]
+fn the_charts_webhook_rules_are_deploys() {
+    let rendered = template(&[]);
+    for file in [
+        "deploy/webhooks/mutating.yaml",
+        "deploy/webhooks/validating.yaml",
+    ] {
+        let deploy = std::fs::read_to_string(root().join(file)).unwrap();
+        let blocks = rules_blocks(&deploy);
+        assert_eq!(blocks.len(), 2, "{file}: two entries");
+        for block in blocks {
+            assert!(
+                rules_blocks(&rendered).contains(&block),
+                "deploy/chart/templates/webhooks.yaml lacks these rules of {file}:\n{block}"
+            );
+        }
+    }
+}

@@ -1,0 +1,93 @@
+//! The README's Helm installation on the real node: `helm install` of deploy/chart with its own
+//! certificate, the same placement and denial through the Service, the same RBAC and webhook
+//! rules as deploy/, and `helm uninstall` leaving no webhook configuration behind.
+
+use crate::scenario;
+use crate::support::{
+    Cluster, NAMESPACE, REGISTRY_IMAGE, no_webhook_configuration_left, readme_block, serial,
+    wait_for_replicas, work_dir,
+};
+
+#[test]
+fn helm_install_as_the_readme_says() {
+    let _serial = serial();
+    let cluster = Cluster::from_env();
+    let work = work_dir("helm");
+    cluster.import_image();
+    crate::kustomize::prerequisites(&cluster, &work);
+    cluster.bash_ok(&work, &readme_block("helm-install"));
+    wait_for_replicas(&cluster, "app.kubernetes.io/instance=poolkeeper");
+    let image = cluster.kubectl_ok(&[
+        "-n",
+        NAMESPACE,
+        "get",
+        "deployment",
+        "poolkeeper",
+        "-o",
+        "jsonpath={.spec.template.spec.containers[0].image}",
+    ]);
+    assert_eq!(image, REGISTRY_IMAGE);
+    same_rules_as_deploy(&cluster, &work);
+    scenario::set_up(&cluster, "poolkeeper-placement");
+    scenario::webhooks_go_through_the_service(&cluster, "poolkeeper-webhook");
+    scenario::deployment_is_placed_and_running(&cluster);
+    scenario::outside_pod_is_denied(&cluster);
+    scenario::tear_down(&cluster);
+    cluster.bash_ok(&work, &readme_block("helm-uninstall"));
+    no_webhook_configuration_left(&cluster);
+    let left = cluster.kubectl_ok(&[
+        "-n",
+        NAMESPACE,
+        "get",
+        "all,secrets,configmaps,pdb",
+        "-o",
+        "name",
+    ]);
+    let ours: Vec<&str> = left
+        .lines()
+        .filter(|l| !l.ends_with("/kube-root-ca.crt") && !l.ends_with("/poolkeeper-placement"))
+        .collect();
+    assert!(ours.is_empty(), "left by helm uninstall: {ours:?}");
+    cluster.kubectl_ok(&["delete", "namespace", NAMESPACE, "--timeout=120s"]);
+}
+
+/// The chart's ClusterRole, Roles and webhook rules, as installed, are deploy/'s as kubectl's
+/// own kustomize renders them (the objects read through the API server's discovery; the
+/// cert-manager kinds, unknown here, are left out).
+fn same_rules_as_deploy(cluster: &Cluster, work: &std::path::Path) {
+    let rendered = cluster.bash_ok(
+        work,
+        r#"kubectl kustomize deploy > rendered.yaml
+kubectl create --dry-run=client -f rendered.yaml \
+  -o jsonpath='{.kind}/{.metadata.name}={.rules}{.webhooks[*].rules}{"\n"}' 2>/dev/null || true"#,
+    );
+    let objects = [
+        ("ClusterRole", "poolkeeper", None),
+        ("Role", "poolkeeper", Some(NAMESPACE)),
+        ("Role", "poolkeeper-machines", Some("machine-system")),
+        ("MutatingWebhookConfiguration", "poolkeeper", None),
+        ("ValidatingWebhookConfiguration", "poolkeeper", None),
+    ];
+    for (kind, name, namespace) in objects {
+        let prefix = format!("{kind}/{name}=");
+        let expected = rendered
+            .lines()
+            .find_map(|line| line.strip_prefix(&prefix))
+            .unwrap_or_else(|| panic!("deploy/ renders no {kind} {name}:\n{rendered}"));
+        let mut args = vec![
+            "get",
+            kind,
+            name,
+            "-o",
+            "jsonpath={.rules}{.webhooks[*].rules}",
+        ];
+        if let Some(namespace) = namespace {
+            args.extend(["-n", namespace]);
+        }
+        let installed = cluster.kubectl_ok(&args);
+        assert_eq!(
+            installed, expected,
+            "{kind} {name}: the chart's rules differ from deploy/'s"
+        );
+    }
+}

@@ -1,0 +1,24 @@
+//! Tests of the installation on a real node: the README's kustomize and Helm installations of
+//! poolkeeper's image, day-two operations, and the Helm chart's lint and rendering. They need
+//! the cluster of `cargo xtask cluster`, so they are not among the workspace's test targets:
+//! `cargo xtask cluster test` (a step of `cargo xtask test`) builds what they need, brings the
+//! cluster up, runs them with `cargo test -p xtask --example cluster-tests`, and takes the
+//! cluster down.
+
+#[cfg(test)]
+mod chart;
+#[cfg(test)]
+mod helm;
+#[cfg(test)]
+mod kustomize;
+#[cfg(test)]
+mod operations;
+#[cfg(test)]
+mod scenario;
+#[cfg(test)]
+mod support;
+
+fn main() {
+    eprintln!("these are tests: run them with `cargo xtask cluster test` (they need its cluster)");
+    std::process::exit(2);
+}
