@@ -2,16 +2,22 @@
 //! certificate, the same placement and denial through the Service, the same RBAC and webhook
 //! rules as deploy/, and `helm uninstall` leaving no webhook configuration behind.
 
+use std::time::Duration;
+
 use crate::scenario;
 use crate::support::{
-    Cluster, NAMESPACE, REGISTRY_IMAGE, no_webhook_configuration_left, readme_block, serial,
-    wait_for_replicas, work_dir,
+    Cluster, NAMESPACE, REGISTRY_IMAGE, eventually, fresh_start, no_webhook_configuration_left,
+    readme_block, serial, wait_for_replicas, work_dir,
 };
+
+/// What a release puts into its namespace.
+const RELEASE_KINDS: &str = "pods,deployments,services,secrets,configmaps,poddisruptionbudgets,serviceaccounts,roles,rolebindings";
 
 #[test]
 fn helm_install_as_the_readme_says() {
     let _serial = serial();
     let cluster = Cluster::from_env();
+    fresh_start(&cluster);
     let work = work_dir("helm");
     cluster.import_image();
     crate::kustomize::prerequisites(&cluster, &work);
@@ -35,19 +41,25 @@ fn helm_install_as_the_readme_says() {
     scenario::tear_down(&cluster);
     cluster.bash_ok(&work, &readme_block("helm-uninstall"));
     no_webhook_configuration_left(&cluster);
-    let left = cluster.kubectl_ok(&[
-        "-n",
-        NAMESPACE,
-        "get",
-        "all,secrets,configmaps,pdb",
-        "-o",
-        "name",
-    ]);
-    let ours: Vec<&str> = left
-        .lines()
-        .filter(|l| !l.ends_with("/kube-root-ca.crt") && !l.ends_with("/poolkeeper-placement"))
-        .collect();
-    assert!(ours.is_empty(), "left by helm uninstall: {ours:?}");
+    // The release's objects go; the namespace (made by --create-namespace) stays, with what
+    // was not the chart's: the placement ConfigMap the test made, the cluster CA's.
+    let left = eventually(
+        "the release's objects gone",
+        Duration::from_secs(120),
+        || {
+            let left = cluster.kubectl_ok(&["-n", NAMESPACE, "get", RELEASE_KINDS, "-o", "name"]);
+            let ours: Vec<String> = left
+                .lines()
+                .filter(|l| {
+                    !l.ends_with("/kube-root-ca.crt") && !l.ends_with("/poolkeeper-placement")
+                })
+                .filter(|l| !l.ends_with("/default"))
+                .map(str::to_owned)
+                .collect();
+            Some(ours).filter(|o| o.is_empty() || !o.iter().any(|l| l.starts_with("pod/")))
+        },
+    );
+    assert!(left.is_empty(), "left by helm uninstall: {left:?}");
     cluster.kubectl_ok(&["delete", "namespace", NAMESPACE, "--timeout=120s"]);
 }
 

@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 
 use crate::scenario;
 use crate::support::{
-    Cluster, NAMESPACE, REGISTRY_IMAGE, no_webhook_configuration_left, readme_block, serial,
-    wait_for_replicas, work_dir,
+    Cluster, NAMESPACE, REGISTRY_IMAGE, fresh_start, no_webhook_configuration_left, readme_block,
+    serial, wait_for_replicas, work_dir,
 };
 
 const SELECTOR: &str = "app.kubernetes.io/name=poolkeeper";
@@ -16,6 +16,7 @@ const SELECTOR: &str = "app.kubernetes.io/name=poolkeeper";
 /// The README's prerequisites and kustomize blocks, in a fresh work directory; the names of
 /// the two Ready replicas.
 pub fn install(cluster: &Cluster, test: &str) -> (PathBuf, Vec<String>) {
+    fresh_start(cluster);
     let work = work_dir(test);
     cluster.import_image();
     prerequisites(cluster, &work);

@@ -181,10 +181,14 @@ fn leader_loss(cluster: &Cluster) {
     machine_class(cluster, "small", true);
     has_finalizer(cluster, "small", true);
     cluster.kubectl_ok(&["-n", NAMESPACE, "delete", "pod", &old_leader]);
-    let survivor = replicas.iter().find(|r| **r != old_leader).unwrap().clone();
-    eventually("the other replica leading", Duration::from_secs(60), || {
-        (leader(cluster) == survivor).then_some(())
+    // The survivor, or the replacement the ReplicaSet starts meanwhile: whichever campaigns
+    // first once the old leader has handed the Lease back.
+    let new_leader = eventually("another replica leading", Duration::from_secs(60), || {
+        let leader = leader(cluster);
+        let running = cluster.kubectl_ok(&["-n", NAMESPACE, "get", "pods", "-o", "name"]);
+        (leader != old_leader && running.contains(&format!("pod/{leader}\n"))).then_some(leader)
     });
+    eprintln!("leader {old_leader} deleted; {new_leader} leads");
     // The new leader keeps finalizers in step: added for a class in use, removed from one
     // no Machine uses any more, and that class can then go.
     machine_class(cluster, "large", true);

@@ -55,6 +55,32 @@ data:
         "--overwrite",
     ]);
     wait_for_binding(cluster, "poolkeeper");
+    wait_until_served(cluster);
+}
+
+/// The webhook answers through the Service: a server-side dry run of a Pod in the bound
+/// namespace comes back with the pool's affinity. Between the replicas' readiness and
+/// kube-proxy's rules for the new endpoints a second may pass, in which the Service refuses
+/// connections.
+fn wait_until_served(cluster: &Cluster) {
+    let pod = format!(
+        r#"{{"apiVersion": "v1", "kind": "Pod",
+ "metadata": {{"name": "probe", "namespace": "{WORKLOAD_NAMESPACE}"}},
+ "spec": {{"containers": [{{"name": "c", "image": "{image}"}}]}}}}"#,
+        image = cluster.workload_image
+    );
+    let affinity = "jsonpath={.spec.affinity.nodeAffinity}";
+    eventually(
+        "the webhook answering through the Service",
+        Duration::from_secs(60),
+        || {
+            let mut command = cluster.command("kubectl");
+            command.args(["create", "--dry-run=server", "-f", "-", "-o", affinity]);
+            let out = crate::support::run_with_input(&mut command, &pod);
+            (out.status.success() && String::from_utf8_lossy(&out.stdout).contains(POOL))
+                .then_some(())
+        },
+    );
 }
 
 /// The leader has put the bound namespace into both configurations' selectors.

@@ -97,7 +97,7 @@ impl Cluster {
     /// `kubectl apply -f -` of `yaml`.
     pub fn apply(&self, yaml: &str) -> Output {
         let mut command = self.command("kubectl");
-        command.args(["apply", "-f", "-"]).stdin(Stdio::piped());
+        command.args(["apply", "-f", "-"]);
         run_with_input(&mut command, yaml)
     }
 
@@ -206,8 +206,9 @@ pub fn run(command: &mut Command) -> Output {
         .unwrap_or_else(|e| panic!("starting {command:?}: {e}"))
 }
 
-fn run_with_input(command: &mut Command, input: &str) -> Output {
+pub fn run_with_input(command: &mut Command, input: &str) -> Output {
     let mut child = command
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -320,5 +321,33 @@ pub fn no_webhook_configuration_left(cluster: &Cluster) {
     ] {
         let left = cluster.kubectl_ok(&["get", kind, "-o", "name"]);
         assert!(left.trim().is_empty(), "left after the uninstall: {left}");
+    }
+}
+
+/// No installation of poolkeeper, whatever an earlier (failed) test left: the webhook
+/// configurations first, then the namespaces and the cluster-wide RBAC.
+pub fn fresh_start(cluster: &Cluster) {
+    let delete = |args: &[&str]| {
+        let mut all = vec!["delete", "--ignore-not-found", "--timeout=120s"];
+        all.extend_from_slice(args);
+        cluster.kubectl_ok(&all);
+    };
+    delete(&[
+        "mutatingwebhookconfiguration/poolkeeper",
+        "validatingwebhookconfiguration/poolkeeper",
+    ]);
+    delete(&["namespace", NAMESPACE, "shop"]);
+    delete(&["clusterrolebinding/poolkeeper", "clusterrole/poolkeeper"]);
+    if cluster
+        .kubectl(&["get", "namespace", "machine-system"])
+        .status
+        .success()
+    {
+        delete(&[
+            "-n",
+            "machine-system",
+            "rolebinding/poolkeeper-machines",
+            "role/poolkeeper-machines",
+        ]);
     }
 }
