@@ -45,6 +45,8 @@ label_enum! {
         NodePool,
         Node,
         ConfigMap,
+        /// Metadata only: a Secret's data never reaches poolkeeper.
+        Secret,
     }
 }
 
@@ -111,7 +113,8 @@ impl TriggerReason {
 }
 
 label_enum! {
-    /// What a MachineClass reconciliation did.
+    /// What a MachineClass reconciliation did (and a Secret's: the same
+    /// finalizer outcomes).
     #[strum(serialize_all = "snake_case")]
     pub enum ClassOutcome {
         FinalizerAdded,
@@ -270,7 +273,9 @@ pub enum Event {
         initial: bool,
         /// Other objects whose state this change affects, as the index knew
         /// them before and after it: for a Machine, the MachineClass it
-        /// referenced and the one it references now. Empty for other kinds.
+        /// referenced and the one it references now; for a MachineClass, the
+        /// Secrets of its namespace it referenced and references now
+        /// (`secretRef`, `credentialsSecretRef`). Empty for other kinds.
         #[serde(skip_serializing_if = "Vec::is_empty")]
         related: Vec<ObjectKey>,
     },
@@ -308,6 +313,25 @@ pub enum Event {
         key: ObjectKey,
         /// The class's UID as the index held it; `None` once it is gone.
         uid: Option<String>,
+        outcome: ClassOutcome,
+        requeue: Requeue,
+        #[serde(with = "humantime_serde")]
+        requeue_after: Duration,
+        #[serde(with = "humantime_serde")]
+        duration: Duration,
+    },
+    /// A Secret referenced by MachineClasses was reconciled: its finalizer
+    /// (`machineClasses.secretFinalizer`) kept, added or removed. The
+    /// outcomes are those of a class.
+    SecretReconciled {
+        key: ObjectKey,
+        /// The Secret's UID as the index held it; `None` once it is gone.
+        uid: Option<String>,
+        /// How many MachineClasses reference it.
+        classes: usize,
+        /// The first of them (a few names at most), for the Event's note.
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        named: Vec<String>,
         outcome: ClassOutcome,
         requeue: Requeue,
         #[serde(with = "humantime_serde")]
@@ -424,7 +448,8 @@ mod tests {
         assert_eq!(WebhookKind::Validate.as_str(), "validate");
         assert_eq!(AdmissionResult::Invalid.as_str(), "invalid");
         assert_eq!(ResourceKind::MachineClass.as_str(), "MachineClass");
-        assert_eq!(ResourceKind::iter().count(), 5);
+        assert_eq!(ResourceKind::iter().count(), 6);
+        assert_eq!(ResourceKind::Secret.as_str(), "Secret");
     }
 
     #[test]

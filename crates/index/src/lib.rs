@@ -2,10 +2,12 @@
 //! Kubernetes objects plus secondary indexes that answer the hot questions in
 //! O(result).
 //!
-//! The store is split in two independently locked halves so that Machine
-//! churn never makes the admission webhook wait:
+//! The store is split in independently locked parts so that Machine churn
+//! never makes the admission webhook wait:
 //! - **placement**: Nodes, NodePools and ConfigMaps (read by the webhook);
-//! - **machines**: MachineClasses and Machines (read by the executor).
+//! - **machines**: MachineClasses and Machines (read by the executor);
+//! - **secrets**: the metadata of the Secrets of the MachineClasses'
+//!   namespace and which classes reference each (read by the executor).
 //!
 //! Writers hand in Kubernetes objects through [`IndexResource`] (`apply`,
 //! `delete`, `reset`); the conversions to projections live in this crate, so
@@ -20,6 +22,7 @@ mod nested_sets;
 mod placement;
 mod projection;
 mod resource;
+mod secrets;
 mod shared;
 mod types;
 
@@ -34,17 +37,20 @@ pub use placement::PlacementView;
 pub use poolkeeper_bus::{Change, ObjectKey, ResourceKind};
 pub use projection::object_key;
 pub use resource::IndexResource;
+pub use secrets::{Secret, SecretsView, secret_references};
 pub use shared::SharedString;
 pub use types::{Changed, Machine, MachineClass, Node, NodePool, PoolType, Taint};
 
 use machines::MachinesState;
 use placement::PlacementState;
+use secrets::SecretsState;
 
 /// The shared in-memory state. Share it as `Arc<Index>`.
 pub struct Index {
     pool_label: String,
     placement: RwLock<PlacementState>,
     machines: RwLock<MachinesState>,
+    secrets: RwLock<SecretsState>,
 }
 
 impl fmt::Debug for Index {
@@ -66,6 +72,7 @@ impl Index {
             pool_label: pool_label.to_owned(),
             placement: RwLock::new(PlacementState::default()),
             machines: RwLock::new(MachinesState::default()),
+            secrets: RwLock::new(SecretsState::default()),
         }
     }
 
@@ -92,6 +99,7 @@ impl Index {
             ResourceKind::NodePool => self.placement.read().pools.len(),
             ResourceKind::Node => self.placement.read().nodes.len(),
             ResourceKind::ConfigMap => self.placement.read().config_maps.len(),
+            ResourceKind::Secret => self.secrets.read().secrets.len(),
         }
     }
 
@@ -105,6 +113,12 @@ impl Index {
     /// lock: drop it before any `.await`.
     pub fn machines(&self) -> MachinesView<'_> {
         MachinesView::new(self.machines.read())
+    }
+
+    /// A consistent read view of the Secrets and the MachineClasses'
+    /// references to them. Holds a read lock: drop it before any `.await`.
+    pub fn secrets(&self) -> SecretsView<'_> {
+        SecretsView::new(self.secrets.read())
     }
 }
 

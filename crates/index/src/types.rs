@@ -116,8 +116,9 @@ pub struct Changed {
     /// Other objects whose state this change affects, as the index knew them
     /// before and after the write: for a Machine, the MachineClass it
     /// referenced and the one it references now (deduplicated, in the
-    /// Machine's namespace; a Machine without a class name references none).
-    /// Empty for the other kinds.
+    /// Machine's namespace; a Machine without a class name references none);
+    /// for a MachineClass, the Secrets of its namespace it referenced and
+    /// references now. Empty for the other kinds.
     pub related: Vec<ObjectKey>,
 }
 
@@ -128,6 +129,11 @@ impl Changed {
             change,
             related: Vec::new(),
         }
+    }
+
+    pub(crate) fn with_related(mut self, related: Vec<ObjectKey>) -> Self {
+        self.related = related;
+        self
     }
 }
 
