@@ -145,6 +145,7 @@ mod tests {
         config.executor.write_timeout = Duration::ZERO;
         config.api_server.startup_timeout = Duration::ZERO;
         config.machine_classes.finalizer = "x".into();
+        config.machine_classes.secret_finalizer = "y".into();
         config.placement.pool_label = "/".into();
         config.placement.excluded_namespaces = vec!["Kube_System".into()];
         config.webhook_selectors.request_timeout = Duration::ZERO;
@@ -199,6 +200,7 @@ mod tests {
             .filter(|k| {
                 !k.ends_with(".enabled")
                     && !k.ends_with(".format")
+                    && k.as_str() != "machineClasses.protectSecrets"
                     && k.as_str() != "placement.defaultMode"
                     && k.as_str() != "placement.defaultConstraints"
                     && k.as_str() != "audit.interval"

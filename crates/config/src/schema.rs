@@ -248,6 +248,13 @@ pub struct MachineClassesConfig {
     pub enabled: bool,
     /// Finalizer kept on every MachineClass that Machines still use.
     pub finalizer: String,
+    /// Keep `secretFinalizer` on the Secrets of `namespace` that
+    /// MachineClasses reference (`secretRef`, `credentialsSecretRef`).
+    /// Off: Secrets are neither watched nor written.
+    pub protect_secrets: bool,
+    /// Finalizer kept on every Secret a MachineClass references, as
+    /// machine-controller-manager does; its own, not the class finalizer.
+    pub secret_finalizer: String,
 }
 
 impl Default for MachineClassesConfig {
@@ -255,6 +262,8 @@ impl Default for MachineClassesConfig {
         Self {
             enabled: true,
             finalizer: "machine.sapcloud.io/machine-controller-manager".to_owned(),
+            protect_secrets: true,
+            secret_finalizer: "machine.sapcloud.io/machine-controller".to_owned(),
         }
     }
 }

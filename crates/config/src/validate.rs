@@ -41,6 +41,10 @@ pub(crate) fn validate(config: &Config) -> Vec<Violation> {
         "machineClasses.finalizer",
         qualified_name(&config.machine_classes.finalizer, PrefixRequired::Yes),
     );
+    v.check(
+        "machineClasses.secretFinalizer",
+        qualified_name(&config.machine_classes.secret_finalizer, PrefixRequired::Yes),
+    );
     placement(&mut v, config);
     audit(&mut v, config);
     webhook(&mut v, config);
