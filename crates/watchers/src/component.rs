@@ -40,6 +40,7 @@ fn component_name(kind: ResourceKind) -> &'static str {
         ResourceKind::NodePool => "node-pool-watcher",
         ResourceKind::Node => "node-watcher",
         ResourceKind::ConfigMap => "config-map-watcher",
+        ResourceKind::Secret => "secret-watcher",
     }
 }
 

@@ -23,8 +23,9 @@ mod sync;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Node};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Secret};
 use kube::Client;
+use kube::core::PartialObjectMeta;
 use poolkeeper_api::{Machine, MachineClass, NodePool};
 use poolkeeper_bus::{Bus, ResourceKind};
 use poolkeeper_config::Config;
@@ -39,8 +40,9 @@ use sync::{SyncTracker, SyncedKinds};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WatcherSettings {
     /// The kinds to watch: MachineClass and Machine when
-    /// `machineClasses.enabled`, NodePool, Node and the placement ConfigMap
-    /// when `placement.enabled`.
+    /// `machineClasses.enabled` (and the metadata of Secrets when
+    /// `machineClasses.protectSecrets` too), NodePool, Node and the
+    /// placement ConfigMap when `placement.enabled`.
     pub kinds: BTreeSet<ResourceKind>,
     /// `namespace`: where MachineClasses and Machines live.
     pub namespace: String,
@@ -57,6 +59,9 @@ impl From<&Config> for WatcherSettings {
         let mut kinds = BTreeSet::new();
         if config.machine_classes.enabled {
             kinds.extend([ResourceKind::MachineClass, ResourceKind::Machine]);
+            if config.machine_classes.protect_secrets {
+                kinds.insert(ResourceKind::Secret);
+            }
         }
         if config.placement.enabled {
             kinds.extend([
@@ -149,6 +154,11 @@ fn watcher(
             &settings.config_map_name,
             shared,
         )),
+        // `Api<PartialObjectMeta<_>>` lists and watches metadata only: the API
+        // server never sends a Secret's data (see `poolkeeper_index::Secret`).
+        ResourceKind::Secret => Box::new(KindWatcher::<PartialObjectMeta<Secret>>::namespaced(
+            client, namespace, page_size, shared,
+        )),
     }
 }
 
@@ -183,6 +193,7 @@ mod tests {
                     "node-pool-watcher",
                     "node-watcher",
                     "config-map-watcher",
+                    "secret-watcher",
                     "index-sync-tracker",
                 ],
             ),
@@ -192,6 +203,7 @@ mod tests {
                 vec![
                     "machine-class-watcher",
                     "machine-watcher",
+                    "secret-watcher",
                     "index-sync-tracker",
                 ],
             ),
@@ -222,6 +234,17 @@ mod tests {
         }
     }
 
+    #[tokio::test]
+    async fn secrets_are_watched_only_while_protected() {
+        let mut config = Config::default();
+        config.machine_classes.protect_secrets = false;
+        let settings = WatcherSettings::from(&config);
+        assert!(!settings.kinds.contains(&ResourceKind::Secret));
+        let index = Arc::new(Index::new(&config.placement.pool_label));
+        let watchers = Watchers::new(client(), &Bus::default(), index, &settings);
+        assert!(!names(watchers).contains(&"secret-watcher"));
+    }
+
     #[test]
     fn settings_come_from_the_config() {
         let config = Config::from_yaml_str(
@@ -248,6 +271,6 @@ mod tests {
         let components =
             Watchers::new(client(), &Bus::default(), index, &settings).into_components();
         let checks: Vec<Option<&str>> = components.iter().map(|c| c.readiness_check()).collect();
-        assert_eq!(checks, [None, None, None, None, None, Some("index")]);
+        assert_eq!(checks, [None, None, None, None, None, None, Some("index")]);
     }
 }
