@@ -43,7 +43,10 @@ pub(crate) fn validate(config: &Config) -> Vec<Violation> {
     );
     v.check(
         "machineClasses.secretFinalizer",
-        qualified_name(&config.machine_classes.secret_finalizer, PrefixRequired::Yes),
+        qualified_name(
+            &config.machine_classes.secret_finalizer,
+            PrefixRequired::Yes,
+        ),
     );
     placement(&mut v, config);
     audit(&mut v, config);

@@ -246,9 +246,6 @@ impl<'a> SecretsView<'a> {
 
     /// The Secrets the class `key` references.
     pub fn references_of(&self, class: &ObjectKey) -> &[ObjectKey] {
-        self.state
-            .references
-            .get(class)
-            .map_or(&[], Vec::as_slice)
+        self.state.references.get(class).map_or(&[], Vec::as_slice)
     }
 }

@@ -132,13 +132,16 @@ fn only_finalizer_and_deletion_changes_are_reported() {
     rewritten.metadata.labels = Some([("rotated".to_owned(), "yes".to_owned())].into());
     assert_eq!(index.apply(rewritten), None);
     assert_eq!(
-        index.secrets().secret(&key("cloud")).unwrap().resource_version,
+        index
+            .secrets()
+            .secret(&key("cloud"))
+            .unwrap()
+            .resource_version,
         "2"
     );
     let finalized = index.apply(secret_meta(NS, "cloud", &["x/y"]));
     assert_eq!(finalized.map(|c| c.change), Some(Change::Updated));
-    let deleted =
-        IndexResource::<PartialObjectMeta<core::Secret>>::delete(&index, &key("cloud"));
+    let deleted = IndexResource::<PartialObjectMeta<core::Secret>>::delete(&index, &key("cloud"));
     assert_eq!(deleted.map(|c| c.change), Some(Change::Deleted));
     assert!(index.secrets().secret(&key("cloud")).is_none());
 }
