@@ -234,6 +234,9 @@ impl FakeWriter {
         key: &ObjectKey,
         patch: &JsonPatch,
     ) -> Result<(), WriteError> {
+        if let Some(status) = state.injected.get_mut(key).and_then(VecDeque::pop_front) {
+            return Err(classify_status(status));
+        }
         let Some(object) = state.secrets.get_mut(key) else {
             let message = format!("secrets \"{}\" not found", key.name);
             return Err(classify_status(status(404, "NotFound", &message)));
