@@ -427,7 +427,7 @@ mod tests {
     #[test]
     fn every_event_has_a_distinct_name() {
         let names: Vec<&str> = EventName::iter().map(EventName::as_str).collect();
-        assert_eq!(names.len(), 14);
+        assert_eq!(names.len(), 15);
         let unique: std::collections::BTreeSet<&str> = names.iter().copied().collect();
         assert_eq!(unique.len(), names.len());
         assert_eq!(names[0], "ResourceChanged");

@@ -20,6 +20,7 @@
 //! | `executor_requeues_total` | `requeue` | `MachineClassReconciled` |
 //! | `executor_api_writes_total` | `result` | `MachineClassReconciled` (outcomes that wrote or failed to) |
 //! | `executor_machines_enqueued_total` | `reason` | `MachinesEnqueued` (its `machines`) |
+//! | `executor_secret_reconciliations_total` | `outcome` | `SecretReconciled` |
 //! | `webhook_admissions_total` | `webhook`, `result`, `mode` | `AdmissionDecided` |
 //! | `webhook_admission_duration_seconds` | `webhook` | `AdmissionDecided` |
 //! | `audit_violations` | `namespace`, `pool`, `reason` | `AuditCompleted` (the last round's; a violation that is gone disappears) |
@@ -135,6 +136,7 @@ struct Metrics {
     requeues: Family<RequeueLabel, Counter>,
     api_writes: Family<WriteResult, Counter>,
     enqueued: Family<Reason, Counter>,
+    secret_reconciliations: Family<Outcome, Counter>,
     admissions: Family<Admission, Counter>,
     admission_duration: Histograms<Webhook>,
     audit_violations: Family<Violation, Gauge>,
@@ -159,6 +161,7 @@ impl Metrics {
             requeues: Family::default(),
             api_writes: Family::default(),
             enqueued: Family::default(),
+            secret_reconciliations: Family::default(),
             admissions: Family::default(),
             admission_duration: Family::new_with_constructor(admission_histogram),
             audit_violations: Family::default(),
@@ -185,6 +188,9 @@ impl Metrics {
         }
         for outcome in ClassOutcome::iter() {
             let _ = self.reconciliations.get_or_create(&Outcome {
+                outcome: outcome.as_str(),
+            });
+            let _ = self.secret_reconciliations.get_or_create(&Outcome {
                 outcome: outcome.as_str(),
             });
         }
@@ -327,6 +333,11 @@ impl Metrics {
             "Machines handed on for reconciliation, by reason",
             self.enqueued.clone(),
         );
+        executor.register(
+            "secret_reconciliations",
+            "Reconciliations of Secrets MachineClasses may reference, by outcome",
+            self.secret_reconciliations.clone(),
+        );
     }
 
     fn observe(&self, event: &Event) {
@@ -366,6 +377,13 @@ impl Metrics {
                 duration,
                 ..
             } => self.reconciled(*outcome, *requeue, *duration),
+            Event::SecretReconciled { outcome, .. } => {
+                self.secret_reconciliations
+                    .get_or_create(&Outcome {
+                        outcome: outcome.as_str(),
+                    })
+                    .inc();
+            }
             Event::MachinesEnqueued {
                 reason, machines, ..
             } => {
@@ -636,6 +654,16 @@ mod tests {
                 reason: EnqueueReason::FinalizerAdded,
                 machines: 1,
             },
+            Event::SecretReconciled {
+                key: ObjectKey::namespaced("ns", "cloud"),
+                uid: None,
+                classes: 1,
+                named: vec!["c".into()],
+                outcome: ClassOutcome::FinalizerAdded,
+                requeue: Requeue::Long,
+                requeue_after: Duration::from_secs(600),
+                duration: Duration::from_millis(1),
+            },
             Event::AdmissionDecided {
                 webhook: WebhookKind::Mutate,
                 result: AdmissionResult::Patched,
@@ -668,6 +696,8 @@ mod tests {
             r#"poolkeeper_executor_api_writes_total{result="conflict"} 1"#,
             r#"poolkeeper_executor_api_writes_total{result="error"} 0"#,
             r#"poolkeeper_executor_machines_enqueued_total{reason="finalizer_added"} 1"#,
+            r#"poolkeeper_executor_secret_reconciliations_total{outcome="finalizer_added"} 1"#,
+            r#"poolkeeper_executor_secret_reconciliations_total{outcome="unused"} 0"#,
             r#"poolkeeper_webhook_admissions_total{webhook="mutate",result="patched",mode="warn"} 1"#,
             r#"poolkeeper_webhook_admissions_total{webhook="validate",result="invalid",mode="enforce"} 0"#,
             r#"poolkeeper_webhook_admission_duration_seconds_count{webhook="mutate"} 1"#,

@@ -8,6 +8,7 @@ use kube::runtime::events::{Event as KubeEvent, EventType};
 use poolkeeper_api::MachineClass;
 use poolkeeper_bus::{AuditViolation, ClassOutcome, Event, ObjectKey};
 
+use crate::secret_notice::{Referrers, secret_notice, secret_reference};
 use crate::settings::RecorderSettings;
 
 /// The API server's limit on an Event's `note`, in bytes.
@@ -95,8 +96,8 @@ pub fn class_notice(
     }
 }
 
-/// The objects and Events a bus event calls for: a MachineClass whose
-/// finalizer changed or whose reconciliation failed, each violation the
+/// The objects and Events a bus event calls for: a MachineClass or Secret
+/// whose finalizer changed or whose reconciliation failed, each violation the
 /// audit found for the first time.
 pub fn notices_for(event: &Event, settings: &RecorderSettings) -> Vec<(ObjectReference, Notice)> {
     match event {
@@ -110,6 +111,24 @@ pub fn notices_for(event: &Event, settings: &RecorderSettings) -> Vec<(ObjectRef
             .map(|notice| (class_reference(key, uid.clone()), notice))
             .into_iter()
             .collect(),
+        Event::SecretReconciled {
+            key,
+            uid,
+            classes,
+            named,
+            outcome,
+            requeue_after,
+            ..
+        } => {
+            let referrers = Referrers {
+                count: *classes,
+                named,
+            };
+            secret_notice(*outcome, referrers, *requeue_after, settings)
+                .map(|notice| (secret_reference(key, uid.clone()), notice))
+                .into_iter()
+                .collect()
+        }
         Event::AuditCompleted { violations, .. } => violations
             .iter()
             .filter(|violation| violation.first_found)
