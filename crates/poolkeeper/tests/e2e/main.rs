@@ -5,6 +5,7 @@
 mod audit;
 mod balancer;
 mod blast_radius;
+mod enqueue;
 mod faults;
 mod harness;
 mod machineclass;
@@ -14,5 +15,7 @@ mod objects;
 mod placement;
 mod privilege;
 mod process;
+mod recording;
 mod replicas;
+mod secrets;
 mod workloads;
