@@ -116,9 +116,12 @@ mod tests {
         }
     }
 
+    /// The type, reason and action of an expected Event.
+    type Expected = Option<(EventType, &'static str, &'static str)>;
+
     #[test]
     fn each_outcome_maps_to_its_event_or_none() {
-        let cases: [(ClassOutcome, Option<(EventType, &str, &str)>); 7] = [
+        let cases: [(ClassOutcome, Expected); 7] = [
             (
                 ClassOutcome::FinalizerAdded,
                 Some((EventType::Normal, "FinalizerAdded", "AddFinalizer")),

@@ -761,7 +761,7 @@ async fn secrets_are_followed_from_their_metadata() {
             ),
         )
         .await;
-    assert_eq!(related(&class_created), [cloud.clone()]);
+    assert_eq!(related(&class_created), std::slice::from_ref(&cloud));
     assert_eq!(index.secrets().referrer_count(&cloud), 1);
 
     let release = Patch::Merge(json!({"metadata": {"finalizers": null}}));

@@ -44,9 +44,17 @@ fn keys(names: &[&str]) -> Vec<ObjectKey> {
     names.iter().map(|name| key(name)).collect()
 }
 
+/// What, `secretRef`, `credentialsSecretRef`, the Secrets referenced.
+type Case = (
+    &'static str,
+    Option<Value>,
+    Option<Value>,
+    &'static [&'static str],
+);
+
 #[test]
 fn references_of_a_class() {
-    let cases: [(&str, Option<Value>, Option<Value>, &[&str]); 9] = [
+    let cases: [Case; 9] = [
         ("none", None, None, &[]),
         ("secretRef only", reference("cloud"), None, &["cloud"]),
         (
