@@ -67,7 +67,7 @@ impl<W: ClassWriter> Executor<W> {
     async fn run_loop(mut self, ctx: Context) -> Result<(), BoxError> {
         ctx.mark_ready();
         let mut state = State {
-            protect_secrets: self.worker.settings.secret_finalizer.is_some(),
+            secret_finalizer: self.worker.settings.secret_finalizer.clone(),
             ..State::default()
         };
         let mut pass: Option<PassFuture> = None;
@@ -147,8 +147,9 @@ struct State {
     full: bool,
     pass_requested: bool,
     requeues: Requeues<Target>,
-    /// Secrets are reconciled too (`machineClasses.protectSecrets`).
-    protect_secrets: bool,
+    /// The Secret finalizer when Secrets are reconciled too
+    /// (`machineClasses.protectSecrets`).
+    secret_finalizer: Option<String>,
     /// What this executor remembers of each class between passes.
     seen: HashMap<ObjectKey, Seen>,
     /// Only a leader writes. The supervisor runs the executor on the leader,
@@ -220,7 +221,7 @@ impl State {
         match kind {
             ResourceKind::MachineClass => {
                 self.dirty.insert(Target::Class(key.clone()));
-                if self.protect_secrets {
+                if self.secret_finalizer.is_some() {
                     self.dirty
                         .extend(related.iter().cloned().map(Target::Secret));
                 }
@@ -228,7 +229,7 @@ impl State {
             ResourceKind::Machine => self
                 .dirty
                 .extend(related.iter().cloned().map(Target::Class)),
-            ResourceKind::Secret if self.protect_secrets => {
+            ResourceKind::Secret if self.secret_finalizer.is_some() => {
                 self.dirty.insert(Target::Secret(key.clone()));
             }
             _ => {}
@@ -237,7 +238,7 @@ impl State {
 
     /// The keys of the next pass with what was last seen of each class;
     /// resets the dirty set. A full pass takes every class, and every Secret
-    /// the index holds or a class references.
+    /// a class references or that carries the Secret finalizer.
     fn take_pass_keys(&mut self, index: &Index) -> Vec<(Target, Seen)> {
         let mut keys = std::mem::take(&mut self.dirty);
         if std::mem::take(&mut self.full) {
@@ -247,8 +248,8 @@ impl State {
                     .machine_classes()
                     .map(|class| Target::Class(class.key.clone())),
             );
-            if self.protect_secrets {
-                keys.extend(secrets::all_secrets(index).map(Target::Secret));
+            if let Some(finalizer) = &self.secret_finalizer {
+                keys.extend(secrets::secrets_to_check(index, finalizer).map(Target::Secret));
             }
         }
         self.pass_requested = false;

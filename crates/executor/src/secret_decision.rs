@@ -15,9 +15,12 @@ use crate::settings::Retries;
 /// (`secretRef` or `credentialsSecretRef`; a class being deleted still
 /// does: it may still need the credentials to delete its machines). A
 /// Secret is never written but for its finalizer, and nothing is enqueued.
-/// Settled Secrets are looked at again after `longRetry`, as
-/// machine-controller-manager does; a class change dirties its Secrets
-/// before that.
+/// Secrets with the finalizer, or referenced, are looked at again after
+/// `longRetry`, as machine-controller-manager does (a class change dirties
+/// its Secrets before that). Any other Secret of the namespace is
+/// forgotten: only an event can give it something to do (a class that comes
+/// to reference it, a change of its own), and each of those dirties it, so
+/// the namespace's other Secrets cost no periodic work.
 pub fn decide_secret(
     secret: &Secret,
     referencing_classes: usize,
@@ -25,26 +28,28 @@ pub fn decide_secret(
     retries: &Retries,
 ) -> Decision {
     let has_finalizer = secret.finalizers.iter().any(|f| f == finalizer);
-    let (patch, outcome) = match (referencing_classes > 0, secret.deleting) {
+    let (patch, outcome, requeue) = match (referencing_classes > 0, secret.deleting) {
         // Referenced: protect it, so that deleting it waits for the classes.
         (true, false) if !has_finalizer => {
-            (Some(FinalizerPatch::Add), ClassOutcome::FinalizerAdded)
+            let add = Some(FinalizerPatch::Add);
+            (add, ClassOutcome::FinalizerAdded, Requeue::Long)
         }
         // Referenced and protected; or being deleted, when the finalizer is
         // kept and none is added (a deleting object accepts no new ones).
-        (true, _) => (None, ClassOutcome::Unchanged),
+        (true, _) => (None, ClassOutcome::Unchanged, Requeue::Long),
         // No class references it any more: release it, which lets a
         // pending deletion complete.
         (false, _) if has_finalizer => {
-            (Some(FinalizerPatch::Remove), ClassOutcome::FinalizerRemoved)
+            let remove = Some(FinalizerPatch::Remove);
+            (remove, ClassOutcome::FinalizerRemoved, Requeue::Long)
         }
-        (false, _) => (None, ClassOutcome::Unused),
+        (false, _) => (None, ClassOutcome::Unused, Requeue::Never),
     };
     Decision {
         patch,
         enqueue: None,
-        requeue: Requeue::Long,
-        requeue_after: retries.period(Requeue::Long),
+        requeue,
+        requeue_after: retries.period(requeue),
         outcome,
     }
 }
@@ -198,11 +203,17 @@ mod tests {
                 FINALIZER,
                 &retries,
             );
+            // Only a Secret with nothing to do is forgotten.
+            let requeue = if outcome == O::Unused {
+                Requeue::Never
+            } else {
+                Requeue::Long
+            };
             let expected = Decision {
                 patch,
                 enqueue: None,
-                requeue: Requeue::Long,
-                requeue_after: retries.long_retry,
+                requeue,
+                requeue_after: retries.period(requeue),
                 outcome,
             };
             assert_eq!(decision, expected, "{what}");

@@ -18,11 +18,16 @@ use crate::writer::{ClassWriter, WriteError};
 /// all.
 const NAMED_CLASSES: usize = 3;
 
-/// Every Secret a full pass looks at: those the index holds, and those a
-/// class references that the index does not hold (yet).
-pub(super) fn all_secrets(index: &Index) -> impl Iterator<Item = ObjectKey> {
+/// The Secrets a full pass looks at: those a class references (held by the
+/// index or not yet) and those that carry `finalizer`. The namespace's other
+/// Secrets have nothing to do until an event dirties them.
+pub(super) fn secrets_to_check(index: &Index, finalizer: &str) -> impl Iterator<Item = ObjectKey> {
     let view = index.secrets();
-    let mut keys: Vec<ObjectKey> = view.secrets().map(|secret| secret.key.clone()).collect();
+    let mut keys: Vec<ObjectKey> = view
+        .secrets()
+        .filter(|secret| secret.finalizers.iter().any(|f| f == finalizer))
+        .map(|secret| secret.key.clone())
+        .collect();
     keys.extend(view.referenced().cloned());
     keys.sort_unstable();
     keys.dedup();

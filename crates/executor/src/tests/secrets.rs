@@ -98,7 +98,7 @@ async fn both_references_are_protected() {
         [
             ("cloud".into(), ClassOutcome::FinalizerAdded, 1, LONG),
             ("creds".into(), ClassOutcome::FinalizerAdded, 1, LONG),
-            ("unrelated".into(), ClassOutcome::Unused, 0, LONG),
+            ("unrelated".into(), ClassOutcome::Unused, 0, Duration::ZERO),
         ]
     );
     // The class finalizer is the class's alone.
@@ -247,5 +247,52 @@ async fn without_protection_secrets_are_left_alone() {
     h.at(ms(10)).await;
     assert_eq!(h.secrets_reconciled(), []);
     assert_eq!(h.secret_finalizers("cloud"), Vec::<String>::new());
+    h.stop().await;
+}
+
+/// A full pass releases a finalizer left behind on a Secret no class
+/// references (machine-controller-manager's open issue 650), and does not
+/// look at the namespace's other Secrets, which are no work at all.
+#[tokio::test(start_paused = true)]
+async fn a_full_pass_releases_leftovers_and_skips_other_secrets() {
+    let h = Harness::start(&[with_refs(class("a", &[]), Some("cloud"), None)], &[]);
+    for (name, finalizers) in [
+        ("cloud", &[][..]),
+        ("leftover", &[SECRET_FINALIZER][..]),
+        ("unrelated", &["example.com/other"][..]),
+    ] {
+        // In the index as the initial list put them: nothing dirtied.
+        h.fake.insert_secret(&key(name), finalizers);
+        h.index.apply(secret_meta(name, finalizers, false));
+    }
+    h.trigger(TriggerReason::LeadershipGained);
+    h.at(ms(10)).await;
+    let mut reconciled = h.secrets_reconciled();
+    reconciled.sort();
+    assert_eq!(
+        reconciled,
+        [
+            ("cloud".into(), ClassOutcome::FinalizerAdded, 1, LONG),
+            ("leftover".into(), ClassOutcome::FinalizerRemoved, 0, LONG),
+        ]
+    );
+    assert_eq!(h.secret_finalizers("leftover"), Vec::<String>::new());
+    assert_eq!(h.secret_finalizers("unrelated"), ["example.com/other"]);
+    // Released, it has nothing left to do: the re-check after longRetry
+    // forgets it.
+    h.at(LONG + ms(10)).await;
+    let leftover: Vec<(ClassOutcome, Duration)> = h
+        .secrets_reconciled()
+        .into_iter()
+        .filter(|(name, ..)| name == "leftover")
+        .map(|(_, outcome, _, after)| (outcome, after))
+        .collect();
+    assert_eq!(
+        leftover,
+        [
+            (ClassOutcome::FinalizerRemoved, LONG),
+            (ClassOutcome::Unused, Duration::ZERO)
+        ]
+    );
     h.stop().await;
 }
