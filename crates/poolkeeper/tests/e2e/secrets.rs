@@ -14,7 +14,9 @@ use poolkeeper_testenv::TestEnv;
 use serde_json::json;
 use tempfile::TempDir;
 
-use crate::harness::{Running, control_plane, controller_client, test_config, wait_until};
+use crate::harness::{
+    Running, control_plane, controller_client, metric_sum, test_config, wait_until,
+};
 use crate::objects::{MACHINE_NAMESPACE, machine_class, poolkeeper_events};
 use crate::recording::recording;
 
@@ -223,16 +225,35 @@ async fn both_references_protect_and_a_deleted_secret_waits_for_its_class() {
         "a Secret no class references is left alone"
     );
     let totals = running.executor_totals().await;
+    let metrics = running.metrics().await;
+    let secret_outcome = |outcome: &str| {
+        let series =
+            format!("poolkeeper_executor_secret_reconciliations_total{{outcome=\"{outcome}\"}}");
+        metric_sum(&metrics, &series)
+    };
+    let (added, removed) = (
+        secret_outcome("finalizer_added"),
+        secret_outcome("finalizer_removed"),
+    );
     println!(
-        "secret protection lifecycle: {totals:?} in {:?}",
+        "secret protection lifecycle: {added} added, {removed} removed, {} Secret errors; \
+         executor {totals:?} in {:?}",
+        secret_outcome("error"),
         started.elapsed()
     );
+    assert_eq!(
+        (added, removed),
+        (2, 2),
+        "one write per Secret and direction"
+    );
+    assert_eq!(secret_outcome("error"), 0);
     assert_eq!(totals.errors, 0, "{totals:?}");
     running.stop().await;
 }
 
 /// A class that changes its secretRef releases the old Secret and protects
-/// the new one; a reference into another namespace is not managed.
+/// the new one; a reference into another namespace is not managed; a
+/// Secret created after the class that names it is protected at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_changed_reference_releases_the_old_secret() {
     let cluster = Cluster::start().await;
@@ -268,6 +289,17 @@ async fn a_changed_reference_releases_the_old_secret() {
         Some((Vec::new(), false)),
         "a Secret of another namespace is not managed"
     );
+
+    // A reference to a Secret that does not exist yet: protected the moment
+    // it is created (its watch event alone brings the pass).
+    let ahead = json!({"secretRef": {"name": "late", "namespace": ns}});
+    classes
+        .patch("small", &PatchParams::default(), &Patch::Merge(&ahead))
+        .await
+        .expect("pointing small at a missing Secret");
+    wait_protected(&secrets, "cloud-v2", false).await;
+    create_secret(&secrets, "late", "x").await;
+    wait_protected(&secrets, "late", true).await;
     running.stop().await;
 }
 
