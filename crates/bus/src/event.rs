@@ -47,6 +47,9 @@ label_enum! {
         ConfigMap,
         /// Metadata only: a Secret's data never reaches poolkeeper.
         Secret,
+        /// Only Namespaces carrying the namespace pool label
+        /// (`placement.namespaceLabels.pool`): their bindings.
+        Namespace,
     }
 }
 
@@ -165,6 +168,30 @@ label_enum! {
         ClassSpecChanged,
         ClassDeleting,
     }
+}
+
+label_enum! {
+    /// Why a Namespace's label binding takes no effect.
+    #[strum(serialize_all = "snake_case")]
+    pub enum BindingRejection {
+        /// The policy ConfigMap binds the namespace differently; the
+        /// ConfigMap's binding applies.
+        Conflict,
+        /// The namespace is excluded from placement.
+        Excluded,
+        /// A label value is not a pool list, mode or constraints value.
+        Invalid,
+    }
+}
+
+/// A Namespace whose labels would bind it, and why they do not.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct RejectedBinding {
+    pub namespace: String,
+    /// The Namespace's UID, for the Warning Event that regards it.
+    pub uid: String,
+    pub reason: BindingRejection,
+    pub message: String,
 }
 
 label_enum! {
@@ -372,6 +399,11 @@ pub enum Event {
         violations: Vec<AuditViolation>,
         /// More violations were found than `violations` holds.
         truncated: bool,
+    },
+    /// The Namespace label bindings that take no effect changed: every one
+    /// of them, each with its reason (empty once none is left).
+    BindingsRejected {
+        rejected: Vec<RejectedBinding>,
     },
     LeadershipChanged {
         leader: bool,

@@ -4,7 +4,8 @@
 //!
 //! The store is split in independently locked parts so that Machine churn
 //! never makes the admission webhook wait:
-//! - **placement**: Nodes, NodePools and ConfigMaps (read by the webhook);
+//! - **placement**: Nodes, NodePools, ConfigMaps and the labelled
+//!   Namespaces (read by the webhook);
 //! - **machines**: MachineClasses and Machines (read by the executor);
 //! - **secrets**: the metadata of the Secrets of the MachineClasses'
 //!   namespace and which classes reference each (read by the executor).
@@ -39,7 +40,7 @@ pub use projection::object_key;
 pub use resource::IndexResource;
 pub use secrets::{Secret, SecretsView, secret_references};
 pub use shared::SharedString;
-pub use types::{Changed, Machine, MachineClass, Node, NodePool, PoolType, Taint};
+pub use types::{Changed, Machine, MachineClass, Namespace, Node, NodePool, PoolType, Taint};
 
 use machines::MachinesState;
 use placement::PlacementState;
@@ -100,10 +101,12 @@ impl Index {
             ResourceKind::Node => self.placement.read().nodes.len(),
             ResourceKind::ConfigMap => self.placement.read().config_maps.len(),
             ResourceKind::Secret => self.secrets.read().secrets.len(),
+            ResourceKind::Namespace => self.placement.read().namespaces.len(),
         }
     }
 
-    /// A consistent read view of Nodes, NodePools and ConfigMaps. Holds a
+    /// A consistent read view of Nodes, NodePools, ConfigMaps and
+    /// Namespaces. Holds a
     /// read lock: drop it before any `.await`.
     pub fn placement(&self) -> PlacementView<'_> {
         PlacementView::new(self.placement.read(), &self.pool_label)

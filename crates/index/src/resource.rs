@@ -14,7 +14,7 @@ use poolkeeper_bus::{ObjectKey, ResourceKind};
 
 use crate::projection::{config_map_data, object_key};
 use crate::secrets::secret_references;
-use crate::{Changed, Index, Machine, MachineClass, Node, NodePool};
+use crate::{Changed, Index, Machine, MachineClass, Namespace, Node, NodePool};
 
 /// Writes objects of kind `K` into the index, in the shape of kubert's
 /// `index` module: `apply` for an add or update, `delete` for a removal,
@@ -100,6 +100,25 @@ impl IndexResource<core::ConfigMap> for Index {
 
     fn retain(&self, keep: &HashSet<ObjectKey>) -> Vec<Changed> {
         self.placement.write().retain_config_maps(keep)
+    }
+}
+
+/// The watchers watch only the Namespaces that carry the namespace pool
+/// label; a Namespace that loses it is deleted from their view.
+impl IndexResource<core::Namespace> for Index {
+    const KIND: ResourceKind = ResourceKind::Namespace;
+
+    fn apply(&self, namespace: core::Namespace) -> Option<Changed> {
+        let namespace = Namespace::from(&namespace);
+        self.placement.write().upsert_namespace(namespace)
+    }
+
+    fn delete(&self, key: &ObjectKey) -> Option<Changed> {
+        self.placement.write().remove_namespace(key)
+    }
+
+    fn retain(&self, keep: &HashSet<ObjectKey>) -> Vec<Changed> {
+        self.placement.write().retain_namespaces(keep)
     }
 }
 

@@ -60,6 +60,16 @@ pub struct NodePool {
     pub taints: Vec<Taint>,
 }
 
+/// What the index keeps of a Namespace that carries the namespace pool
+/// label: its bindings are in its labels; its UID is what a Warning Event
+/// about a rejected binding regards.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Namespace {
+    pub name: String,
+    pub uid: String,
+    pub labels: BTreeMap<String, String>,
+}
+
 /// What the index keeps of a MachineClass.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MachineClass {

@@ -388,7 +388,7 @@ async fn watchers_follow_machines_and_nodes() {
     follow_nodes(&started, &index, &nodes).await;
 
     // The placement ConfigMap: a data change bumps the generation.
-    let generation = index.placement().config_maps_generation();
+    let generation = index.placement().policy_generation();
     let phase = started.phase();
     let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), "poolkeeper-system");
     let bound = Patch::Merge(
@@ -409,7 +409,7 @@ async fn watchers_follow_machines_and_nodes() {
             ),
         )
         .await;
-    assert!(index.placement().config_maps_generation() > generation);
+    assert!(index.placement().policy_generation() > generation);
 
     started.stop().await;
 }

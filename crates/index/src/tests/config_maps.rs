@@ -47,7 +47,7 @@ fn generation_bumps_on_every_change() {
             }
         }
         assert_eq!(
-            index.placement().config_maps_generation(),
+            index.placement().policy_generation(),
             generation,
             "{what}"
         );

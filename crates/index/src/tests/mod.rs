@@ -4,6 +4,7 @@
 mod config_maps;
 mod counts;
 mod machines;
+mod namespaces;
 mod nodes;
 mod projection;
 mod reset;

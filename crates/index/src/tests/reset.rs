@@ -46,6 +46,7 @@ fn retain(index: &Index, kind: ResourceKind, keep: &HashSet<ObjectKey>) -> Vec<C
         ResourceKind::Secret => {
             IndexResource::<kube::core::PartialObjectMeta<core::Secret>>::retain(index, keep)
         }
+        ResourceKind::Namespace => IndexResource::<core::Namespace>::retain(index, keep),
     }
 }
 
