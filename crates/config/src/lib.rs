@@ -32,7 +32,7 @@ pub use poolkeeper_bus::{Constraints, Mode};
 pub use schema::{
     ApiServerConfig, AuditConfig, BusConfig, Config, EventsConfig, ExecutorConfig, HealthConfig,
     LeaderElectionConfig, LogFormat, LoggingConfig, MachineClassesConfig, PlacementConfig,
-    PolicyConfigMapRef, ReconcilerConfig, ShutdownConfig, WatchersConfig, WebhookConfig,
+    NamespaceLabels, PolicyConfigMapRef, ReconcilerConfig, ShutdownConfig, WatchersConfig, WebhookConfig,
     WebhookSelectorsConfig,
 };
 
@@ -148,6 +148,9 @@ mod tests {
         config.machine_classes.secret_finalizer = "y".into();
         config.placement.pool_label = "/".into();
         config.placement.excluded_namespaces = vec!["Kube_System".into()];
+        config.placement.namespace_labels.pool = "a/b/c".into();
+        config.placement.namespace_labels.mode = "-".into();
+        config.placement.namespace_labels.constraints = String::new();
         config.webhook_selectors.request_timeout = Duration::ZERO;
         config.webhook_selectors.retry_initial = Duration::from_secs(10);
         config.webhook_selectors.retry_max = Duration::ZERO;

@@ -25,6 +25,7 @@
 //!   offline `poolkeeper admit`.
 
 mod affinity;
+mod cache;
 mod candidates;
 mod decision;
 mod error;
@@ -33,6 +34,7 @@ mod names;
 mod objects;
 mod pod;
 mod policy;
+mod pools;
 mod tolerations;
 mod workload;
 
@@ -40,6 +42,7 @@ pub use decision::{
     BindingSource, Decision, PoolBinding, Reason, audit, mutate, placement_record, pool_binding,
     validate, warn_text,
 };
+pub use cache::{LoadedPolicy, PolicyCache};
 pub use error::PlacementError;
 pub use explain::{BindingReport, EXPLAIN_NAMES, Explanation, NodeSet, Verdict, explain};
 pub use objects::{OfflineObjects, build_index_from_objects};
@@ -47,7 +50,8 @@ pub use pod::{
     Annotations, PLACEMENT_ANNOTATION, PlacementAffinity, PlacementNodeAffinity, PlacementSpec,
     PodPlacement,
 };
-pub use policy::{Binding, PlacementPolicy, PolicySource};
+pub use policy::{Binding, BindingOrigin, PlacementPolicy, PolicySource};
+pub use pools::{LABEL_POOL_SEPARATOR, PoolSet};
 pub use poolkeeper_config::{Constraints, Mode};
 pub use workload::{
     Manifest, Workload, WorkloadKind, explain_manifest, mutate_workload, validate_workload,
