@@ -192,6 +192,9 @@ pub struct RejectedBinding {
     pub uid: String,
     pub reason: BindingRejection,
     pub message: String,
+    /// Not rejected (for this reason) when the event was last published:
+    /// the recorder writes its Warning Event.
+    pub first_found: bool,
 }
 
 label_enum! {

@@ -27,6 +27,7 @@
 //! | `audit_pods` | | `AuditCompleted` (Pods checked in the last round) |
 //! | `audit_rounds_total` | | `AuditCompleted` |
 //! | `audit_duration_seconds` | | `AuditCompleted` |
+//! | `placement_rejected_bindings` | `reason` | `BindingsRejected` (Namespace label bindings that take no effect) |
 //! | `leader_election_leading` | | `LeadershipChanged` |
 
 use std::sync::Arc;
@@ -34,8 +35,9 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use poolkeeper_bus::{
-    AdmissionResult, AuditCount, Bus, Change, ClassOutcome, Delivery, EnqueueReason, Event,
-    IntoEnumIterator, Mode, Requeue, ResourceKind, Subscription, TriggerReason, WebhookKind,
+    AdmissionResult, AuditCount, BindingRejection, Bus, Change, ClassOutcome, Delivery,
+    EnqueueReason, Event, IntoEnumIterator, Mode, RejectedBinding, Requeue, ResourceKind,
+    Subscription, TriggerReason, WebhookKind,
 };
 use poolkeeper_supervisor::{BoxError, Component, Context};
 use prometheus_client::collector::Collector;
@@ -143,6 +145,7 @@ struct Metrics {
     audit_pods: Gauge,
     audit_rounds: Counter,
     audit_duration: Histogram,
+    rejected_bindings: Family<Reason, Gauge>,
     leading: Gauge,
 }
 
@@ -168,6 +171,7 @@ impl Metrics {
             audit_pods: Gauge::default(),
             audit_rounds: Counter::default(),
             audit_duration: reconcile_histogram(),
+            rejected_bindings: Family::default(),
             leading: Gauge::default(),
         }
         .with_every_label()
@@ -204,6 +208,11 @@ impl Metrics {
         }
         for reason in EnqueueReason::iter() {
             let _ = self.enqueued.get_or_create(&Reason {
+                reason: reason.as_str(),
+            });
+        }
+        for reason in BindingRejection::iter() {
+            let _ = self.rejected_bindings.get_or_create(&Reason {
                 reason: reason.as_str(),
             });
         }
@@ -257,6 +266,11 @@ impl Metrics {
             self.admission_duration.clone(),
         );
         self.register_audit(registry.sub_registry_with_prefix("audit"));
+        registry.sub_registry_with_prefix("placement").register(
+            "rejected_bindings",
+            "Namespace label bindings that take no effect, by reason",
+            self.rejected_bindings.clone(),
+        );
         registry
             .sub_registry_with_prefix("leader_election")
             .register(
@@ -406,12 +420,24 @@ impl Metrics {
                 counts,
                 ..
             } => self.audited(*pods, *duration, counts),
+            Event::BindingsRejected { rejected } => self.rejected(rejected),
             Event::LeadershipChanged { leader } => {
                 self.leading.set(i64::from(*leader));
             }
             Event::ResourceSynced { .. }
             | Event::WatchRecovered { .. }
             | Event::ShutdownRequested => {}
+        }
+    }
+
+    fn rejected(&self, rejected: &[RejectedBinding]) {
+        for reason in BindingRejection::iter() {
+            let count = rejected.iter().filter(|r| r.reason == reason).count();
+            self.rejected_bindings
+                .get_or_create(&Reason {
+                    reason: reason.as_str(),
+                })
+                .set(count as i64);
         }
     }
 

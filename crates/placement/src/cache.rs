@@ -13,10 +13,27 @@ use crate::{PlacementError, PlacementPolicy, PolicySource};
 /// The policy of one generation, or why it does not parse.
 pub type LoadedPolicy = Arc<Result<PlacementPolicy, PlacementError>>;
 
-/// Cheap to clone: clones share one cache.
+/// Cheap to clone: clones share one cache. Components take it in their
+/// settings; the binary hands every reader a clone of one cache.
 #[derive(Clone, Debug)]
 pub struct PolicyCache {
     inner: Arc<Inner>,
+}
+
+/// Two caches are equal when they read the same source: they hold the same
+/// policy for every generation.
+impl PartialEq for PolicyCache {
+    fn eq(&self, other: &Self) -> bool {
+        self.inner.source == other.inner.source
+    }
+}
+
+impl Eq for PolicyCache {}
+
+impl From<&poolkeeper_config::PlacementConfig> for PolicyCache {
+    fn from(placement: &poolkeeper_config::PlacementConfig) -> Self {
+        Self::new(PolicySource::from(placement))
+    }
 }
 
 #[derive(Debug)]

@@ -268,6 +268,8 @@ impl PlacementPolicy {
                     uid: namespace.uid.clone(),
                     reason,
                     message,
+                    // The policy has no memory: its reader knows what it reported before.
+                    first_found: true,
                 });
             }
         }

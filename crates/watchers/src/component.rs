@@ -41,6 +41,7 @@ fn component_name(kind: ResourceKind) -> &'static str {
         ResourceKind::Node => "node-watcher",
         ResourceKind::ConfigMap => "config-map-watcher",
         ResourceKind::Secret => "secret-watcher",
+        ResourceKind::Namespace => "namespace-watcher",
     }
 }
 
@@ -97,6 +98,18 @@ where
         Self {
             api: Api::all(client),
             config: watcher::Config::default().page_size(page_size),
+            shared,
+        }
+    }
+
+    /// Watches the objects of the cluster-scoped `K` that carry the label
+    /// `key`; one that loses it leaves the watch as a delete.
+    pub(crate) fn labelled(client: Client, key: &str, page_size: u32, shared: Shared) -> Self {
+        Self {
+            api: Api::all(client),
+            config: watcher::Config::default()
+                .labels(key)
+                .page_size(page_size),
             shared,
         }
     }

@@ -2,7 +2,7 @@
 //!
 //! One watcher [`Component`] per enabled kind (MachineClass and Machine in
 //! the configured namespace, NodePool and Node cluster-wide, the placement
-//! ConfigMap) writes each object into the index through
+//! ConfigMap, the Namespaces carrying the namespace pool label) writes each object into the index through
 //! [`IndexResource`](poolkeeper_index::IndexResource) and publishes
 //! `ResourceChanged` only when the projection changed. After its first
 //! complete list a watcher publishes `ResourceSynced`; the sync tracker
@@ -23,7 +23,7 @@ mod sync;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Secret};
 use kube::Client;
 use kube::core::PartialObjectMeta;
 use poolkeeper_api::{Machine, MachineClass, NodePool};
@@ -42,7 +42,8 @@ pub struct WatcherSettings {
     /// The kinds to watch: MachineClass and Machine when
     /// `machineClasses.enabled` (and the metadata of Secrets when
     /// `machineClasses.protectSecrets` too), NodePool, Node and the
-    /// placement ConfigMap when `placement.enabled`.
+    /// placement ConfigMap when `placement.enabled` (and the labelled
+    /// Namespaces when `placement.namespaceLabels.enabled` too).
     pub kinds: BTreeSet<ResourceKind>,
     /// `namespace`: where MachineClasses and Machines live.
     pub namespace: String,
@@ -52,6 +53,9 @@ pub struct WatcherSettings {
     pub config_map_namespace: String,
     /// `placement.policyConfigMap.name`: the one ConfigMap watched.
     pub config_map_name: String,
+    /// `placement.namespaceLabels.pool`: the label a watched Namespace
+    /// carries.
+    pub namespace_pool_label: String,
 }
 
 impl From<&Config> for WatcherSettings {
@@ -69,6 +73,9 @@ impl From<&Config> for WatcherSettings {
                 ResourceKind::Node,
                 ResourceKind::ConfigMap,
             ]);
+            if config.placement.namespace_labels.enabled {
+                kinds.insert(ResourceKind::Namespace);
+            }
         }
         let config_map = &config.placement.policy_config_map;
         Self {
@@ -77,6 +84,7 @@ impl From<&Config> for WatcherSettings {
             page_size: config.watchers.page_size,
             config_map_namespace: config_map.namespace.clone(),
             config_map_name: config_map.name.clone(),
+            namespace_pool_label: config.placement.namespace_labels.pool.clone(),
         }
     }
 }
@@ -159,6 +167,12 @@ fn watcher(
         ResourceKind::Secret => Box::new(KindWatcher::<PartialObjectMeta<Secret>>::namespaced(
             client, namespace, page_size, shared,
         )),
+        ResourceKind::Namespace => Box::new(KindWatcher::<Namespace>::labelled(
+            client,
+            &settings.namespace_pool_label,
+            page_size,
+            shared,
+        )),
     }
 }
 
@@ -194,6 +208,7 @@ mod tests {
                     "node-watcher",
                     "config-map-watcher",
                     "secret-watcher",
+                    "namespace-watcher",
                     "index-sync-tracker",
                 ],
             ),
@@ -214,6 +229,7 @@ mod tests {
                     "node-pool-watcher",
                     "node-watcher",
                     "config-map-watcher",
+                    "namespace-watcher",
                     "index-sync-tracker",
                 ],
             ),
@@ -245,10 +261,21 @@ mod tests {
         assert!(!names(watchers).contains(&"secret-watcher"));
     }
 
+    #[tokio::test]
+    async fn namespaces_are_watched_only_while_they_may_bind() {
+        let mut config = Config::default();
+        config.placement.namespace_labels.enabled = false;
+        let settings = WatcherSettings::from(&config);
+        assert!(!settings.kinds.contains(&ResourceKind::Namespace));
+        let index = Arc::new(Index::new(&config.placement.pool_label));
+        let watchers = Watchers::new(client(), &Bus::default(), index, &settings);
+        assert!(!names(watchers).contains(&"namespace-watcher"));
+    }
+
     #[test]
     fn settings_come_from_the_config() {
         let config = Config::from_yaml_str(
-            "namespace: machines\nwatchers: {pageSize: 50}\nplacement:\n  policyConfigMap: {namespace: ops, name: placement}\n",
+            "namespace: machines\nwatchers: {pageSize: 50}\nplacement:\n  policyConfigMap: {namespace: ops, name: placement}\n  namespaceLabels: {pool: example.com/pool}\n",
         )
         .expect("valid config");
         let settings = WatcherSettings::from(&config);
@@ -260,6 +287,7 @@ mod tests {
                 page_size: 50,
                 config_map_namespace: "ops".to_owned(),
                 config_map_name: "placement".to_owned(),
+                namespace_pool_label: "example.com/pool".to_owned(),
             }
         );
     }

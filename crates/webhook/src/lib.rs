@@ -12,7 +12,6 @@ mod component;
 mod connection;
 mod error;
 mod handler;
-mod policy;
 mod review;
 mod service;
 mod serving;

@@ -4,6 +4,7 @@
 
 mod audit;
 mod balancer;
+mod bindings;
 mod blast_radius;
 mod enqueue;
 mod faults;

@@ -14,7 +14,7 @@ use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Event as CoreEvent, Node, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Event as CoreEvent, Namespace, Node, Pod, Secret};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::core::PartialObjectMeta;
 use kube::{Api, Client};
@@ -265,6 +265,18 @@ async fn only_what_the_roles_grant_is_allowed() {
             ),
         ),
         (
+            "list the labelled Namespaces (label bindings)",
+            code(
+                Api::<Namespace>::all(sa.clone())
+                    .list(&ListParams::default().labels("apps.openyurt.io/nodepool"))
+                    .await,
+            ),
+        ),
+        (
+            "watch Namespaces",
+            watch_code(Api::<Namespace>::all(sa.clone())).await,
+        ),
+        (
             "get poolkeeper's webhook configuration",
             code(
                 Api::<ValidatingWebhookConfiguration>::all(sa.clone())
@@ -386,6 +398,18 @@ async fn only_what_the_roles_grant_is_allowed() {
                     .patch("agent", &PatchParams::default(), &label)
                     .await,
             ),
+        ),
+        (
+            "label a Namespace (binding stays with those who may)",
+            code(
+                Api::<Namespace>::all(sa.clone())
+                    .patch("default", &PatchParams::default(), &label)
+                    .await,
+            ),
+        ),
+        (
+            "get a Namespace (only list and watch)",
+            code(Api::<Namespace>::all(sa.clone()).get("default").await),
         ),
         (
             "delete a Node",
