@@ -31,9 +31,9 @@ pub use error::{ConfigError, ConfigErrors, Location};
 pub use poolkeeper_bus::{Constraints, Mode};
 pub use schema::{
     ApiServerConfig, AuditConfig, BusConfig, Config, EventsConfig, ExecutorConfig, HealthConfig,
-    LeaderElectionConfig, LogFormat, LoggingConfig, MachineClassesConfig, PlacementConfig,
-    NamespaceLabels, PolicyConfigMapRef, ReconcilerConfig, ShutdownConfig, WatchersConfig, WebhookConfig,
-    WebhookSelectorsConfig,
+    LeaderElectionConfig, LogFormat, LoggingConfig, MachineClassesConfig, NamespaceLabels,
+    PlacementConfig, PolicyConfigMapRef, ReconcilerConfig, ShutdownConfig, WatchersConfig,
+    WebhookConfig, WebhookSelectorsConfig,
 };
 
 /// The documented default configuration file (`config/poolkeeper.yaml`).

@@ -339,7 +339,11 @@ pub(crate) fn bound_pools<'v, 'p>(
             "{} (bound {}) {} not exist; the pod is not restricted to a node pool",
             binding.pools,
             how(),
-            if binding.pools.len() == 1 { "does" } else { "do" }
+            if binding.pools.len() == 1 {
+                "does"
+            } else {
+                "do"
+            }
         );
         return Err(Box::new(
             Decision::allow(Reason::PoolMissing)
@@ -731,13 +735,24 @@ fn missing_tolerations_message(missing: &[&Toleration], pools: &[&NodePool]) -> 
             .map(|pool| pool.name.clone()),
     );
     let edge = edge.map_or_else(String::new, |edge| edge.to_string());
-    format!("pod must tolerate {} to run on edge {edge}", list.join(", "))
+    format!(
+        "pod must tolerate {} to run on edge {edge}",
+        list.join(", ")
+    )
 }
 
-fn outside_message(outside: &[&Node], constraints: &NodeConstraints<'_>, pools: &PoolSet) -> String {
+fn outside_message(
+    outside: &[&Node],
+    constraints: &NodeConstraints<'_>,
+    pools: &PoolSet,
+) -> String {
     let count = outside.len();
     let names = name_nodes(outside);
-    let the_pools = if pools.len() == 1 { "the pool" } else { "the pools" };
+    let the_pools = if pools.len() == 1 {
+        "the pool"
+    } else {
+        "the pools"
+    };
     if constraints.is_unconstrained() {
         format!(
             "pod is bound to {pools} but has no node constraints, so it may be scheduled onto {} outside {the_pools}: {names}",

@@ -13,7 +13,8 @@ use crate::affinity::{
 };
 use crate::candidates::matching_nodes;
 use crate::decision::{
-    BindingSource, Decision, in_pools, missing_edge_tolerations, mutate, pool_binding, validate,
+    BindingSource, Decision, PoolBinding, in_pools, missing_edge_tolerations, mutate, pool_binding,
+    validate,
 };
 use crate::pod::PodPlacement;
 use crate::policy::PlacementPolicy;
@@ -168,49 +169,27 @@ pub fn explain(
             &matched,
         )
     };
-    let outside_pool = binding.as_ref().filter(|_| !pools.is_empty()).map(|binding| {
-        let outside: Vec<&Node> = matched
-            .iter()
-            .copied()
-            .filter(|node| !in_pools(node, pool_label, &binding.pools))
-            .collect();
-        NodeSet::of(format!("outside {}", binding.pools), &outside)
-    });
+    let outside_pool = binding
+        .as_ref()
+        .filter(|_| !pools.is_empty())
+        .map(|binding| {
+            let outside: Vec<&Node> = matched
+                .iter()
+                .copied()
+                .filter(|node| !in_pools(node, pool_label, &binding.pools))
+                .collect();
+            NodeSet::of(format!("outside {}", binding.pools), &outside)
+        });
     let missing_tolerations = missing_edge_tolerations(pod, &pools, policy)
         .into_iter()
         .map(describe_toleration)
         .collect();
-    let pool_type = (!pools.is_empty()).then(|| {
-        let edge = pools.iter().any(|pool| pool.pool_type == PoolType::Edge);
-        if edge { PoolType::Edge } else { PoolType::Cloud }.as_str()
-    });
     Explanation {
         pod: pod.display_name(namespace),
         namespace: namespace.to_owned(),
-        binding: binding.as_ref().map(|binding| BindingReport {
-            pool: binding.pools.joined(),
-            source: binding.source,
-            by: match binding.source {
-                BindingSource::PodLabel => format!("{pool_label}={}", binding.pools.joined()),
-                BindingSource::Namespace | BindingSource::NamespaceLabel => namespace.to_owned(),
-            },
-            mode: binding.mode,
-            pool_exists: !pools.is_empty(),
-            pool_type,
-            missing_pools: binding
-                .pools
-                .names()
-                .iter()
-                .filter(|name| view.node_pool(name).is_none())
-                .cloned()
-                .collect(),
-            pool_nodes: binding
-                .pools
-                .names()
-                .iter()
-                .map(|name| view.nodes_in_pool(name).count())
-                .sum(),
-        }),
+        binding: binding
+            .as_ref()
+            .map(|binding| binding_report(binding, &pools, view, namespace)),
         nodes: view.node_count(),
         node_sets: node_sets(pod, view),
         intersection,
@@ -218,6 +197,45 @@ pub fn explain(
         missing_tolerations,
         mutate: mutate(pod, namespace, view, policy).into(),
         validate: validate(pod, namespace, view, policy).into(),
+    }
+}
+
+/// What bound the Pod, to which pools, and how many of them exist.
+fn binding_report(
+    binding: &PoolBinding<'_>,
+    existing: &[&NodePool],
+    view: &PlacementView<'_>,
+    namespace: &str,
+) -> BindingReport {
+    let pool_type = (!existing.is_empty()).then(|| {
+        let edge = existing.iter().any(|pool| pool.pool_type == PoolType::Edge);
+        if edge {
+            PoolType::Edge
+        } else {
+            PoolType::Cloud
+        }
+        .as_str()
+    });
+    let names = binding.pools.names();
+    BindingReport {
+        pool: binding.pools.joined(),
+        source: binding.source,
+        by: match binding.source {
+            BindingSource::PodLabel => format!("{}={}", view.pool_label(), binding.pools.joined()),
+            BindingSource::Namespace | BindingSource::NamespaceLabel => namespace.to_owned(),
+        },
+        mode: binding.mode,
+        pool_exists: !existing.is_empty(),
+        pool_type,
+        missing_pools: names
+            .iter()
+            .filter(|name| view.node_pool(name).is_none())
+            .cloned()
+            .collect(),
+        pool_nodes: names
+            .iter()
+            .map(|name| view.nodes_in_pool(name).count())
+            .sum(),
     }
 }
 

@@ -38,11 +38,11 @@ mod pools;
 mod tolerations;
 mod workload;
 
+pub use cache::{LoadedPolicy, PolicyCache};
 pub use decision::{
     BindingSource, Decision, PoolBinding, Reason, audit, mutate, placement_record, pool_binding,
     validate, warn_text,
 };
-pub use cache::{LoadedPolicy, PolicyCache};
 pub use error::PlacementError;
 pub use explain::{BindingReport, EXPLAIN_NAMES, Explanation, NodeSet, Verdict, explain};
 pub use objects::{OfflineObjects, build_index_from_objects};
@@ -51,8 +51,8 @@ pub use pod::{
     PodPlacement,
 };
 pub use policy::{Binding, BindingOrigin, PlacementPolicy, PolicySource};
-pub use pools::{LABEL_POOL_SEPARATOR, PoolSet};
 pub use poolkeeper_config::{Constraints, Mode};
+pub use pools::{LABEL_POOL_SEPARATOR, PoolSet};
 pub use workload::{
     Manifest, Workload, WorkloadKind, explain_manifest, mutate_workload, validate_workload,
 };

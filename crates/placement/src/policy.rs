@@ -284,9 +284,8 @@ impl PlacementPolicy {
     ) -> Option<Result<Binding, String>> {
         let value = namespace.labels.get(&labels.pool)?;
         let parsed = (|| {
-            let pools = PoolSet::from_label_value(value).ok_or_else(|| {
-                format!("label {}={value:?} names no node pool", labels.pool)
-            })?;
+            let pools = PoolSet::from_label_value(value)
+                .ok_or_else(|| format!("label {}={value:?} names no node pool", labels.pool))?;
             let mode = label_choice(namespace, &labels.mode, Mode::iter(), Mode::as_str)?
                 .unwrap_or(self.default_mode);
             let constraints = label_choice(

@@ -42,7 +42,9 @@ impl PoolSet {
     }
 
     pub fn contains(&self, pool: &str) -> bool {
-        self.0.binary_search_by(|name| name.as_str().cmp(pool)).is_ok()
+        self.0
+            .binary_search_by(|name| name.as_str().cmp(pool))
+            .is_ok()
     }
 
     pub fn len(&self) -> usize {

@@ -249,11 +249,7 @@ impl Wiring<'_> {
             policy: self.policy.clone(),
             ..WebhookSettings::from(self.config)
         };
-        let mut server = WebhookServer::new(
-            settings,
-            self.index.clone(),
-            &self.bus,
-        );
+        let mut server = WebhookServer::new(settings, self.index.clone(), &self.bus);
         let addr = server.bind()?;
         Ok(Some((server, addr)))
     }

@@ -6,7 +6,9 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Resource;
 use kube::runtime::events::{Event as KubeEvent, EventType};
 use poolkeeper_api::MachineClass;
-use poolkeeper_bus::{AuditViolation, BindingRejection, ClassOutcome, Event, ObjectKey, RejectedBinding};
+use poolkeeper_bus::{
+    AuditViolation, BindingRejection, ClassOutcome, Event, ObjectKey, RejectedBinding,
+};
 
 use crate::secret_notice::{Referrers, secret_notice, secret_reference};
 use crate::settings::RecorderSettings;

@@ -13,7 +13,9 @@ use kube::Client;
 use kube::runtime::watcher;
 use std::collections::BTreeSet;
 
-use poolkeeper_bus::{BindingRejection, Bus, Delivery, Event, RejectedBinding, ResourceKind, Subscription};
+use poolkeeper_bus::{
+    BindingRejection, Bus, Delivery, Event, RejectedBinding, ResourceKind, Subscription,
+};
 use poolkeeper_index::Index;
 use poolkeeper_supervisor::{BoxError, Component, Context, error_chain};
 use tokio::time::Instant;

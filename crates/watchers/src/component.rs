@@ -107,9 +107,7 @@ where
     pub(crate) fn labelled(client: Client, key: &str, page_size: u32, shared: Shared) -> Self {
         Self {
             api: Api::all(client),
-            config: watcher::Config::default()
-                .labels(key)
-                .page_size(page_size),
+            config: watcher::Config::default().labels(key).page_size(page_size),
             shared,
         }
     }

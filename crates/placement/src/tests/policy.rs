@@ -50,7 +50,10 @@ fn the_design_example() {
         "bindings:\n  - namespace: shop-hangzhou\n    nodePool: hangzhou\nedgeTolerations:\n  - {key: node-role.kubernetes.io/edge, operator: Exists, effect: NoSchedule}\n",
     )
     .unwrap();
-    assert_eq!(pools_of(&policy, "shop-hangzhou").as_deref(), Some("hangzhou"));
+    assert_eq!(
+        pools_of(&policy, "shop-hangzhou").as_deref(),
+        Some("hangzhou")
+    );
     assert_eq!(pools_of(&policy, "default").as_deref(), None);
     assert_eq!(
         policy

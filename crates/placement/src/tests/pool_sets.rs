@@ -27,8 +27,7 @@ fn sets() -> PlacementPolicy {
 }
 
 fn edge_tolerant(mut spec: Value) -> Value {
-    spec["tolerations"] =
-        json!([{"key": "node-role.kubernetes.io/edge", "operator": "Exists", "effect": "NoSchedule"}]);
+    spec["tolerations"] = json!([{"key": "node-role.kubernetes.io/edge", "operator": "Exists", "effect": "NoSchedule"}]);
     spec
 }
 
@@ -39,7 +38,8 @@ fn the_affinity_names_every_pool_of_the_set() {
     assert_eq!(decision.reason, Reason::Patched);
     assert_eq!(decision.pool.as_deref(), Some("beijing,hangzhou"));
     let patch = serde_json::to_value(decision.patch.unwrap()).unwrap();
-    let affinity = &patch[0]["value"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"];
+    let affinity =
+        &patch[0]["value"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"];
     assert_eq!(
         affinity["nodeSelectorTerms"][0]["matchExpressions"][0],
         expr(POOL, "In", &["beijing", "hangzhou"])
@@ -59,7 +59,11 @@ fn a_set_of_cloud_pools_needs_no_tolerations() {
     let index = cluster();
     let decision = mutate(&pod(json!({})), "cloud-only", &index.placement(), &sets());
     let patch = serde_json::to_value(decision.patch.unwrap()).unwrap();
-    assert_eq!(patch.as_array().unwrap().len(), 2, "affinity and annotation: {patch}");
+    assert_eq!(
+        patch.as_array().unwrap().len(),
+        2,
+        "affinity and annotation: {patch}"
+    );
 }
 
 #[test]
@@ -71,7 +75,8 @@ fn validation_judges_against_the_union() {
         reason: Reason,
         message: &'static str,
     }
-    let in_terms = |pools: &[&str]| required(json!([{"matchExpressions": [expr(POOL, "In", pools)]}]));
+    let in_terms =
+        |pools: &[&str]| required(json!([{"matchExpressions": [expr(POOL, "In", pools)]}]));
     let cases = [
         Case {
             what: "both pools",
@@ -126,7 +131,11 @@ fn validation_judges_against_the_union() {
     let index = cluster();
     for case in cases {
         let decision = validate(&pod(case.spec), case.namespace, &index.placement(), &sets());
-        assert_eq!(decision.reason, case.reason, "{}: {:?}", case.what, decision.message);
+        assert_eq!(
+            decision.reason, case.reason,
+            "{}: {:?}",
+            case.what, decision.message
+        );
         let message = decision.message.unwrap_or_default();
         assert!(message.contains(case.message), "{}: {message}", case.what);
     }
@@ -139,12 +148,16 @@ fn missing_members_are_warned_about() {
     let half = validate(&pod(json!({})), "half-gone", &view, &sets());
     assert_eq!(
         half.warnings,
-        ["node pool \"gone\" (bound through namespace \"half-gone\") does not exist; nodes labelled with it still count"]
+        [
+            "node pool \"gone\" (bound through namespace \"half-gone\") does not exist; nodes labelled with it still count"
+        ]
     );
     let all = mutate(&pod(json!({})), "all-gone", &view, &sets());
     assert_eq!(
         all.warnings,
-        ["node pools \"gone\", \"lost\" (bound through namespace \"all-gone\") do not exist; the pod is not restricted to a node pool"]
+        [
+            "node pools \"gone\", \"lost\" (bound through namespace \"all-gone\") do not exist; the pod is not restricted to a node pool"
+        ]
     );
     assert_eq!(all.pool.as_deref(), Some("gone,lost"));
 }
@@ -160,8 +173,16 @@ fn pool_sets_read_from_a_label_value() {
     ];
     for (value, joined, shown) in cases {
         let set = PoolSet::from_label_value(value);
-        assert_eq!(set.as_ref().map(PoolSet::joined).as_deref(), joined, "{value:?}");
-        assert_eq!(set.map(|s| s.to_string()).unwrap_or_default(), shown, "{value:?}");
+        assert_eq!(
+            set.as_ref().map(PoolSet::joined).as_deref(),
+            joined,
+            "{value:?}"
+        );
+        assert_eq!(
+            set.map(|s| s.to_string()).unwrap_or_default(),
+            shown,
+            "{value:?}"
+        );
     }
 }
 
@@ -191,12 +212,22 @@ fn namespace_labels_bind() {
     .unwrap();
     let namespaces = [
         namespace("shop", &[(POOL, "hangzhou")]),
-        namespace("east", &[(POOL, "hangzhou_beijing"), (MODE, "warn"), (CONSTRAINTS, "narrow")]),
+        namespace(
+            "east",
+            &[
+                (POOL, "hangzhou_beijing"),
+                (MODE, "warn"),
+                (CONSTRAINTS, "narrow"),
+            ],
+        ),
         namespace("same", &[(POOL, "hangzhou")]),
         namespace("central", &[(POOL, "hangzhou")]),
         namespace("kube-system", &[(POOL, "hangzhou")]),
         namespace("bad-mode", &[(POOL, "hangzhou"), (MODE, "audit")]),
-        namespace("bad-constraints", &[(POOL, "hangzhou"), (CONSTRAINTS, "loose")]),
+        namespace(
+            "bad-constraints",
+            &[(POOL, "hangzhou"), (CONSTRAINTS, "loose")],
+        ),
         namespace("no-pool", &[(POOL, "_")]),
         namespace("unlabelled", &[("team", "a")]),
     ];
@@ -205,11 +236,27 @@ fn namespace_labels_bind() {
     assert_eq!(pools_of(&policy, "shop").as_deref(), Some("hangzhou"));
     let east = policy.binding("east").unwrap();
     assert_eq!(east.pools.joined(), "beijing,hangzhou");
-    assert_eq!((east.mode, east.constraints), (Mode::Warn, Constraints::Narrow));
+    assert_eq!(
+        (east.mode, east.constraints),
+        (Mode::Warn, Constraints::Narrow)
+    );
     assert_eq!(east.origin, BindingOrigin::NamespaceLabel);
-    assert_eq!(policy.binding("same").unwrap().origin, BindingOrigin::ConfigMap);
-    assert_eq!(pools_of(&policy, "central").as_deref(), Some("beijing"), "the ConfigMap applies");
-    for unbound in ["kube-system", "bad-mode", "bad-constraints", "no-pool", "unlabelled"] {
+    assert_eq!(
+        policy.binding("same").unwrap().origin,
+        BindingOrigin::ConfigMap
+    );
+    assert_eq!(
+        pools_of(&policy, "central").as_deref(),
+        Some("beijing"),
+        "the ConfigMap applies"
+    );
+    for unbound in [
+        "kube-system",
+        "bad-mode",
+        "bad-constraints",
+        "no-pool",
+        "unlabelled",
+    ] {
         assert_eq!(pools_of(&policy, unbound), None, "{unbound}");
     }
 
@@ -229,7 +276,11 @@ fn namespace_labels_bind() {
         ]
     );
     let message = |name: &str| -> &RejectedBinding {
-        policy.rejected_bindings().iter().find(|r| r.namespace == name).unwrap()
+        policy
+            .rejected_bindings()
+            .iter()
+            .find(|r| r.namespace == name)
+            .unwrap()
     };
     assert_eq!(message("central").uid, "uid-central");
     assert_eq!(
@@ -242,7 +293,10 @@ fn namespace_labels_bind() {
         message("bad-mode").message,
         "label poolkeeper.io/mode=\"audit\" is not one of enforce, warn, dryrun"
     );
-    assert_eq!(message("no-pool").message, "label apps.openyurt.io/nodepool=\"_\" names no node pool");
+    assert_eq!(
+        message("no-pool").message,
+        "label apps.openyurt.io/nodepool=\"_\" names no node pool"
+    );
 }
 
 #[test]
@@ -253,12 +307,20 @@ fn a_label_binding_places_and_records_its_source() {
     let decision = mutate(&pod(json!({})), "shop", &index.placement(), &policy);
     assert_eq!(decision.reason, Reason::Patched);
     let patch = serde_json::to_value(decision.patch.unwrap()).unwrap();
-    let record = patch[1]["value"]["poolkeeper.io/placement"].as_str().unwrap().to_owned();
+    let record = patch[1]["value"]["poolkeeper.io/placement"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     assert_eq!(
         record,
         r#"{"pool":"beijing","binding":"namespaceLabel","mode":"enforce","constraints":"judge"}"#
     );
-    let denied = validate(&pod(json!({"nodeName": "hz-1"})), "shop", &index.placement(), &policy);
+    let denied = validate(
+        &pod(json!({"nodeName": "hz-1"})),
+        "shop",
+        &index.placement(),
+        &policy,
+    );
     assert_eq!(denied.reason, Reason::OutsidePool);
 }
 
@@ -279,5 +341,9 @@ fn the_policy_loads_label_bindings_from_the_index() {
         ..source
     };
     let loaded = PlacementPolicy::load(&index.placement(), &off).unwrap();
-    assert_eq!(pools_of(&loaded, "shop"), None, "namespaceLabels.enabled: false");
+    assert_eq!(
+        pools_of(&loaded, "shop"),
+        None,
+        "namespaceLabels.enabled: false"
+    );
 }

@@ -422,7 +422,10 @@ fn mutate_then_validate(namespace: &str, pool: &str, pod: &Value) -> Result<Reas
     }
 
     let nodes = reference_nodes(&mutated, &view);
-    let expected = !nodes.is_empty() && nodes.iter().all(|node| in_pools(node, POOL, &crate::PoolSet::one(pool)));
+    let expected = !nodes.is_empty()
+        && nodes
+            .iter()
+            .all(|node| in_pools(node, POOL, &crate::PoolSet::one(pool)));
     let after = validate(&to_pod(&mutated), namespace, &view, &policy);
     let context = format!("{pod} mutated to {mutated}: {:?}", after.message);
     prop_assert_eq!(after.allowed, expected, "{}", context);

@@ -117,7 +117,12 @@ async fn a_labelled_namespace_is_bound_and_unbinding_it_is_followed() {
     let cluster = setup(Webhooks::Both).await;
     cluster.env.create_namespace(TEAM).await.unwrap();
     assert!(cluster.placed_pools(TEAM).await.is_empty());
-    assert!(!cluster.selected_namespaces().await.contains(&TEAM.to_owned()));
+    assert!(
+        !cluster
+            .selected_namespaces()
+            .await
+            .contains(&TEAM.to_owned())
+    );
 
     cluster
         .label_namespace(TEAM, json!({POOL_LABEL: "cloud"}))
@@ -130,11 +135,18 @@ async fn a_labelled_namespace_is_bound_and_unbinding_it_is_followed() {
         r#"{"pool":"cloud","binding":"namespaceLabel","mode":"enforce","constraints":"judge"}"#
     );
     let node = scheduled_node(&cluster.env, TEAM, "app").await;
-    assert!(CLOUD_NODES.contains(&node.as_str()), "scheduled onto {node}");
+    assert!(
+        CLOUD_NODES.contains(&node.as_str()),
+        "scheduled onto {node}"
+    );
     let status = cluster
         .deny(TEAM, &pod("stray", json!({"nodeName": EDGE_NODES[0]})))
         .await;
-    assert!(status.message.contains("node pool \"cloud\""), "{}", status.message);
+    assert!(
+        status.message.contains("node pool \"cloud\""),
+        "{}",
+        status.message
+    );
 
     // The mode label takes effect: warn admits what enforce denies.
     cluster
@@ -178,7 +190,11 @@ async fn pods_of_a_two_pool_binding_land_only_on_those_pools_nodes() {
     .unwrap();
     // The ConfigMap form: shop-edge bound to both pools.
     let [_, cloud] = BINDINGS;
-    write_policy(&cluster.client, &[(EDGE_NAMESPACE, "edge,cloud", "enforce"), cloud]).await;
+    write_policy(
+        &cluster.client,
+        &[(EDGE_NAMESPACE, "edge,cloud", "enforce"), cloud],
+    )
+    .await;
     eventually("shop-edge placed on both pools", TIMEOUT, || async {
         (cluster.placed_pools(EDGE_NAMESPACE).await == ["cloud", "edge"]).then_some(())
     })
@@ -193,7 +209,9 @@ async fn pods_of_a_two_pool_binding_land_only_on_those_pools_nodes() {
             // One Edge pool in the set: the edge toleration was added.
             let tolerations = created.spec.unwrap().tolerations.unwrap_or_default();
             assert!(
-                tolerations.iter().any(|t| t.key.as_deref() == Some("node-role.kubernetes.io/edge")),
+                tolerations
+                    .iter()
+                    .any(|t| t.key.as_deref() == Some("node-role.kubernetes.io/edge")),
                 "{name}: {tolerations:?}"
             );
             nodes.push(scheduled_node(&cluster.env, namespace, &name).await);
@@ -209,7 +227,9 @@ async fn pods_of_a_two_pool_binding_land_only_on_those_pools_nodes() {
         .deny(SPREAD, &pod("loose", json!({"nodeName": "loose-1"})))
         .await;
     assert!(
-        status.message.contains(r#"node pools "cloud", "edge" but 1 node outside the pools"#),
+        status
+            .message
+            .contains(r#"node pools "cloud", "edge" but 1 node outside the pools"#),
         "{}",
         status.message
     );
@@ -232,7 +252,12 @@ async fn bindings_of_excluded_namespaces_and_conflicting_labels_are_refused_and_
     .await
     .unwrap();
     assert_eq!(warnings[0].0, "BindingExcluded", "{warnings:?}");
-    assert!(!cluster.selected_namespaces().await.contains(&"kube-system".to_owned()));
+    assert!(
+        !cluster
+            .selected_namespaces()
+            .await
+            .contains(&"kube-system".to_owned())
+    );
 
     // A label that contradicts the ConfigMap: the ConfigMap's binding applies.
     cluster
@@ -247,7 +272,9 @@ async fn bindings_of_excluded_namespaces_and_conflicting_labels_are_refused_and_
     .unwrap();
     assert_eq!(warnings[0].0, "BindingConflict");
     assert!(
-        warnings[0].1.contains("bound by the policy ConfigMap to node pool \"cloud\""),
+        warnings[0]
+            .1
+            .contains("bound by the policy ConfigMap to node pool \"cloud\""),
         "{warnings:?}"
     );
     assert_eq!(cluster.placed_pools(CLOUD_NAMESPACE).await, ["cloud"]);
@@ -264,9 +291,17 @@ async fn bindings_of_excluded_namespaces_and_conflicting_labels_are_refused_and_
     // A ConfigMap binding of kube-system makes the policy invalid: Pods of
     // bound namespaces are refused with the reason until it is fixed.
     let [edge, cloud] = BINDINGS;
-    write_policy(&cluster.client, &[edge, cloud, ("kube-system", "cloud", "enforce")]).await;
+    write_policy(
+        &cluster.client,
+        &[edge, cloud, ("kube-system", "cloud", "enforce")],
+    )
+    .await;
     let denial = eventually("the invalid policy refused", TIMEOUT, || async {
-        match cluster.pods(EDGE_NAMESPACE).create(&dry_run(), &plain_pod("p")).await {
+        match cluster
+            .pods(EDGE_NAMESPACE)
+            .create(&dry_run(), &plain_pod("p"))
+            .await
+        {
             Err(kube::Error::Api(status)) => Some(status.message),
             _ => None,
         }
