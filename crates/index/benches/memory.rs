@@ -3,7 +3,7 @@
 //! objects, for the same 10,000 realistic Machines and 10,000 realistic Nodes;
 //! and 10,000 Secrets, which the index only ever sees as metadata
 //! (`PartialObjectMeta<Secret>`), against Stores of their metadata and of the
-//! whole Secrets.
+//! whole Secrets; and 10,000 Namespaces bound by their labels.
 //!
 //! The global allocator is `stats_alloc`'s instrumented system allocator: it
 //! counts every byte requested from and returned to the allocator (no
@@ -19,7 +19,7 @@
 use std::alloc::System;
 use std::fmt::Write as _;
 
-use k8s_openapi::api::core::v1::{Node, Secret};
+use k8s_openapi::api::core::v1::{Namespace, Node, Secret};
 use kube::Resource;
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::store;
@@ -416,6 +416,38 @@ fn secret_json(i: usize, rng: &mut Rng) -> Value {
     })
 }
 
+/// A Namespace bound by its labels as a platform team labels them: the
+/// API server's name label, the pool label, a mode, two team labels, the
+/// `kubernetes` finalizer and a managedFields entry of `kubectl label`.
+fn namespace_json(i: usize, rng: &mut Rng) -> Value {
+    let name = format!("team-{i:05}-{}", rng.hex(4));
+    json!({
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {
+            "name": name,
+            "uid": rng.uuid(),
+            "resourceVersion": (40_000_000 + rng.below(9_000_000)).to_string(),
+            "creationTimestamp": time(rng),
+            "labels": {
+                "kubernetes.io/metadata.name": name,
+                (POOL_LABEL): format!("pool-{:03}", i % 500),
+                "poolkeeper.io/mode": "enforce",
+                "team": format!("t-{}", i % 50),
+                "cost-center": format!("cc-{}", i % 20),
+            },
+            "managedFields": [
+                {"manager": "kubectl-label", "operation": "Update", "apiVersion": "v1",
+                 "time": time(rng), "fieldsType": "FieldsV1",
+                 "fieldsV1": {"f:metadata": {"f:labels": {"f:apps.openyurt.io/nodepool": {},
+                                                          "f:poolkeeper.io/mode": {}}}}},
+            ],
+        },
+        "spec": {"finalizers": ["kubernetes"]},
+        "status": {"phase": "Active"},
+    })
+}
+
 /// Standard base64 of `text`, as the API server sends Secret data.
 fn base64_data(text: &str) -> String {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -593,6 +625,12 @@ fn run(count: usize) -> Vec<Row> {
         generate::<Machine>(count, 2, machine_json),
     );
     measure_secrets(&mut rows, &index, count);
+    measure_kind::<Namespace, poolkeeper_index::Namespace>(
+        &mut rows,
+        &index,
+        "poolkeeper Index (name, UID, labels)",
+        generate::<Namespace>(count, 4, namespace_json),
+    );
     rows
 }
 
