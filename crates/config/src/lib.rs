@@ -214,3 +214,8 @@ mod tests {
         assert!(unflagged.is_empty(), "no rule fired for {unflagged:?}");
     }
 }
+
+/// The code of this crate's README, compiled (and run where it can be) as doctests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

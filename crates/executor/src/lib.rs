@@ -42,3 +42,8 @@ pub use writer::{ClassWriter, KubeClassWriter, WriteError};
 mod fake;
 #[cfg(test)]
 mod tests;
+
+/// The code of this crate's README, compiled (and run where it can be) as doctests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

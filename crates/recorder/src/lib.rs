@@ -34,3 +34,8 @@ pub use notice::{
 pub use recorder::{EventRecorder, REPORTING_CONTROLLER};
 pub use secret_notice::{Referrers, secret_notice, secret_reference};
 pub use settings::RecorderSettings;
+
+/// The code of this crate's README, compiled (and run where it can be) as doctests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
