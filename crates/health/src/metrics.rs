@@ -11,6 +11,7 @@
 //! | `index_synchronized` | | `IndexSynchronized` |
 //! | `watch_changes_total` | `kind`, `change` | `ResourceChanged` |
 //! | `watch_failures_total` | `kind` | `WatchFailed` |
+//! | `watch_synced` | `kind` | `ResourceSynced` (1 once the kind's first list is applied) |
 //! | `reconciler_triggers_total` | `reason` | `ReconciliationTriggered` |
 //! | `executor_passes_total` | | `ReconciliationStarted` |
 //! | `executor_pass_duration_seconds` | | `ReconciliationCompleted` |
@@ -129,6 +130,7 @@ struct Metrics {
     index_synchronized: Gauge,
     watch_changes: Family<KindChange, Counter>,
     watch_failures: Family<Kind, Counter>,
+    watch_synced: Family<Kind, Gauge>,
     triggers: Family<Reason, Counter>,
     passes: Counter,
     pass_duration: Histogram,
@@ -155,6 +157,7 @@ impl Metrics {
             index_synchronized: Gauge::default(),
             watch_changes: Family::default(),
             watch_failures: Family::default(),
+            watch_synced: Family::default(),
             triggers: Family::default(),
             passes: Counter::default(),
             pass_duration: reconcile_histogram(),
@@ -182,6 +185,9 @@ impl Metrics {
     fn with_every_label(self) -> Self {
         for kind in ResourceKind::iter() {
             let _ = self.watch_failures.get_or_create(&Kind {
+                kind: kind.as_str(),
+            });
+            let _ = self.watch_synced.get_or_create(&Kind {
                 kind: kind.as_str(),
             });
         }
@@ -246,6 +252,11 @@ impl Metrics {
             "failures",
             "Watch failures (each is retried), by kind",
             self.watch_failures.clone(),
+        );
+        watch.register(
+            "synced",
+            "Whether the kind's first list has been applied (1) or not yet (0), by kind",
+            self.watch_synced.clone(),
         );
         registry.sub_registry_with_prefix("reconciler").register(
             "triggers",
@@ -424,8 +435,14 @@ impl Metrics {
             Event::LeadershipChanged { leader } => {
                 self.leading.set(i64::from(*leader));
             }
-            Event::ResourceSynced { .. }
-            | Event::WatchRecovered { .. }
+            Event::ResourceSynced { kind } => {
+                self.watch_synced
+                    .get_or_create(&Kind {
+                        kind: kind.as_str(),
+                    })
+                    .set(1);
+            }
+            Event::WatchRecovered { .. }
             | Event::ShutdownRequested => {}
         }
     }

@@ -236,8 +236,6 @@ fn apply<K: Watched>(
     let events = book.apply(&shared.index, event);
     let just_synced = !was_synced && book.is_synced();
     if just_synced {
-        // Before ResourceSynced goes out, so the tracker never sees the
-        // event without the state.
         shared.synced.insert(kind);
     }
     for event in events {

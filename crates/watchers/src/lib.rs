@@ -5,9 +5,10 @@
 //! ConfigMap, the Namespaces carrying the namespace pool label) writes each object into the index through
 //! [`IndexResource`](poolkeeper_index::IndexResource) and publishes
 //! `ResourceChanged` only when the projection changed. After its first
-//! complete list a watcher publishes `ResourceSynced`; the sync tracker
-//! publishes `IndexSynchronized` once every enabled kind has synced and is
-//! the `index` readiness check until then.
+//! complete list a watcher records its kind in the set it shares with the
+//! sync tracker and publishes `ResourceSynced`; the tracker publishes
+//! `IndexSynchronized` once every enabled kind has synced and is the `index`
+//! readiness check until then.
 //!
 //! Watch failures never stop a watcher: a 410 relists at once, other errors
 //! back off (capped, jittered, ended early once the API server is seen coming
