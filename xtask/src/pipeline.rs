@@ -219,6 +219,15 @@ fn run_all(root: &Path, scope: &Scope, pipeline: &mut Pipeline) -> Result<()> {
         );
         p.add_tests(counts)
     })?;
+    pipeline.step("doctests (crate READMEs and API docs)", |p| {
+        let counts = cargo_test(
+            cargo(root)
+                .arg("test")
+                .args(scope.selection("--workspace"))
+                .args(["--doc", "--no-fail-fast", "-j2"]),
+        );
+        p.add_tests(counts)
+    })?;
     let binaries = pipeline.step(
         "control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl)",
         |_| controlplane::ensure(root, false),

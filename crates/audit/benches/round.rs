@@ -119,7 +119,7 @@ fn index(scale: Scale, settings: &AuditSettings) -> Arc<Index> {
         .map(|b| json!({"namespace": format!("team-{b}"), "nodePool": format!("pool-{b}")}))
         .collect();
     let policy = serde_json::to_string(&json!({"bindings": bindings})).expect("policy");
-    let source = &settings.policy;
+    let source = settings.policy.source();
     let config_map: ConfigMap = serde_json::from_value(json!({
         "metadata": {"name": source.name, "namespace": source.namespace},
         "data": {(source.key.clone()): policy},

@@ -1,4 +1,3 @@
-use poolkeeper_placement::PlacementError;
 use thiserror::Error;
 
 /// Why an audit round, or reading the cluster for one, failed.
@@ -12,8 +11,9 @@ pub enum AuditError {
         source: kube::Error,
     },
     /// The placement policy does not parse: nothing can be judged.
+    /// The policy's own error, as the shared policy cache holds it.
     #[error("the placement policy is invalid: {0}")]
-    Policy(#[source] PlacementError),
+    Policy(String),
     /// Reading Nodes, NodePools or the placement ConfigMap for a one-off
     /// audit or explanation failed.
     #[error("reading {what} failed: {source}")]

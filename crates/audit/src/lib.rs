@@ -32,3 +32,8 @@ pub use snapshot::{cluster_index, cluster_pod};
 
 #[cfg(test)]
 mod tests;
+
+/// The code of this crate's README, compiled (and run where it can be) as doctests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

@@ -248,11 +248,14 @@ pub async fn audit_round(
     previous: &HashSet<ReportKey>,
 ) -> Result<Round, AuditError> {
     let started = Instant::now();
-    let policy =
-        PlacementPolicy::load(&index.placement(), &settings.policy).map_err(AuditError::Policy)?;
+    let loaded = settings.policy.get(&index.placement());
+    let policy = loaded
+        .as_ref()
+        .as_ref()
+        .map_err(|error| AuditError::Policy(error.to_string()))?;
     let bound: BTreeSet<&str> = policy.bindings().map(|(namespace, _)| namespace).collect();
     let mut tally = Tally::new(settings.max_reported, previous);
-    for query in queries(&policy, index.pool_label()) {
+    for query in queries(policy, index.pool_label()) {
         let mut token: Option<String> = None;
         loop {
             let page = lister
@@ -267,7 +270,7 @@ pub async fn audit_round(
             let view = index.placement();
             for pod in &page.pods {
                 if !(labelled && bound.contains(pod.namespace.as_str())) {
-                    tally.judge(pod, &view, &policy);
+                    tally.judge(pod, &view, policy);
                 }
             }
             drop(view);
@@ -277,7 +280,7 @@ pub async fn audit_round(
             }
         }
     }
-    audit_workloads(lister, index, settings, (&policy, &bound), &mut tally).await?;
+    audit_workloads(lister, index, settings, (policy, &bound), &mut tally).await?;
     Ok(tally.finish(started.elapsed()))
 }
 

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use poolkeeper_config::Config;
-use poolkeeper_placement::PolicySource;
+use poolkeeper_placement::PolicyCache;
 
 /// `audit.*` plus where the placement policy lives.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -15,8 +15,9 @@ pub struct AuditSettings {
     /// Violations kept in detail per round (`AuditCompleted.violations`,
     /// Warning Events); every one is counted.
     pub max_reported: usize,
-    /// The placement ConfigMap and the default mode of its bindings.
-    pub policy: PolicySource,
+    /// The placement policy (`placement.*`), parsed once per policy
+    /// generation and shared with the other readers given the same cache.
+    pub policy: PolicyCache,
 }
 
 impl From<&Config> for AuditSettings {
@@ -25,7 +26,7 @@ impl From<&Config> for AuditSettings {
             interval: config.audit.interval,
             page_size: config.audit.page_size,
             max_reported: config.audit.max_reported,
-            policy: PolicySource::from(&config.placement),
+            policy: PolicyCache::from(&config.placement),
         }
     }
 }

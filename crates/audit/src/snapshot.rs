@@ -1,9 +1,10 @@
 //! The placement state of a cluster read once, for a one-off audit or
 //! explanation outside the controller (`poolkeeper audit`, `poolkeeper
-//! explain --kubeconfig`): the Nodes, NodePools and placement ConfigMap
-//! go into an index through the same conversions the watchers use.
+//! explain --kubeconfig`): the Nodes, NodePools, placement ConfigMap and
+//! labelled Namespaces go into an index through the same conversions the
+//! watchers use.
 
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
 use kube::Api;
 use kube::api::ListParams;
 use poolkeeper_api::NodePool;
@@ -15,14 +16,16 @@ use crate::error::AuditError;
 /// Objects per page when reading Nodes and NodePools.
 const PAGE: u32 = 500;
 
-/// An index of the cluster's Nodes, NodePools and placement ConfigMap.
+/// An index of the cluster's Nodes, NodePools, placement ConfigMap and the
+/// Namespaces that carry the namespace pool label (when label bindings are
+/// on).
 pub async fn cluster_index(
     client: &kube::Client,
     pool_label: &str,
     policy: &PolicySource,
 ) -> Result<Index, AuditError> {
-    let nodes = list_all::<Node>(Api::all(client.clone()), "Nodes").await?;
-    let pools = list_all::<NodePool>(Api::all(client.clone()), "NodePools").await?;
+    let nodes = list_all::<Node>(Api::all(client.clone()), "Nodes", None).await?;
+    let pools = list_all::<NodePool>(Api::all(client.clone()), "NodePools", None).await?;
     let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &policy.namespace);
     let config_map =
         config_maps
@@ -32,10 +35,18 @@ pub async fn cluster_index(
                 what: "the placement ConfigMap",
                 source,
             })?;
+    let namespaces = match &policy.namespace_labels {
+        Some(labels) => {
+            let api = Api::<Namespace>::all(client.clone());
+            list_all(api, "labelled Namespaces", Some(&labels.pool)).await?
+        }
+        None => Vec::new(),
+    };
     let index = Index::new(pool_label);
     index.reset(nodes);
     index.reset(pools);
     index.reset(config_map.into_iter().collect::<Vec<_>>());
+    index.reset(namespaces);
     Ok(index)
 }
 
@@ -56,7 +67,12 @@ pub async fn cluster_pod(
     Ok(PodPlacement::from(pod))
 }
 
-async fn list_all<K>(api: Api<K>, what: &'static str) -> Result<Vec<K>, AuditError>
+/// Every object of `api`, or those carrying the label `labelled`.
+async fn list_all<K>(
+    api: Api<K>,
+    what: &'static str,
+    labelled: Option<&str>,
+) -> Result<Vec<K>, AuditError>
 where
     K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
@@ -64,6 +80,9 @@ where
     let mut token: Option<String> = None;
     loop {
         let mut params = ListParams::default().limit(PAGE);
+        if let Some(label) = labelled {
+            params = params.labels(label);
+        }
         if let Some(token) = &token {
             params = params.continue_token(token);
         }

@@ -45,6 +45,11 @@ label_enum! {
         NodePool,
         Node,
         ConfigMap,
+        /// Metadata only: a Secret's data never reaches poolkeeper.
+        Secret,
+        /// Only Namespaces carrying the namespace pool label
+        /// (`placement.namespaceLabels.pool`): their bindings.
+        Namespace,
     }
 }
 
@@ -111,7 +116,8 @@ impl TriggerReason {
 }
 
 label_enum! {
-    /// What a MachineClass reconciliation did.
+    /// What a MachineClass reconciliation did (and a Secret's: the same
+    /// finalizer outcomes).
     #[strum(serialize_all = "snake_case")]
     pub enum ClassOutcome {
         FinalizerAdded,
@@ -162,6 +168,33 @@ label_enum! {
         ClassSpecChanged,
         ClassDeleting,
     }
+}
+
+label_enum! {
+    /// Why a Namespace's label binding takes no effect.
+    #[strum(serialize_all = "snake_case")]
+    pub enum BindingRejection {
+        /// The policy ConfigMap binds the namespace differently; the
+        /// ConfigMap's binding applies.
+        Conflict,
+        /// The namespace is excluded from placement.
+        Excluded,
+        /// A label value is not a pool list, mode or constraints value.
+        Invalid,
+    }
+}
+
+/// A Namespace whose labels would bind it, and why they do not.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct RejectedBinding {
+    pub namespace: String,
+    /// The Namespace's UID, for the Warning Event that regards it.
+    pub uid: String,
+    pub reason: BindingRejection,
+    pub message: String,
+    /// Not rejected (for this reason) when the event was last published:
+    /// the recorder writes its Warning Event.
+    pub first_found: bool,
 }
 
 label_enum! {
@@ -270,7 +303,9 @@ pub enum Event {
         initial: bool,
         /// Other objects whose state this change affects, as the index knew
         /// them before and after it: for a Machine, the MachineClass it
-        /// referenced and the one it references now. Empty for other kinds.
+        /// referenced and the one it references now; for a MachineClass, the
+        /// Secrets of its namespace it referenced and references now
+        /// (`secretRef`, `credentialsSecretRef`). Empty for other kinds.
         #[serde(skip_serializing_if = "Vec::is_empty")]
         related: Vec<ObjectKey>,
     },
@@ -315,6 +350,25 @@ pub enum Event {
         #[serde(with = "humantime_serde")]
         duration: Duration,
     },
+    /// A Secret referenced by MachineClasses was reconciled: its finalizer
+    /// (`machineClasses.secretFinalizer`) kept, added or removed. The
+    /// outcomes are those of a class.
+    SecretReconciled {
+        key: ObjectKey,
+        /// The Secret's UID as the index held it; `None` once it is gone.
+        uid: Option<String>,
+        /// How many MachineClasses reference it.
+        classes: usize,
+        /// The first of them (a few names at most), for the Event's note.
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        named: Vec<String>,
+        outcome: ClassOutcome,
+        requeue: Requeue,
+        #[serde(with = "humantime_serde")]
+        requeue_after: Duration,
+        #[serde(with = "humantime_serde")]
+        duration: Duration,
+    },
     /// The Machines of one class handed on, once per class and pass.
     MachinesEnqueued {
         class: ObjectKey,
@@ -348,6 +402,11 @@ pub enum Event {
         violations: Vec<AuditViolation>,
         /// More violations were found than `violations` holds.
         truncated: bool,
+    },
+    /// The Namespace label bindings that take no effect changed: every one
+    /// of them, each with its reason (empty once none is left).
+    BindingsRejected {
+        rejected: Vec<RejectedBinding>,
     },
     LeadershipChanged {
         leader: bool,
@@ -403,7 +462,7 @@ mod tests {
     #[test]
     fn every_event_has_a_distinct_name() {
         let names: Vec<&str> = EventName::iter().map(EventName::as_str).collect();
-        assert_eq!(names.len(), 14);
+        assert_eq!(names.len(), 16);
         let unique: std::collections::BTreeSet<&str> = names.iter().copied().collect();
         assert_eq!(unique.len(), names.len());
         assert_eq!(names[0], "ResourceChanged");
@@ -424,7 +483,10 @@ mod tests {
         assert_eq!(WebhookKind::Validate.as_str(), "validate");
         assert_eq!(AdmissionResult::Invalid.as_str(), "invalid");
         assert_eq!(ResourceKind::MachineClass.as_str(), "MachineClass");
-        assert_eq!(ResourceKind::iter().count(), 5);
+        assert_eq!(ResourceKind::iter().count(), 7);
+        assert_eq!(ResourceKind::Secret.as_str(), "Secret");
+        assert_eq!(ResourceKind::Namespace.as_str(), "Namespace");
+        assert_eq!(BindingRejection::Conflict.as_str(), "conflict");
     }
 
     #[test]

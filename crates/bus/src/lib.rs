@@ -25,8 +25,9 @@ use prometheus_client::registry::Registry;
 use serde::Serialize;
 
 pub use event::{
-    AdmissionResult, AuditCount, AuditViolation, Change, ClassOutcome, Constraints, EnqueueReason,
-    Event, EventName, Mode, ObjectKey, Requeue, ResourceKind, TriggerReason, WebhookKind,
+    AdmissionResult, AuditCount, AuditViolation, BindingRejection, Change, ClassOutcome,
+    Constraints, EnqueueReason, Event, EventName, Mode, ObjectKey, RejectedBinding, Requeue,
+    ResourceKind, TriggerReason, WebhookKind,
 };
 pub use strum::IntoEnumIterator;
 

@@ -31,9 +31,9 @@ pub use error::{ConfigError, ConfigErrors, Location};
 pub use poolkeeper_bus::{Constraints, Mode};
 pub use schema::{
     ApiServerConfig, AuditConfig, BusConfig, Config, EventsConfig, ExecutorConfig, HealthConfig,
-    LeaderElectionConfig, LogFormat, LoggingConfig, MachineClassesConfig, PlacementConfig,
-    PolicyConfigMapRef, ReconcilerConfig, ShutdownConfig, WatchersConfig, WebhookConfig,
-    WebhookSelectorsConfig,
+    LeaderElectionConfig, LogFormat, LoggingConfig, MachineClassesConfig, NamespaceLabels,
+    PlacementConfig, PolicyConfigMapRef, ReconcilerConfig, ShutdownConfig, WatchersConfig,
+    WebhookConfig, WebhookSelectorsConfig,
 };
 
 /// The documented default configuration file (`config/poolkeeper.yaml`).
@@ -145,8 +145,12 @@ mod tests {
         config.executor.write_timeout = Duration::ZERO;
         config.api_server.startup_timeout = Duration::ZERO;
         config.machine_classes.finalizer = "x".into();
+        config.machine_classes.secret_finalizer = "y".into();
         config.placement.pool_label = "/".into();
         config.placement.excluded_namespaces = vec!["Kube_System".into()];
+        config.placement.namespace_labels.pool = "a/b/c".into();
+        config.placement.namespace_labels.mode = "-".into();
+        config.placement.namespace_labels.constraints = String::new();
         config.webhook_selectors.request_timeout = Duration::ZERO;
         config.webhook_selectors.retry_initial = Duration::from_secs(10);
         config.webhook_selectors.retry_max = Duration::ZERO;
@@ -199,6 +203,7 @@ mod tests {
             .filter(|k| {
                 !k.ends_with(".enabled")
                     && !k.ends_with(".format")
+                    && k.as_str() != "machineClasses.protectSecrets"
                     && k.as_str() != "placement.defaultMode"
                     && k.as_str() != "placement.defaultConstraints"
                     && k.as_str() != "audit.interval"
@@ -209,3 +214,8 @@ mod tests {
         assert!(unflagged.is_empty(), "no rule fired for {unflagged:?}");
     }
 }
+
+/// The code of this crate's README, compiled (and run where it can be) as doctests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

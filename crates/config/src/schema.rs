@@ -248,6 +248,13 @@ pub struct MachineClassesConfig {
     pub enabled: bool,
     /// Finalizer kept on every MachineClass that Machines still use.
     pub finalizer: String,
+    /// Keep `secretFinalizer` on the Secrets of `namespace` that
+    /// MachineClasses reference (`secretRef`, `credentialsSecretRef`).
+    /// Off: Secrets are neither watched nor written.
+    pub protect_secrets: bool,
+    /// Finalizer kept on every Secret a MachineClass references, as
+    /// machine-controller-manager does; its own, not the class finalizer.
+    pub secret_finalizer: String,
 }
 
 impl Default for MachineClassesConfig {
@@ -255,6 +262,8 @@ impl Default for MachineClassesConfig {
         Self {
             enabled: true,
             finalizer: "machine.sapcloud.io/machine-controller-manager".to_owned(),
+            protect_secrets: true,
+            secret_finalizer: "machine.sapcloud.io/machine-controller".to_owned(),
         }
     }
 }
@@ -275,6 +284,8 @@ pub struct PlacementConfig {
     pub excluded_namespaces: Vec<String>,
     #[serde(deserialize_with = "or_default")]
     pub policy_config_map: PolicyConfigMapRef,
+    #[serde(deserialize_with = "or_default")]
+    pub namespace_labels: NamespaceLabels,
 }
 
 impl Default for PlacementConfig {
@@ -288,6 +299,34 @@ impl Default for PlacementConfig {
                 .map(str::to_owned)
                 .to_vec(),
             policy_config_map: PolicyConfigMapRef::default(),
+            namespace_labels: NamespaceLabels::default(),
+        }
+    }
+}
+
+/// `placement.namespaceLabels`: the labels by which a Namespace binds
+/// itself, as a binding of the policy ConfigMap would.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct NamespaceLabels {
+    /// Off: Namespaces are not watched; only the policy ConfigMap binds.
+    pub enabled: bool,
+    /// Label naming the Namespace's pool, or several joined by `_`.
+    pub pool: String,
+    /// Label naming the binding's mode; `placement.defaultMode` without it.
+    pub mode: String,
+    /// Label naming the binding's constraints; `placement.defaultConstraints`
+    /// without it.
+    pub constraints: String,
+}
+
+impl Default for NamespaceLabels {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            pool: "apps.openyurt.io/nodepool".to_owned(),
+            mode: "poolkeeper.io/mode".to_owned(),
+            constraints: "poolkeeper.io/constraints".to_owned(),
         }
     }
 }

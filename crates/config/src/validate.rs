@@ -41,6 +41,13 @@ pub(crate) fn validate(config: &Config) -> Vec<Violation> {
         "machineClasses.finalizer",
         qualified_name(&config.machine_classes.finalizer, PrefixRequired::Yes),
     );
+    v.check(
+        "machineClasses.secretFinalizer",
+        qualified_name(
+            &config.machine_classes.secret_finalizer,
+            PrefixRequired::Yes,
+        ),
+    );
     placement(&mut v, config);
     audit(&mut v, config);
     webhook(&mut v, config);
@@ -157,6 +164,20 @@ fn placement(v: &mut Rules, config: &Config) {
         dns1123_subdomain(&policy.name),
     );
     v.check("placement.policyConfigMap.key", config_map_key(&policy.key));
+    let labels = &placement.namespace_labels;
+    for (field, key) in [
+        ("placement.namespaceLabels.pool", &labels.pool),
+        ("placement.namespaceLabels.mode", &labels.mode),
+        ("placement.namespaceLabels.constraints", &labels.constraints),
+    ] {
+        v.check(field, qualified_name(key, PrefixRequired::No));
+    }
+    if labels.mode == labels.pool || labels.constraints == labels.pool {
+        v.fail(
+            "placement.namespaceLabels.pool",
+            "must differ from namespaceLabels.mode and namespaceLabels.constraints".to_owned(),
+        );
+    }
     for (i, namespace) in placement.excluded_namespaces.iter().enumerate() {
         if let Err(reason) = dns1123_label(namespace) {
             v.fail(

@@ -80,7 +80,7 @@ leaderElection:
 watchers: {pageSize: 100, syncTimeout: 1m}
 reconciler: {debounceInterval: 1s, maxDelay: 1m}
 executor: {concurrency: 16, shortRetry: 1s, longRetry: 1h, conflictRetry: 50ms}
-machineClasses: {enabled: false, finalizer: example.com/protect}
+machineClasses: {enabled: false, finalizer: example.com/protect, protectSecrets: false, secretFinalizer: example.com/keep-secret}
 placement:
   enabled: false
   poolLabel: example.com/pool
@@ -120,6 +120,8 @@ logging: {level: "debug,kube=warn", format: text}
     ex.conflict_retry = Duration::from_millis(50);
     expected.machine_classes.enabled = false;
     expected.machine_classes.finalizer = "example.com/protect".into();
+    expected.machine_classes.protect_secrets = false;
+    expected.machine_classes.secret_finalizer = "example.com/keep-secret".into();
     expected.placement.enabled = false;
     expected.placement.pool_label = "example.com/pool".into();
     expected.placement.policy_config_map.namespace = "ops".into();
@@ -315,6 +317,16 @@ fn each_mistake_is_reported_at_its_path() {
             "machineClasses: {finalizer: 'Example.com/x'}",
             "machineClasses.finalizer",
             "invalid prefix",
+        ),
+        (
+            "machineClasses: {secretFinalizer: machine-controller}",
+            "machineClasses.secretFinalizer",
+            "must be domain-qualified",
+        ),
+        (
+            "machineClasses: {secretFinalizer: ''}",
+            "machineClasses.secretFinalizer",
+            "must not be empty",
         ),
         (
             "placement: {poolLabel: 'pool label'}",

@@ -1,5 +1,7 @@
 //! The executor component: dirty keys, passes, per-key requeues.
 
+mod secrets;
+
 use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
 use std::pin::Pin;
@@ -10,17 +12,18 @@ use futures::StreamExt;
 use futures::future::BoxFuture;
 use json_patch::Patch as JsonPatch;
 use poolkeeper_bus::{
-    Bus, ClassOutcome, Delivery, EnqueueReason, Event, ObjectKey, Requeue, ResourceKind,
-    Subscription,
+    Bus, ClassOutcome, Delivery, Event, ObjectKey, Requeue, ResourceKind, Subscription,
 };
 use poolkeeper_index::{Index, MachineClass};
 use poolkeeper_supervisor::{Activity, BoxError, Component, Context};
 use tokio::time::Instant;
 
 use crate::decision::{Decision, after_write_error, decide};
+use crate::enqueue::{MachineUse, deletion_announced, machines_to_enqueue};
 use crate::patch::finalizer_patch;
 use crate::requeues::Requeues;
 use crate::settings::ExecutorSettings;
+use crate::target::Target;
 use crate::writer::{ClassWriter, WriteError};
 
 /// Bus events one unit of work may publish before it lets the rest of the
@@ -63,7 +66,10 @@ impl<W: ClassWriter> Executor<W> {
 
     async fn run_loop(mut self, ctx: Context) -> Result<(), BoxError> {
         ctx.mark_ready();
-        let mut state = State::default();
+        let mut state = State {
+            secret_finalizer: self.worker.settings.secret_finalizer.clone(),
+            ..State::default()
+        };
         let mut pass: Option<PassFuture> = None;
         loop {
             if pass.is_none() && state.wants_pass() {
@@ -135,12 +141,15 @@ enum Effect {
 /// Everything the event loop owns.
 #[derive(Default)]
 struct State {
-    /// Classes to look at in the next pass.
-    dirty: BTreeSet<ObjectKey>,
-    /// The next pass looks at every class in the index.
+    /// Classes and Secrets to look at in the next pass.
+    dirty: BTreeSet<Target>,
+    /// The next pass looks at every class (and Secret) in the index.
     full: bool,
     pass_requested: bool,
-    requeues: Requeues,
+    requeues: Requeues<Target>,
+    /// The Secret finalizer when Secrets are reconciled too
+    /// (`machineClasses.protectSecrets`).
+    secret_finalizer: Option<String>,
     /// What this executor remembers of each class between passes.
     seen: HashMap<ObjectKey, Seen>,
     /// Only a leader writes. The supervisor runs the executor on the leader,
@@ -206,33 +215,51 @@ impl State {
 
     /// A class is dirty when it changed, or when a Machine that referenced
     /// it before or after the change did (`related`, as the index knew it).
+    /// A Secret is dirty when it changed, or when a class that referenced it
+    /// before or after the change did.
     fn on_resource_changed(&mut self, kind: ResourceKind, key: &ObjectKey, related: &[ObjectKey]) {
         match kind {
             ResourceKind::MachineClass => {
-                self.dirty.insert(key.clone());
+                self.dirty.insert(Target::Class(key.clone()));
+                if self.secret_finalizer.is_some() {
+                    self.dirty
+                        .extend(related.iter().cloned().map(Target::Secret));
+                }
             }
-            ResourceKind::Machine => self.dirty.extend(related.iter().cloned()),
+            ResourceKind::Machine => self
+                .dirty
+                .extend(related.iter().cloned().map(Target::Class)),
+            ResourceKind::Secret if self.secret_finalizer.is_some() => {
+                self.dirty.insert(Target::Secret(key.clone()));
+            }
             _ => {}
         }
     }
 
-    /// The keys of the next pass with the spec hash last seen for each;
-    /// resets the dirty set.
-    fn take_pass_keys(&mut self, index: &Index) -> Vec<(ObjectKey, Seen)> {
+    /// The keys of the next pass with what was last seen of each class;
+    /// resets the dirty set. A full pass takes every class, and every Secret
+    /// a class references or that carries the Secret finalizer.
+    fn take_pass_keys(&mut self, index: &Index) -> Vec<(Target, Seen)> {
         let mut keys = std::mem::take(&mut self.dirty);
         if std::mem::take(&mut self.full) {
             keys.extend(
                 index
                     .machines()
                     .machine_classes()
-                    .map(|class| class.key.clone()),
+                    .map(|class| Target::Class(class.key.clone())),
             );
+            if let Some(finalizer) = &self.secret_finalizer {
+                keys.extend(secrets::secrets_to_check(index, finalizer).map(Target::Secret));
+            }
         }
         self.pass_requested = false;
         keys.into_iter()
-            .map(|key| {
-                let seen = self.seen.get(&key).copied().unwrap_or_default();
-                (key, seen)
+            .map(|target| {
+                let seen = match &target {
+                    Target::Class(key) => self.seen.get(key).copied().unwrap_or_default(),
+                    Target::Secret(_) => Seen::default(),
+                };
+                (target, seen)
             })
             .collect()
     }
@@ -241,12 +268,18 @@ impl State {
         for result in results {
             if result.requeue == Requeue::Never {
                 self.requeues.cancel(&result.key);
-                self.seen.remove(&result.key);
+                if let Target::Class(key) = &result.key {
+                    self.seen.remove(key);
+                }
                 continue;
             }
             self.requeues
                 .schedule(result.key.clone(), result.requeue_after);
-            let seen = self.seen.entry(result.key).or_default();
+            // Nothing is remembered of a Secret between passes.
+            let Target::Class(key) = result.key else {
+                continue;
+            };
+            let seen = self.seen.entry(key).or_default();
             if let Some(hash) = result.seen.spec_hash {
                 seen.spec_hash = Some(hash);
             }
@@ -267,8 +300,8 @@ struct Seen {
 /// What reconciling one key produced.
 #[derive(Debug)]
 struct Reconciled {
-    key: ObjectKey,
-    /// The class's UID, from the index snapshot; `None` when it is gone.
+    key: Target,
+    /// The object's UID, from the index snapshot; `None` when it is gone.
     uid: Option<String>,
     outcome: ClassOutcome,
     requeue: Requeue,
@@ -282,8 +315,8 @@ struct Reconciled {
 }
 
 impl Reconciled {
-    /// The class is gone from the index: it is forgotten, not requeued.
-    fn gone(key: ObjectKey) -> Self {
+    /// The object is gone from the index: it is forgotten, not requeued.
+    fn gone(key: Target) -> Self {
         Self {
             key,
             uid: None,
@@ -300,9 +333,7 @@ impl Reconciled {
 /// no index lock is held across the write.
 struct Snapshot {
     class: MachineClass,
-    machines_in_use: usize,
-    /// The Machines an enqueue hands on: those not being deleted.
-    enqueueable: usize,
+    machines: MachineUse,
 }
 
 /// The shared, read-only part of the executor that passes run on.
@@ -317,7 +348,7 @@ impl<W: ClassWriter> Worker<W> {
     async fn run_pass(
         self: Arc<Self>,
         pass: u64,
-        keys: Vec<(ObjectKey, Seen)>,
+        keys: Vec<(Target, Seen)>,
         activity: Activity,
     ) -> Vec<Reconciled> {
         let started = Instant::now();
@@ -333,7 +364,7 @@ impl<W: ClassWriter> Worker<W> {
     /// Reconciles `keys` with bounded concurrency, each key once.
     async fn reconcile_all(
         self: Arc<Self>,
-        keys: Vec<(ObjectKey, Seen)>,
+        keys: Vec<(Target, Seen)>,
         activity: Activity,
     ) -> Vec<Reconciled> {
         // Re-armed after every key: a pass stalls only when no key completes.
@@ -373,12 +404,12 @@ impl<W: ClassWriter> Worker<W> {
                 ?duration,
                 "reconciliation pass completed"
             ),
-            Some((class, error)) => tracing::warn!(
+            Some((target, error)) => tracing::warn!(
                 pass,
                 keys,
                 writes,
                 failed,
-                first_failed = %class,
+                first_failed = %target,
                 %error,
                 "reconciliation pass completed with failed writes"
             ),
@@ -391,15 +422,19 @@ impl<W: ClassWriter> Worker<W> {
         });
     }
 
-    /// Reconciles one MachineClass: snapshot, decision, write, enqueues,
-    /// and the event that reports it.
-    async fn reconcile(&self, key: ObjectKey, seen: Seen) -> Reconciled {
+    /// Reconciles one MachineClass (snapshot, decision, write, enqueues,
+    /// and the event that reports it), or one Secret.
+    async fn reconcile(&self, target: Target, seen: Seen) -> Reconciled {
+        let key = match target {
+            Target::Class(key) => key,
+            Target::Secret(key) => return self.reconcile_secret(key).await,
+        };
         let started = Instant::now();
         let reconciled = match self.snapshot(&key) {
-            Some(snapshot) => self.reconcile_class(key, snapshot, seen).await,
-            None => Reconciled::gone(key),
+            Some(snapshot) => self.reconcile_class(key.clone(), snapshot, seen).await,
+            None => Reconciled::gone(Target::Class(key.clone())),
         };
-        self.report(&reconciled, started.elapsed());
+        self.report(&key, &reconciled, started.elapsed());
         reconciled
     }
 
@@ -407,46 +442,35 @@ impl<W: ClassWriter> Worker<W> {
         let view = self.index.machines();
         let class = view.machine_class(key)?.clone();
         let namespace = key.namespace.as_deref().unwrap_or_default();
-        // Machines being deleted still need their class (to delete their
-        // machines), so they keep it in use; they are not enqueued.
-        let (mut machines_in_use, mut enqueueable) = (0, 0);
-        for machine in view.machines_of_class(namespace, &key.name) {
-            machines_in_use += 1;
-            enqueueable += usize::from(!machine.deleting);
-        }
-        Some(Snapshot {
-            class,
-            machines_in_use,
-            enqueueable,
-        })
+        let machines = MachineUse::of(
+            view.machines_of_class(namespace, &key.name)
+                .map(|machine| machine.deleting),
+        );
+        Some(Snapshot { class, machines })
     }
 
     async fn reconcile_class(&self, key: ObjectKey, snapshot: Snapshot, seen: Seen) -> Reconciled {
-        let Snapshot {
-            class,
-            machines_in_use,
-            enqueueable,
-        } = snapshot;
+        let Snapshot { class, machines } = snapshot;
         let spec_changed = seen.spec_hash.is_some_and(|hash| hash != class.spec_hash);
         let decision = decide(
             &class,
-            machines_in_use,
+            machines.in_use,
             &self.settings.finalizer,
             (spec_changed, seen.deletion_enqueued),
             &self.settings.retries,
         );
         let (decision, error) = self.apply_decision(&key, &class, decision).await;
-        if let Some(reason) = decision.enqueue.filter(|_| enqueueable > 0) {
+        if let Some((reason, count)) = machines_to_enqueue(&decision, machines) {
             // One event per class and pass, whatever the number of Machines:
             // the bus holds a bounded number of events.
             self.bus.publish(Event::MachinesEnqueued {
                 class: key.clone(),
                 reason,
-                machines: enqueueable,
+                machines: count,
             });
         }
-        let deletion_enqueued = class.deleting
-            && (seen.deletion_enqueued || decision.enqueue == Some(EnqueueReason::ClassDeleting));
+        let deletion_enqueued =
+            deletion_announced(class.deleting, seen.deletion_enqueued, &decision);
         // A failed write leaves the hash unrecorded, so that a spec change
         // still counts as one on the retry.
         let took_effect = !matches!(
@@ -454,7 +478,7 @@ impl<W: ClassWriter> Worker<W> {
             ClassOutcome::Conflict | ClassOutcome::Error | ClassOutcome::Gone
         );
         Reconciled {
-            key,
+            key: Target::Class(key),
             uid: Some(class.uid.clone()).filter(|uid| !uid.is_empty()),
             outcome: decision.outcome,
             requeue: decision.requeue,
@@ -501,15 +525,24 @@ impl<W: ClassWriter> Worker<W> {
     }
 
     async fn write(&self, key: &ObjectKey, patch: &JsonPatch) -> Result<(), WriteError> {
+        self.within_write_timeout(self.writer.patch_finalizers(key, patch))
+            .await
+    }
+
+    /// `write`, given up as failed after `executor.writeTimeout`.
+    async fn within_write_timeout(
+        &self,
+        write: impl Future<Output = Result<(), WriteError>>,
+    ) -> Result<(), WriteError> {
         let timeout = self.settings.write_timeout;
-        tokio::time::timeout(timeout, self.writer.patch_finalizers(key, patch))
+        tokio::time::timeout(timeout, write)
             .await
             .unwrap_or(Err(WriteError::Timeout(timeout)))
     }
 
-    fn report(&self, reconciled: &Reconciled, duration: Duration) {
+    fn report(&self, key: &ObjectKey, reconciled: &Reconciled, duration: Duration) {
         self.bus.publish(Event::MachineClassReconciled {
-            key: reconciled.key.clone(),
+            key: key.clone(),
             uid: reconciled.uid.clone(),
             outcome: reconciled.outcome,
             requeue: reconciled.requeue,

@@ -1,4 +1,4 @@
-//! An in-memory API server for MachineClass finalizer patches.
+//! An in-memory API server for MachineClass and Secret finalizer patches.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -95,6 +95,8 @@ pub(crate) struct Call {
 #[derive(Default)]
 struct FakeState {
     objects: HashMap<ObjectKey, Value>,
+    /// Secrets, apart: a Secret may share its key with a class.
+    secrets: HashMap<ObjectKey, Value>,
     /// Accepted writes are applied here, as the watch would.
     index: Option<Arc<Index>>,
     latency: Duration,
@@ -126,6 +128,38 @@ impl FakeWriter {
         );
         let object = serde_json::to_value(class).expect("a MachineClass serializes");
         self.state.lock().objects.insert(key, object);
+    }
+
+    /// Stores a Secret with `finalizers` and some data, as the API server
+    /// holds it.
+    pub fn insert_secret(&self, key: &ObjectKey, finalizers: &[&str]) {
+        let object = json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {
+                "name": key.name, "namespace": key.namespace, "uid": format!("uid-{}", key.name),
+                "resourceVersion": "1", "finalizers": finalizers,
+            },
+            "data": {"token": "c2VjcmV0"},
+        });
+        self.state.lock().secrets.insert(key.clone(), object);
+    }
+
+    pub fn secret_finalizers(&self, key: &ObjectKey) -> Option<Vec<String>> {
+        let state = self.state.lock();
+        let object = state.secrets.get(key)?;
+        Some(
+            object["metadata"]["finalizers"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|f| f.as_str().map(str::to_owned))
+                .collect(),
+        )
+    }
+
+    /// The Secret's data, which the patches must leave alone.
+    pub fn secret_data(&self, key: &ObjectKey) -> Option<Value> {
+        Some(self.state.lock().secrets.get(key)?["data"].clone())
     }
 
     pub fn mirror_to(&self, index: Arc<Index>) {
@@ -178,14 +212,10 @@ impl FakeWriter {
         self.state.lock().overlaps
     }
 
-    fn apply(state: &mut FakeState, key: &ObjectKey, patch: &JsonPatch) -> Result<(), WriteError> {
-        if let Some(status) = state.injected.get_mut(key).and_then(VecDeque::pop_front) {
-            return Err(classify_status(status));
-        }
-        let Some(object) = state.objects.get_mut(key) else {
-            let message = format!("machineclasses \"{}\" not found", key.name);
-            return Err(classify_status(status(404, "NotFound", &message)));
-        };
+    /// Applies `patch` to `object` as the API server does: all or nothing,
+    /// a failed `test` as the bare 422, a new resourceVersion. Returns the
+    /// patched object.
+    fn patch_object(object: &mut Value, patch: &JsonPatch) -> Result<Value, WriteError> {
         let mut patched = object.clone();
         if json_patch::patch(&mut patched, patch).is_err() {
             return Err(classify_status(bare_unprocessable()));
@@ -196,6 +226,41 @@ impl FakeWriter {
             .unwrap_or(0);
         patched["metadata"]["resourceVersion"] = json!((version + 1).to_string());
         *object = patched.clone();
+        Ok(patched)
+    }
+
+    fn apply_secret(
+        state: &mut FakeState,
+        key: &ObjectKey,
+        patch: &JsonPatch,
+    ) -> Result<(), WriteError> {
+        if let Some(status) = state.injected.get_mut(key).and_then(VecDeque::pop_front) {
+            return Err(classify_status(status));
+        }
+        let Some(object) = state.secrets.get_mut(key) else {
+            let message = format!("secrets \"{}\" not found", key.name);
+            return Err(classify_status(status(404, "NotFound", &message)));
+        };
+        let patched = Self::patch_object(object, patch)?;
+        if let Some(index) = &state.index {
+            let mut meta: kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::Secret> =
+                serde_json::from_value(json!({"metadata": patched["metadata"]}))
+                    .expect("the metadata of a patched Secret parses");
+            meta.metadata.namespace = key.namespace.clone();
+            index.apply(meta);
+        }
+        Ok(())
+    }
+
+    fn apply(state: &mut FakeState, key: &ObjectKey, patch: &JsonPatch) -> Result<(), WriteError> {
+        if let Some(status) = state.injected.get_mut(key).and_then(VecDeque::pop_front) {
+            return Err(classify_status(status));
+        }
+        let Some(object) = state.objects.get_mut(key) else {
+            let message = format!("machineclasses \"{}\" not found", key.name);
+            return Err(classify_status(status(404, "NotFound", &message)));
+        };
+        let patched = Self::patch_object(object, patch)?;
         if let Some(index) = &state.index
             && index.machines().machine_class(key).is_some()
         {
@@ -208,6 +273,21 @@ impl FakeWriter {
 }
 
 impl ClassWriter for FakeWriter {
+    async fn patch_secret_finalizers(
+        &self,
+        key: &ObjectKey,
+        patch: &JsonPatch,
+    ) -> Result<(), WriteError> {
+        let mut state = self.state.lock();
+        let result = Self::apply_secret(&mut state, key, patch);
+        state.calls.push(Call {
+            at: Instant::now(),
+            key: key.clone(),
+            answer: Answer::of(&result),
+        });
+        result
+    }
+
     async fn patch_finalizers(&self, key: &ObjectKey, patch: &JsonPatch) -> Result<(), WriteError> {
         let latency = {
             let mut state = self.state.lock();

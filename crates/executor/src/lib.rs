@@ -3,6 +3,9 @@
 //! It keeps machine-controller-manager's finalizer on every MachineClass
 //! that Machines still reference, removes it once none do, and hands the
 //! affected Machines on (`MachinesEnqueued`, one event per class and pass).
+//! Beside the classes, on the same passes and requeues, it keeps
+//! machine-controller-manager's Secret finalizer on every Secret a class
+//! references ([`decide_secret`], [`secret_patch`]).
 //!
 //! - [`decide`] is the pure per-class decision; [`finalizer_patch`] turns it
 //!   into a guarded JSON patch.
@@ -19,15 +22,19 @@
 //! the metrics are derived from them outside this crate.
 
 mod decision;
+mod enqueue;
 mod executor;
 mod patch;
 mod requeues;
+mod secret_decision;
 mod settings;
+mod target;
 mod writer;
 
 pub use decision::{Decision, FinalizerPatch, decide};
 pub use executor::Executor;
 pub use patch::finalizer_patch;
+pub use secret_decision::{decide_secret, secret_patch};
 pub use settings::{ExecutorSettings, Retries};
 pub use writer::{ClassWriter, KubeClassWriter, WriteError};
 
@@ -35,3 +42,8 @@ pub use writer::{ClassWriter, KubeClassWriter, WriteError};
 mod fake;
 #[cfg(test)]
 mod tests;
+
+/// The code of this crate's README, compiled (and run where it can be) as doctests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

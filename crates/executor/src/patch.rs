@@ -29,8 +29,23 @@ pub fn finalizer_patch(
     change: FinalizerPatch,
     finalizer: &str,
 ) -> Option<Patch> {
-    let present: Vec<usize> = class
-        .finalizers
+    finalizers_patch(
+        &class.finalizers,
+        &class.resource_version,
+        change,
+        finalizer,
+    )
+}
+
+/// [`finalizer_patch`] of any object, from its finalizer list and
+/// resourceVersion as the index saw them.
+pub(crate) fn finalizers_patch(
+    finalizers: &[String],
+    resource_version: &str,
+    change: FinalizerPatch,
+    finalizer: &str,
+) -> Option<Patch> {
+    let present: Vec<usize> = finalizers
         .iter()
         .enumerate()
         .filter(|(_, f)| *f == finalizer)
@@ -42,11 +57,11 @@ pub fn finalizer_patch(
         // An empty list may be absent from the object altogether, where a
         // test on it would fail; `add` on the member creates or replaces it,
         // and the resourceVersion test guards it instead.
-        FinalizerPatch::Add if class.finalizers.is_empty() => {
-            if !class.resource_version.is_empty() {
+        FinalizerPatch::Add if finalizers.is_empty() => {
+            if !resource_version.is_empty() {
                 ops.push(PatchOperation::Test(TestOperation {
                     path: pointer(&["metadata", "resourceVersion"]),
-                    value: Value::String(class.resource_version.clone()),
+                    value: Value::String(resource_version.to_owned()),
                 }));
             }
             ops.push(PatchOperation::Add(AddOperation {
@@ -55,7 +70,7 @@ pub fn finalizer_patch(
             }));
         }
         FinalizerPatch::Add => {
-            ops.push(test_finalizers(&class.finalizers));
+            ops.push(test_finalizers(finalizers));
             ops.push(PatchOperation::Add(AddOperation {
                 path: pointer(&["metadata", "finalizers", "-"]),
                 value: Value::String(finalizer.to_owned()),
@@ -63,7 +78,7 @@ pub fn finalizer_patch(
         }
         FinalizerPatch::Remove if present.is_empty() => return None,
         FinalizerPatch::Remove => {
-            ops.push(test_finalizers(&class.finalizers));
+            ops.push(test_finalizers(finalizers));
             // Highest index first, so that earlier removals do not shift the
             // positions of later ones.
             for i in present.into_iter().rev() {

@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::future::poll_fn;
+use std::hash::Hash;
 use std::time::Duration;
 
 use poolkeeper_bus::ObjectKey;
@@ -9,15 +10,23 @@ use tokio_util::time::{DelayQueue, delay_queue};
 
 /// At most one pending requeue per key: scheduling a key again replaces its
 /// earlier deadline, so a key is never due twice.
-#[derive(Default)]
-pub(crate) struct Requeues {
-    queue: DelayQueue<ObjectKey>,
-    scheduled: HashMap<ObjectKey, delay_queue::Key>,
+pub(crate) struct Requeues<K = ObjectKey> {
+    queue: DelayQueue<K>,
+    scheduled: HashMap<K, delay_queue::Key>,
 }
 
-impl Requeues {
+impl<K> Default for Requeues<K> {
+    fn default() -> Self {
+        Self {
+            queue: DelayQueue::new(),
+            scheduled: HashMap::new(),
+        }
+    }
+}
+
+impl<K: Clone + Eq + Hash> Requeues<K> {
     /// Makes `key` due `after` from now, replacing an earlier schedule.
-    pub(crate) fn schedule(&mut self, key: ObjectKey, after: Duration) {
+    pub(crate) fn schedule(&mut self, key: K, after: Duration) {
         match self.scheduled.get(&key) {
             Some(scheduled) => self.queue.reset(scheduled, after),
             None => {
@@ -28,7 +37,7 @@ impl Requeues {
     }
 
     /// Forgets `key`'s schedule, if it has one.
-    pub(crate) fn cancel(&mut self, key: &ObjectKey) {
+    pub(crate) fn cancel(&mut self, key: &K) {
         if let Some(scheduled) = self.scheduled.remove(key) {
             self.queue.remove(&scheduled);
         }
@@ -41,7 +50,7 @@ impl Requeues {
 
     /// The next key that is due, once it is; never completes while nothing
     /// is scheduled. Cancel safe: a key is taken out only when returned.
-    pub(crate) async fn next(&mut self) -> ObjectKey {
+    pub(crate) async fn next(&mut self) -> K {
         if self.scheduled.is_empty() {
             return std::future::pending().await;
         }

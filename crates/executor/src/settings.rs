@@ -49,6 +49,10 @@ pub struct ExecutorSettings {
     /// Longest one API write may take before it counts as failed, so that a
     /// hung request cannot stall a pass.
     pub write_timeout: Duration,
+    /// The finalizer kept on the Secrets MachineClasses reference
+    /// (`machineClasses.secretFinalizer`); `None` when
+    /// `machineClasses.protectSecrets` is off: Secrets are not reconciled.
+    pub secret_finalizer: Option<String>,
 }
 
 impl From<&Config> for ExecutorSettings {
@@ -58,6 +62,10 @@ impl From<&Config> for ExecutorSettings {
             concurrency: config.executor.concurrency,
             retries: Retries::from(&config.executor),
             write_timeout: config.executor.write_timeout,
+            secret_finalizer: config
+                .machine_classes
+                .protect_secrets
+                .then(|| config.machine_classes.secret_finalizer.clone()),
         }
     }
 }
@@ -70,6 +78,7 @@ mod tests {
     fn every_setting_comes_from_the_config() {
         let mut config = Config::default();
         config.machine_classes.finalizer = "example.com/protect".to_owned();
+        config.machine_classes.secret_finalizer = "example.com/keep".to_owned();
         config.executor = ExecutorConfig {
             concurrency: 7,
             short_retry: Duration::from_secs(1),
@@ -88,8 +97,11 @@ mod tests {
                     conflict_retry: Duration::from_secs(3),
                 },
                 write_timeout: Duration::from_secs(4),
+                secret_finalizer: Some("example.com/keep".to_owned()),
             }
         );
+        config.machine_classes.protect_secrets = false;
+        assert_eq!(ExecutorSettings::from(&config).secret_finalizer, None);
     }
 
     #[test]

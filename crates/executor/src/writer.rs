@@ -1,11 +1,13 @@
-//! The write side of the executor: finalizer patches on MachineClasses.
+//! The write side of the executor: finalizer patches on MachineClasses and
+//! on the Secrets they reference.
 
 use std::future::Future;
 use std::time::Duration;
 
 use json_patch::Patch as JsonPatch;
+use k8s_openapi::api::core::v1::Secret;
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
-use kube::core::Status;
+use kube::core::{PartialObjectMeta, Status};
 use kube::{Api, Client};
 use poolkeeper_bus::ObjectKey;
 
@@ -17,7 +19,8 @@ pub enum WriteError {
     /// failed (422) or another writer won the race (409).
     #[error("conflict: {}", status_message(.0))]
     Conflict(#[source] Box<Status>),
-    #[error("MachineClass not found")]
+    /// The object is gone from the API server.
+    #[error("not found")]
     NotFound,
     /// The request failed otherwise: transport, authorization, validation,
     /// server errors.
@@ -26,8 +29,9 @@ pub enum WriteError {
     /// The API server did not answer within `executor.writeTimeout`.
     #[error("no answer within {}", humantime::format_duration(*.0))]
     Timeout(Duration),
-    /// MachineClasses are namespaced: a key without a namespace names none.
-    #[error("MachineClass {0} has no namespace")]
+    /// MachineClasses and Secrets are namespaced: a key without a namespace
+    /// names none.
+    #[error("{0} has no namespace")]
     NotNamespaced(ObjectKey),
 }
 
@@ -36,6 +40,14 @@ pub enum WriteError {
 pub trait ClassWriter: Send + Sync + 'static {
     /// Applies `patch`, a JSON patch of the MachineClass `key`.
     fn patch_finalizers(
+        &self,
+        key: &ObjectKey,
+        patch: &JsonPatch,
+    ) -> impl Future<Output = Result<(), WriteError>> + Send;
+
+    /// Applies `patch`, a JSON patch of the finalizers of the Secret `key`.
+    /// The answer must not bring the Secret's data into the process.
+    fn patch_secret_finalizers(
         &self,
         key: &ObjectKey,
         patch: &JsonPatch,
@@ -83,6 +95,23 @@ impl ClassWriter for KubeClassWriter {
         };
         let api: Api<DynamicObject> =
             Api::namespaced_with(self.client.clone(), namespace, &self.resource);
+        api.patch(&key.name, &self.params, &Patch::Json::<()>(patch.clone()))
+            .await
+            .map(drop)
+            .map_err(classify)
+    }
+
+    /// Through the metadata API (`Accept: ...;as=PartialObjectMetadata`):
+    /// the API server answers with the Secret's metadata, not its data.
+    async fn patch_secret_finalizers(
+        &self,
+        key: &ObjectKey,
+        patch: &JsonPatch,
+    ) -> Result<(), WriteError> {
+        let Some(namespace) = key.namespace.as_deref() else {
+            return Err(WriteError::NotNamespaced(key.clone()));
+        };
+        let api: Api<PartialObjectMeta<Secret>> = Api::namespaced(self.client.clone(), namespace);
         api.patch(&key.name, &self.params, &Patch::Json::<()>(patch.clone()))
             .await
             .map(drop)

@@ -331,3 +331,8 @@ async fn debug_audit(State(state): State<AppState>) -> Response {
         ),
     }
 }
+
+/// The code of this crate's README, compiled (and run where it can be) as doctests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

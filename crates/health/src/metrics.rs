@@ -11,6 +11,7 @@
 //! | `index_synchronized` | | `IndexSynchronized` |
 //! | `watch_changes_total` | `kind`, `change` | `ResourceChanged` |
 //! | `watch_failures_total` | `kind` | `WatchFailed` |
+//! | `watch_synced` | `kind` | `ResourceSynced` (1 once the kind's first list is applied) |
 //! | `reconciler_triggers_total` | `reason` | `ReconciliationTriggered` |
 //! | `executor_passes_total` | | `ReconciliationStarted` |
 //! | `executor_pass_duration_seconds` | | `ReconciliationCompleted` |
@@ -20,12 +21,14 @@
 //! | `executor_requeues_total` | `requeue` | `MachineClassReconciled` |
 //! | `executor_api_writes_total` | `result` | `MachineClassReconciled` (outcomes that wrote or failed to) |
 //! | `executor_machines_enqueued_total` | `reason` | `MachinesEnqueued` (its `machines`) |
+//! | `executor_secret_reconciliations_total` | `outcome` | `SecretReconciled` |
 //! | `webhook_admissions_total` | `webhook`, `result`, `mode` | `AdmissionDecided` |
 //! | `webhook_admission_duration_seconds` | `webhook` | `AdmissionDecided` |
 //! | `audit_violations` | `namespace`, `pool`, `reason` | `AuditCompleted` (the last round's; a violation that is gone disappears) |
 //! | `audit_pods` | | `AuditCompleted` (Pods checked in the last round) |
 //! | `audit_rounds_total` | | `AuditCompleted` |
 //! | `audit_duration_seconds` | | `AuditCompleted` |
+//! | `placement_rejected_bindings` | `reason` | `BindingsRejected` (Namespace label bindings that take no effect) |
 //! | `leader_election_leading` | | `LeadershipChanged` |
 
 use std::sync::Arc;
@@ -33,8 +36,9 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use poolkeeper_bus::{
-    AdmissionResult, AuditCount, Bus, Change, ClassOutcome, Delivery, EnqueueReason, Event,
-    IntoEnumIterator, Mode, Requeue, ResourceKind, Subscription, TriggerReason, WebhookKind,
+    AdmissionResult, AuditCount, BindingRejection, Bus, Change, ClassOutcome, Delivery,
+    EnqueueReason, Event, IntoEnumIterator, Mode, RejectedBinding, Requeue, ResourceKind,
+    Subscription, TriggerReason, WebhookKind,
 };
 use poolkeeper_supervisor::{BoxError, Component, Context};
 use prometheus_client::collector::Collector;
@@ -126,6 +130,7 @@ struct Metrics {
     index_synchronized: Gauge,
     watch_changes: Family<KindChange, Counter>,
     watch_failures: Family<Kind, Counter>,
+    watch_synced: Family<Kind, Gauge>,
     triggers: Family<Reason, Counter>,
     passes: Counter,
     pass_duration: Histogram,
@@ -135,12 +140,14 @@ struct Metrics {
     requeues: Family<RequeueLabel, Counter>,
     api_writes: Family<WriteResult, Counter>,
     enqueued: Family<Reason, Counter>,
+    secret_reconciliations: Family<Outcome, Counter>,
     admissions: Family<Admission, Counter>,
     admission_duration: Histograms<Webhook>,
     audit_violations: Family<Violation, Gauge>,
     audit_pods: Gauge,
     audit_rounds: Counter,
     audit_duration: Histogram,
+    rejected_bindings: Family<Reason, Gauge>,
     leading: Gauge,
 }
 
@@ -150,6 +157,7 @@ impl Metrics {
             index_synchronized: Gauge::default(),
             watch_changes: Family::default(),
             watch_failures: Family::default(),
+            watch_synced: Family::default(),
             triggers: Family::default(),
             passes: Counter::default(),
             pass_duration: reconcile_histogram(),
@@ -159,12 +167,14 @@ impl Metrics {
             requeues: Family::default(),
             api_writes: Family::default(),
             enqueued: Family::default(),
+            secret_reconciliations: Family::default(),
             admissions: Family::default(),
             admission_duration: Family::new_with_constructor(admission_histogram),
             audit_violations: Family::default(),
             audit_pods: Gauge::default(),
             audit_rounds: Counter::default(),
             audit_duration: reconcile_histogram(),
+            rejected_bindings: Family::default(),
             leading: Gauge::default(),
         }
         .with_every_label()
@@ -177,6 +187,9 @@ impl Metrics {
             let _ = self.watch_failures.get_or_create(&Kind {
                 kind: kind.as_str(),
             });
+            let _ = self.watch_synced.get_or_create(&Kind {
+                kind: kind.as_str(),
+            });
         }
         for reason in TriggerReason::iter() {
             let _ = self.triggers.get_or_create(&Reason {
@@ -185,6 +198,9 @@ impl Metrics {
         }
         for outcome in ClassOutcome::iter() {
             let _ = self.reconciliations.get_or_create(&Outcome {
+                outcome: outcome.as_str(),
+            });
+            let _ = self.secret_reconciliations.get_or_create(&Outcome {
                 outcome: outcome.as_str(),
             });
         }
@@ -198,6 +214,11 @@ impl Metrics {
         }
         for reason in EnqueueReason::iter() {
             let _ = self.enqueued.get_or_create(&Reason {
+                reason: reason.as_str(),
+            });
+        }
+        for reason in BindingRejection::iter() {
+            let _ = self.rejected_bindings.get_or_create(&Reason {
                 reason: reason.as_str(),
             });
         }
@@ -232,6 +253,11 @@ impl Metrics {
             "Watch failures (each is retried), by kind",
             self.watch_failures.clone(),
         );
+        watch.register(
+            "synced",
+            "Whether the kind's first list has been applied (1) or not yet (0), by kind",
+            self.watch_synced.clone(),
+        );
         registry.sub_registry_with_prefix("reconciler").register(
             "triggers",
             "Reconciliation passes asked for, by reason",
@@ -251,6 +277,11 @@ impl Metrics {
             self.admission_duration.clone(),
         );
         self.register_audit(registry.sub_registry_with_prefix("audit"));
+        registry.sub_registry_with_prefix("placement").register(
+            "rejected_bindings",
+            "Namespace label bindings that take no effect, by reason",
+            self.rejected_bindings.clone(),
+        );
         registry
             .sub_registry_with_prefix("leader_election")
             .register(
@@ -327,6 +358,11 @@ impl Metrics {
             "Machines handed on for reconciliation, by reason",
             self.enqueued.clone(),
         );
+        executor.register(
+            "secret_reconciliations",
+            "Reconciliations of Secrets MachineClasses may reference, by outcome",
+            self.secret_reconciliations.clone(),
+        );
     }
 
     fn observe(&self, event: &Event) {
@@ -366,6 +402,13 @@ impl Metrics {
                 duration,
                 ..
             } => self.reconciled(*outcome, *requeue, *duration),
+            Event::SecretReconciled { outcome, .. } => {
+                self.secret_reconciliations
+                    .get_or_create(&Outcome {
+                        outcome: outcome.as_str(),
+                    })
+                    .inc();
+            }
             Event::MachinesEnqueued {
                 reason, machines, ..
             } => {
@@ -388,12 +431,30 @@ impl Metrics {
                 counts,
                 ..
             } => self.audited(*pods, *duration, counts),
+            Event::BindingsRejected { rejected } => self.rejected(rejected),
             Event::LeadershipChanged { leader } => {
                 self.leading.set(i64::from(*leader));
             }
-            Event::ResourceSynced { .. }
-            | Event::WatchRecovered { .. }
+            Event::ResourceSynced { kind } => {
+                self.watch_synced
+                    .get_or_create(&Kind {
+                        kind: kind.as_str(),
+                    })
+                    .set(1);
+            }
+            Event::WatchRecovered { .. }
             | Event::ShutdownRequested => {}
+        }
+    }
+
+    fn rejected(&self, rejected: &[RejectedBinding]) {
+        for reason in BindingRejection::iter() {
+            let count = rejected.iter().filter(|r| r.reason == reason).count();
+            self.rejected_bindings
+                .get_or_create(&Reason {
+                    reason: reason.as_str(),
+                })
+                .set(count as i64);
         }
     }
 
@@ -636,6 +697,16 @@ mod tests {
                 reason: EnqueueReason::FinalizerAdded,
                 machines: 1,
             },
+            Event::SecretReconciled {
+                key: ObjectKey::namespaced("ns", "cloud"),
+                uid: None,
+                classes: 1,
+                named: vec!["c".into()],
+                outcome: ClassOutcome::FinalizerAdded,
+                requeue: Requeue::Long,
+                requeue_after: Duration::from_secs(600),
+                duration: Duration::from_millis(1),
+            },
             Event::AdmissionDecided {
                 webhook: WebhookKind::Mutate,
                 result: AdmissionResult::Patched,
@@ -668,6 +739,8 @@ mod tests {
             r#"poolkeeper_executor_api_writes_total{result="conflict"} 1"#,
             r#"poolkeeper_executor_api_writes_total{result="error"} 0"#,
             r#"poolkeeper_executor_machines_enqueued_total{reason="finalizer_added"} 1"#,
+            r#"poolkeeper_executor_secret_reconciliations_total{outcome="finalizer_added"} 1"#,
+            r#"poolkeeper_executor_secret_reconciliations_total{outcome="unused"} 0"#,
             r#"poolkeeper_webhook_admissions_total{webhook="mutate",result="patched",mode="warn"} 1"#,
             r#"poolkeeper_webhook_admissions_total{webhook="validate",result="invalid",mode="enforce"} 0"#,
             r#"poolkeeper_webhook_admission_duration_seconds_count{webhook="mutate"} 1"#,

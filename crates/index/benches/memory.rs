@@ -1,6 +1,9 @@
 //! Memory held per object: poolkeeper's [`Index`] (compact projections plus
 //! secondary indexes) against kube-rs's reflector `Store` holding the full
-//! objects, for the same 10,000 realistic Machines and 10,000 realistic Nodes.
+//! objects, for the same 10,000 realistic Machines and 10,000 realistic Nodes;
+//! and 10,000 Secrets, which the index only ever sees as metadata
+//! (`PartialObjectMeta<Secret>`), against Stores of their metadata and of the
+//! whole Secrets; and 10,000 Namespaces bound by their labels.
 //!
 //! The global allocator is `stats_alloc`'s instrumented system allocator: it
 //! counts every byte requested from and returned to the allocator (no
@@ -16,8 +19,9 @@
 use std::alloc::System;
 use std::fmt::Write as _;
 
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Namespace, Node, Secret};
 use kube::Resource;
+use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::store;
 use kube::runtime::watcher::Event;
 use poolkeeper_api::Machine;
@@ -369,6 +373,150 @@ fn machine_json(i: usize, rng: &mut Rng) -> Value {
     })
 }
 
+/// Cloud credentials as a machine-controller-manager setup keeps them: four
+/// keys, 1.5 KiB of data, two labels, the `last-applied-configuration`
+/// annotation `kubectl apply` writes (which repeats the data), a
+/// managedFields entry, and the Secret finalizer.
+fn secret_json(i: usize, rng: &mut Rng) -> Value {
+    use base64_data as b64;
+    let data = json!({
+        "accessKeyID": b64(&rng.hex(20)),
+        "secretAccessKey": b64(&rng.hex(40)),
+        "userData": b64(&rng.hex(1_000)),
+        "region": b64("eu-west-1"),
+    });
+    let name = format!("cloudprovider-{i:05}-{}", rng.hex(6));
+    let applied = json!({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+                         "metadata": {"name": name, "namespace": "machine-system"}, "data": data});
+    json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {
+            "name": name,
+            "namespace": "machine-system",
+            "uid": rng.uuid(),
+            "resourceVersion": (40_000_000 + rng.below(9_000_000)).to_string(),
+            "creationTimestamp": time(rng),
+            "labels": {"gardener.cloud/purpose": "cloudprovider", "shoot": format!("s-{}", i % 500)},
+            "annotations": {"kubectl.kubernetes.io/last-applied-configuration": applied.to_string()},
+            "finalizers": ["machine.sapcloud.io/machine-controller"],
+            "managedFields": [
+                {"manager": "kubectl-client-side-apply", "operation": "Update", "apiVersion": "v1",
+                 "time": time(rng), "fieldsType": "FieldsV1",
+                 "fieldsV1": {"f:data": {".": {}, "f:accessKeyID": {}, "f:region": {},
+                                         "f:secretAccessKey": {}, "f:userData": {}},
+                              "f:metadata": {"f:annotations": {".": {},
+                                  "f:kubectl.kubernetes.io/last-applied-configuration": {}},
+                                  "f:labels": {".": {}}},
+                              "f:type": {}}},
+            ],
+        },
+        "data": data,
+    })
+}
+
+/// A Namespace bound by its labels as a platform team labels them: the
+/// API server's name label, the pool label, a mode, two team labels, the
+/// `kubernetes` finalizer and a managedFields entry of `kubectl label`.
+fn namespace_json(i: usize, rng: &mut Rng) -> Value {
+    let name = format!("team-{i:05}-{}", rng.hex(4));
+    json!({
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {
+            "name": name,
+            "uid": rng.uuid(),
+            "resourceVersion": (40_000_000 + rng.below(9_000_000)).to_string(),
+            "creationTimestamp": time(rng),
+            "labels": {
+                "kubernetes.io/metadata.name": name,
+                (POOL_LABEL): format!("pool-{:03}", i % 500),
+                "poolkeeper.io/mode": "enforce",
+                "team": format!("t-{}", i % 50),
+                "cost-center": format!("cc-{}", i % 20),
+            },
+            "managedFields": [
+                {"manager": "kubectl-label", "operation": "Update", "apiVersion": "v1",
+                 "time": time(rng), "fieldsType": "FieldsV1",
+                 "fieldsV1": {"f:metadata": {"f:labels": {"f:apps.openyurt.io/nodepool": {},
+                                                          "f:poolkeeper.io/mode": {}}}}},
+            ],
+        },
+        "spec": {"finalizers": ["kubernetes"]},
+        "status": {"phase": "Active"},
+    })
+}
+
+/// Standard base64 of `text`, as the API server sends Secret data.
+fn base64_data(text: &str) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(text.len().div_ceil(3) * 4);
+    for chunk in text.as_bytes().chunks(3) {
+        let bytes = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(bytes[0]) << 16) | (u32::from(bytes[1]) << 8) | u32::from(bytes[2]);
+        for (k, shift) in [18, 12, 6, 0].into_iter().enumerate() {
+            if k <= chunk.len() {
+                out.push(ALPHABET[((n >> shift) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// What the API server sends for a Secret to a metadata-only list or watch
+/// (`as=PartialObjectMetadata`): its metadata, no data.
+fn metadata_only(secret: &Value) -> Value {
+    json!({
+        "apiVersion": "meta.k8s.io/v1",
+        "kind": "PartialObjectMetadata",
+        "metadata": secret["metadata"],
+    })
+}
+
+/// The rows of the Secrets: what applying their metadata adds to `index`,
+/// and what reflector Stores of the metadata and of the whole Secrets hold.
+fn measure_secrets(rows: &mut Vec<Row>, index: &Index, count: usize) {
+    let mut rng = Rng(3);
+    let full: Vec<Value> = (0..count).map(|i| secret_json(i, &mut rng)).collect();
+    let metadata: Vec<PartialObjectMeta<Secret>> = full
+        .iter()
+        .map(|secret| from_api(&metadata_only(secret)))
+        .collect();
+    let before = live();
+    for meta in &metadata {
+        index.apply(meta.clone());
+    }
+    rows.push(Row {
+        kind: "Secret",
+        what: "poolkeeper Index (metadata projection, no data)",
+        held: held(before),
+    });
+    rows.push(Row {
+        kind: "Secret",
+        what: "kube reflector Store, metadata only (PartialObjectMeta)",
+        held: store_bytes(&metadata, keep_as_is),
+    });
+    rows.push(Row {
+        kind: "Secret",
+        what: "kube reflector Store, metadata only, managedFields cleared",
+        held: store_bytes(&metadata, clear_managed_fields),
+    });
+    let secrets: Vec<Secret> = full.iter().map(from_api).collect();
+    rows.push(Row {
+        kind: "Secret",
+        what: "kube reflector Store (full Secrets, data included)",
+        held: store_bytes(&secrets, keep_as_is),
+    });
+    assert_eq!(index.secrets().secrets().count(), count);
+}
+
 fn generate<T: DeserializeOwned>(
     count: usize,
     seed: u64,
@@ -475,6 +623,13 @@ fn run(count: usize) -> Vec<Row> {
         &index,
         "poolkeeper Index (projection + class index)",
         generate::<Machine>(count, 2, machine_json),
+    );
+    measure_secrets(&mut rows, &index, count);
+    measure_kind::<Namespace, poolkeeper_index::Namespace>(
+        &mut rows,
+        &index,
+        "poolkeeper Index (name, UID, labels)",
+        generate::<Namespace>(count, 4, namespace_json),
     );
     rows
 }

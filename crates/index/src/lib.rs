@@ -2,10 +2,13 @@
 //! Kubernetes objects plus secondary indexes that answer the hot questions in
 //! O(result).
 //!
-//! The store is split in two independently locked halves so that Machine
-//! churn never makes the admission webhook wait:
-//! - **placement**: Nodes, NodePools and ConfigMaps (read by the webhook);
-//! - **machines**: MachineClasses and Machines (read by the executor).
+//! The store is split in independently locked parts so that Machine churn
+//! never makes the admission webhook wait:
+//! - **placement**: Nodes, NodePools, ConfigMaps and the labelled
+//!   Namespaces (read by the webhook);
+//! - **machines**: MachineClasses and Machines (read by the executor);
+//! - **secrets**: the metadata of the Secrets of the MachineClasses'
+//!   namespace and which classes reference each (read by the executor).
 //!
 //! Writers hand in Kubernetes objects through [`IndexResource`] (`apply`,
 //! `delete`, `reset`); the conversions to projections live in this crate, so
@@ -20,6 +23,7 @@ mod nested_sets;
 mod placement;
 mod projection;
 mod resource;
+mod secrets;
 mod shared;
 mod types;
 
@@ -34,17 +38,20 @@ pub use placement::PlacementView;
 pub use poolkeeper_bus::{Change, ObjectKey, ResourceKind};
 pub use projection::object_key;
 pub use resource::IndexResource;
+pub use secrets::{Secret, SecretsView, secret_references};
 pub use shared::SharedString;
-pub use types::{Changed, Machine, MachineClass, Node, NodePool, PoolType, Taint};
+pub use types::{Changed, Machine, MachineClass, Namespace, Node, NodePool, PoolType, Taint};
 
 use machines::MachinesState;
 use placement::PlacementState;
+use secrets::SecretsState;
 
 /// The shared in-memory state. Share it as `Arc<Index>`.
 pub struct Index {
     pool_label: String,
     placement: RwLock<PlacementState>,
     machines: RwLock<MachinesState>,
+    secrets: RwLock<SecretsState>,
 }
 
 impl fmt::Debug for Index {
@@ -66,6 +73,7 @@ impl Index {
             pool_label: pool_label.to_owned(),
             placement: RwLock::new(PlacementState::default()),
             machines: RwLock::new(MachinesState::default()),
+            secrets: RwLock::new(SecretsState::default()),
         }
     }
 
@@ -92,10 +100,13 @@ impl Index {
             ResourceKind::NodePool => self.placement.read().pools.len(),
             ResourceKind::Node => self.placement.read().nodes.len(),
             ResourceKind::ConfigMap => self.placement.read().config_maps.len(),
+            ResourceKind::Secret => self.secrets.read().secrets.len(),
+            ResourceKind::Namespace => self.placement.read().namespaces.len(),
         }
     }
 
-    /// A consistent read view of Nodes, NodePools and ConfigMaps. Holds a
+    /// A consistent read view of Nodes, NodePools, ConfigMaps and
+    /// Namespaces. Holds a
     /// read lock: drop it before any `.await`.
     pub fn placement(&self) -> PlacementView<'_> {
         PlacementView::new(self.placement.read(), &self.pool_label)
@@ -106,7 +117,18 @@ impl Index {
     pub fn machines(&self) -> MachinesView<'_> {
         MachinesView::new(self.machines.read())
     }
+
+    /// A consistent read view of the Secrets and the MachineClasses'
+    /// references to them. Holds a read lock: drop it before any `.await`.
+    pub fn secrets(&self) -> SecretsView<'_> {
+        SecretsView::new(self.secrets.read())
+    }
 }
 
 #[cfg(test)]
 mod tests;
+
+/// The code of this crate's README, compiled (and run where it can be) as doctests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

@@ -1,4 +1,5 @@
-//! Nodes, NodePools and ConfigMaps: the state the admission webhook reads.
+//! Nodes, NodePools, the placement ConfigMap and the labelled Namespaces:
+//! the state the admission webhook reads.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
@@ -8,7 +9,7 @@ use poolkeeper_bus::{Change, ObjectKey};
 use crate::labels::Labels;
 use crate::nested_sets::NestedSets;
 use crate::shared::{Interner, SharedString};
-use crate::types::{Changed, Node, NodePool, Upsert, retain_keyed, upsert_keyed};
+use crate::types::{Changed, Namespace, Node, NodePool, Upsert, retain_keyed, upsert_keyed};
 
 /// Node names by label key, then label value, sharing their name strings with
 /// the primary map. Readers list a key's values in order, so a `BTreeMap`
@@ -39,7 +40,10 @@ pub(crate) struct PlacementState {
     strings: Interner,
     pub(crate) pools: BTreeMap<String, NodePool>,
     pub(crate) config_maps: BTreeMap<ObjectKey, BTreeMap<String, String>>,
-    config_maps_generation: u64,
+    pub(crate) namespaces: BTreeMap<String, Namespace>,
+    /// Bumps on every change of what the placement policy is read from:
+    /// ConfigMaps and Namespaces.
+    policy_generation: u64,
 }
 
 /// Nodes and NodePools are cluster-scoped: a key with a namespace names
@@ -146,25 +150,49 @@ impl PlacementState {
                 Upsert::Created
             }
         };
-        let changed = upsert.changed(|| key);
-        if changed.is_some() {
-            self.config_maps_generation += 1;
-        }
-        changed
+        self.policy_changed(upsert.changed(|| key))
     }
 
     pub(crate) fn remove_config_map(&mut self, key: &ObjectKey) -> Option<Changed> {
         self.config_maps.remove(key)?;
-        self.config_maps_generation += 1;
-        Some(Changed::new(key.clone(), Change::Deleted))
+        self.policy_changed(Some(Changed::new(key.clone(), Change::Deleted)))
     }
 
     pub(crate) fn retain_config_maps(&mut self, keep: &HashSet<ObjectKey>) -> Vec<Changed> {
         let removed = retain_keyed(&mut self.config_maps, keep, ObjectKey::clone);
-        if !removed.is_empty() {
-            self.config_maps_generation += 1;
+        self.policy_changes(removed)
+    }
+
+    pub(crate) fn upsert_namespace(&mut self, namespace: Namespace) -> Option<Changed> {
+        let key = ObjectKey::cluster(namespace.name.as_str());
+        let upsert = upsert_keyed(&mut self.namespaces, namespace, |namespace| &namespace.name);
+        self.policy_changed(upsert.changed(|| key))
+    }
+
+    pub(crate) fn remove_namespace(&mut self, key: &ObjectKey) -> Option<Changed> {
+        self.namespaces.remove(cluster_name(key)?)?;
+        self.policy_changed(Some(Changed::new(key.clone(), Change::Deleted)))
+    }
+
+    pub(crate) fn retain_namespaces(&mut self, keep: &HashSet<ObjectKey>) -> Vec<Changed> {
+        let removed = retain_keyed(&mut self.namespaces, keep, |name| {
+            ObjectKey::cluster(name.as_str())
+        });
+        self.policy_changes(removed)
+    }
+
+    fn policy_changed(&mut self, changed: Option<Changed>) -> Option<Changed> {
+        if changed.is_some() {
+            self.policy_generation += 1;
         }
-        removed
+        changed
+    }
+
+    fn policy_changes(&mut self, changes: Vec<Changed>) -> Vec<Changed> {
+        if !changes.is_empty() {
+            self.policy_generation += 1;
+        }
+        changes
     }
 
     #[cfg(test)]
@@ -184,7 +212,7 @@ impl PlacementState {
     }
 }
 
-/// A read view of Nodes, NodePools and ConfigMaps. Iterators yield in name
+/// A read view of Nodes, NodePools, ConfigMaps and Namespaces. Iterators yield in name
 /// order (label-key queries: grouped by label value, then name order).
 pub struct PlacementView<'a> {
     state: RwLockReadGuard<'a, PlacementState>,
@@ -291,9 +319,14 @@ impl<'a> PlacementView<'a> {
         self.state.config_maps.get(key)
     }
 
-    /// Bumps on every ConfigMap change (create, data change, delete), so
-    /// readers can cache what they parse from a ConfigMap.
-    pub fn config_maps_generation(&self) -> u64 {
-        self.state.config_maps_generation
+    /// The labelled Namespaces, in name order.
+    pub fn namespaces(&self) -> impl Iterator<Item = &Namespace> {
+        self.state.namespaces.values()
+    }
+
+    /// Bumps on every ConfigMap and Namespace change (create, update,
+    /// delete), so readers can cache the policy they derive from them.
+    pub fn policy_generation(&self) -> u64 {
+        self.state.policy_generation
     }
 }

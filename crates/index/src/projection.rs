@@ -12,7 +12,7 @@ use poolkeeper_api as api;
 use poolkeeper_bus::ObjectKey;
 use serde_json::Value;
 
-use crate::{Machine, MachineClass, Node, NodePool, PoolType, Taint};
+use crate::{Machine, MachineClass, Namespace, Node, NodePool, PoolType, Taint};
 
 /// `namespace/name` of a namespaced object, `name` of a cluster-scoped one.
 pub fn object_key<K: Resource>(object: &K) -> ObjectKey {
@@ -72,6 +72,17 @@ impl From<&api::NodePool> for NodePool {
             pool_type,
             labels: pool.spec.labels.clone(),
             taints: pool.spec.taints.iter().map(Taint::from).collect(),
+        }
+    }
+}
+
+/// Name, UID and labels.
+impl From<&core::Namespace> for Namespace {
+    fn from(namespace: &core::Namespace) -> Self {
+        Self {
+            name: namespace.metadata.name.clone().unwrap_or_default(),
+            uid: namespace.metadata.uid.clone().unwrap_or_default(),
+            labels: namespace.metadata.labels.clone().unwrap_or_default(),
         }
     }
 }

@@ -13,7 +13,8 @@ use poolkeeper_api as api;
 use poolkeeper_bus::{ObjectKey, ResourceKind};
 
 use crate::projection::{config_map_data, object_key};
-use crate::{Changed, Index, Machine, MachineClass, Node, NodePool};
+use crate::secrets::secret_references;
+use crate::{Changed, Index, Machine, MachineClass, Namespace, Node, NodePool};
 
 /// Writes objects of kind `K` into the index, in the shape of kubert's
 /// `index` module: `apply` for an add or update, `delete` for a removal,
@@ -102,20 +103,55 @@ impl IndexResource<core::ConfigMap> for Index {
     }
 }
 
+/// The watchers watch only the Namespaces that carry the namespace pool
+/// label; a Namespace that loses it is deleted from their view.
+impl IndexResource<core::Namespace> for Index {
+    const KIND: ResourceKind = ResourceKind::Namespace;
+
+    fn apply(&self, namespace: core::Namespace) -> Option<Changed> {
+        let namespace = Namespace::from(&namespace);
+        self.placement.write().upsert_namespace(namespace)
+    }
+
+    fn delete(&self, key: &ObjectKey) -> Option<Changed> {
+        self.placement.write().remove_namespace(key)
+    }
+
+    fn retain(&self, keep: &HashSet<ObjectKey>) -> Vec<Changed> {
+        self.placement.write().retain_namespaces(keep)
+    }
+}
+
+/// [`Changed::related`] holds the Secrets the class referenced before and
+/// references after the write (see [`secret_references`]).
 impl IndexResource<api::MachineClass> for Index {
     const KIND: ResourceKind = ResourceKind::MachineClass;
 
     fn apply(&self, class: api::MachineClass) -> Option<Changed> {
+        let secrets = secret_references(&class);
         let class = MachineClass::from(&class);
-        self.machines.write().upsert_class(class)
+        let key = class.key.clone();
+        let changed = self.machines.write().upsert_class(class);
+        let related = self.secrets.write().set_references(&key, secrets);
+        changed.map(|changed| changed.with_related(related))
     }
 
     fn delete(&self, key: &ObjectKey) -> Option<Changed> {
-        self.machines.write().remove_class(key)
+        let changed = self.machines.write().remove_class(key);
+        let related = self.secrets.write().forget_class(key);
+        changed.map(|changed| changed.with_related(related))
     }
 
     fn retain(&self, keep: &HashSet<ObjectKey>) -> Vec<Changed> {
-        self.machines.write().retain_classes(keep)
+        let removed = self.machines.write().retain_classes(keep);
+        let mut secrets = self.secrets.write();
+        removed
+            .into_iter()
+            .map(|changed| {
+                let related = secrets.forget_class(&changed.key);
+                changed.with_related(related)
+            })
+            .collect()
     }
 }
 

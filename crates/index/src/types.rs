@@ -60,6 +60,16 @@ pub struct NodePool {
     pub taints: Vec<Taint>,
 }
 
+/// What the index keeps of a Namespace that carries the namespace pool
+/// label: its bindings are in its labels; its UID is what a Warning Event
+/// about a rejected binding regards.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Namespace {
+    pub name: String,
+    pub uid: String,
+    pub labels: BTreeMap<String, String>,
+}
+
 /// What the index keeps of a MachineClass.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MachineClass {
@@ -116,8 +126,9 @@ pub struct Changed {
     /// Other objects whose state this change affects, as the index knew them
     /// before and after the write: for a Machine, the MachineClass it
     /// referenced and the one it references now (deduplicated, in the
-    /// Machine's namespace; a Machine without a class name references none).
-    /// Empty for the other kinds.
+    /// Machine's namespace; a Machine without a class name references none);
+    /// for a MachineClass, the Secrets of its namespace it referenced and
+    /// references now. Empty for the other kinds.
     pub related: Vec<ObjectKey>,
 }
 
@@ -128,6 +139,11 @@ impl Changed {
             change,
             related: Vec::new(),
         }
+    }
+
+    pub(crate) fn with_related(mut self, related: Vec<ObjectKey>) -> Self {
+        self.related = related;
+        self
     }
 }
 

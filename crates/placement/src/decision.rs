@@ -2,6 +2,7 @@
 //! decision for a Pod that already exists, and how a binding's mode changes
 //! what a decision does.
 
+use std::borrow::Cow;
 use std::fmt;
 
 use json_patch::jsonptr::PointerBuf;
@@ -16,7 +17,8 @@ use serde_json::{Value, json};
 use crate::affinity::NodeConstraints;
 use crate::candidates::matching_nodes;
 use crate::pod::{PLACEMENT_ANNOTATION, PodPlacement};
-use crate::policy::PlacementPolicy;
+use crate::policy::{BindingOrigin, PlacementPolicy};
+use crate::pools::PoolSet;
 use crate::tolerations::{describe_toleration, tolerations_cover};
 
 /// How many offending nodes a denial names.
@@ -45,7 +47,7 @@ pub enum Reason {
     /// The Pod is the mirror of a static Pod: the kubelet cannot act on a
     /// denial or a patch, so it is left alone (the audit still judges it).
     MirrorPod,
-    /// The Pod is bound to a pool that does not exist.
+    /// The Pod is bound to pools none of which exists.
     PoolMissing,
     /// Mutate: nothing to add.
     Unchanged,
@@ -107,7 +109,8 @@ pub struct Decision {
     /// Admission warnings returned to the client.
     pub warnings: Vec<String>,
     pub reason: Reason,
-    /// The pool the Pod is bound to, when it is.
+    /// The pool the Pod is bound to, when it is (several joined by
+    /// commas, [`PoolSet::joined`]).
     pub pool: Option<String>,
     /// The mode of the Pod's binding (`Enforce` for an unbound Pod).
     pub mode: Mode,
@@ -149,8 +152,8 @@ impl Decision {
     }
 
     #[must_use]
-    fn for_pool(mut self, pool: &str) -> Self {
-        self.pool = Some(pool.to_owned());
+    fn for_pools(mut self, pools: &PoolSet) -> Self {
+        self.pool = Some(pools.joined());
         self
     }
 
@@ -219,8 +222,10 @@ pub fn warn_text(denial: &str) -> String {
 pub enum BindingSource {
     /// The Pod carries the pool label.
     PodLabel,
-    /// The policy binds the Pod's namespace.
+    /// The policy ConfigMap binds the Pod's namespace.
     Namespace,
+    /// The Pod's Namespace binds itself by its labels.
+    NamespaceLabel,
 }
 
 impl BindingSource {
@@ -228,15 +233,16 @@ impl BindingSource {
         match self {
             BindingSource::PodLabel => "podLabel",
             BindingSource::Namespace => "namespace",
+            BindingSource::NamespaceLabel => "namespaceLabel",
         }
     }
 }
 
-/// The pool a Pod is bound to, by what, and the mode decisions about it
+/// The pools a Pod is bound to, by what, and the mode decisions about it
 /// take effect in.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PoolBinding<'a> {
-    pub pool: &'a str,
+    pub pools: Cow<'a, PoolSet>,
     pub source: BindingSource,
     pub mode: Mode,
 }
@@ -260,61 +266,116 @@ pub fn pool_binding<'a>(
     let labelled = pod.labels.get(pool_label).filter(|pool| !pool.is_empty());
     if let Some(pool) = labelled {
         return Some(PoolBinding {
-            pool,
+            pools: Cow::Owned(PoolSet::one(pool)),
             source: BindingSource::PodLabel,
             mode,
         });
     }
     policy.binding(namespace).map(|binding| PoolBinding {
-        pool: &binding.pool,
-        source: BindingSource::Namespace,
+        pools: Cow::Borrowed(&binding.pools),
+        source: match binding.origin {
+            BindingOrigin::ConfigMap => BindingSource::Namespace,
+            BindingOrigin::NamespaceLabel => BindingSource::NamespaceLabel,
+        },
         mode: binding.mode,
     })
 }
 
 fn describe_binding(binding: &PoolBinding<'_>, namespace: &str, pool_label: &str) -> String {
     match binding.source {
-        BindingSource::PodLabel => format!("by its label {pool_label}={}", binding.pool),
+        BindingSource::PodLabel => {
+            format!("by its label {pool_label}={}", binding.pools.joined())
+        }
         BindingSource::Namespace => format!("through namespace {namespace:?}"),
+        BindingSource::NamespaceLabel => format!("through the labels of namespace {namespace:?}"),
     }
 }
 
-/// The bound, existing pool with the binding, or the decision to return
+/// The pools a Pod is bound to, those of them that exist, and the binding.
+pub(crate) struct Bound<'v, 'p> {
+    pub(crate) existing: Vec<&'v NodePool>,
+    pub(crate) binding: PoolBinding<'p>,
+    /// Pools of the binding that do not exist, when some do.
+    missing_warning: Option<String>,
+}
+
+impl Bound<'_, '_> {
+    pub(crate) fn pools(&self) -> &PoolSet {
+        &self.binding.pools
+    }
+
+    /// `decision` for these pools, in the binding's mode, with the warning
+    /// about missing pools.
+    fn finish(&self, decision: Decision) -> Decision {
+        let mut decision = decision.for_pools(self.pools());
+        decision.warnings.extend(self.missing_warning.clone());
+        decision.with_mode(self.binding.mode)
+    }
+}
+
+/// The bound pools of which at least one exists, or the decision to return
 /// instead.
-fn bound_pool<'v, 'p>(
+pub(crate) fn bound_pools<'v, 'p>(
     pod: &'p PodPlacement,
     namespace: &str,
     view: &'v PlacementView<'_>,
     policy: &'p PlacementPolicy,
-) -> Result<(&'v NodePool, PoolBinding<'p>), Box<Decision>> {
+) -> Result<Bound<'v, 'p>, Box<Decision>> {
     let pool_label = view.pool_label();
     let Some(binding) = pool_binding(pod, namespace, policy, pool_label) else {
         return Err(Box::new(Decision::allow(Reason::Unbound)));
     };
-    match view.node_pool(binding.pool) {
-        Some(pool) => Ok((pool, binding)),
-        None => Err(Box::new(
+    let (existing, missing): (Vec<_>, Vec<_>) = binding
+        .pools
+        .names()
+        .iter()
+        .map(|name| (name, view.node_pool(name)))
+        .partition(|(_, pool)| pool.is_some());
+    let missing = PoolSet::new(missing.into_iter().map(|(name, _)| name.clone()));
+    let existing: Vec<&NodePool> = existing.into_iter().filter_map(|(_, pool)| pool).collect();
+    let how = || describe_binding(&binding, namespace, pool_label);
+    if existing.is_empty() {
+        let warning = format!(
+            "{} (bound {}) {} not exist; the pod is not restricted to a node pool",
+            binding.pools,
+            how(),
+            if binding.pools.len() == 1 {
+                "does"
+            } else {
+                "do"
+            }
+        );
+        return Err(Box::new(
             Decision::allow(Reason::PoolMissing)
-            .with_warning(format!(
-                "node pool {:?} (bound {}) does not exist; the pod is not restricted to a node pool",
-                binding.pool,
-                describe_binding(&binding, namespace, pool_label)
-            ))
-                .for_pool(binding.pool)
+                .with_warning(warning)
+                .for_pools(&binding.pools)
                 .with_mode(binding.mode),
-        )),
+        ));
     }
+    let missing_warning = missing.map(|missing| {
+        format!(
+            "{missing} (bound {}) {} not exist; nodes labelled with {} still count",
+            how(),
+            if missing.len() == 1 { "does" } else { "do" },
+            if missing.len() == 1 { "it" } else { "them" }
+        )
+    });
+    Ok(Bound {
+        existing,
+        binding,
+        missing_warning,
+    })
 }
 
 /// The edge tolerations the Pod lacks, in policy order, each checked against
-/// the Pod's tolerations plus the ones already found missing. None for a
-/// Cloud pool.
+/// the Pod's tolerations plus the ones already found missing. None when no
+/// pool of `pools` is an Edge pool.
 pub(crate) fn missing_edge_tolerations<'p>(
     pod: &PodPlacement,
-    pool: &NodePool,
+    pools: &[&NodePool],
     policy: &'p PlacementPolicy,
 ) -> Vec<&'p Toleration> {
-    if pool.pool_type != PoolType::Edge {
+    if !pools.iter().any(|pool| pool.pool_type == PoolType::Edge) {
         return Vec::new();
     }
     let mut have: Vec<Toleration> = pod.tolerations().to_vec();
@@ -389,15 +450,12 @@ pub(crate) fn mutate_at(
     policy: &PlacementPolicy,
     target: &PatchTarget,
 ) -> Decision {
-    let (pool, binding) = match bound_pool(pod, namespace, view, policy) {
+    let bound = match bound_pools(pod, namespace, view, policy) {
         Ok(bound) => bound,
         Err(decision) => return *decision,
     };
-    let mode = binding.mode;
     let Some(spec) = pod.spec.as_ref() else {
-        return Decision::allow(Reason::Unchanged)
-            .for_pool(&pool.name)
-            .with_mode(mode);
+        return bound.finish(Decision::allow(Reason::Unchanged));
     };
     let constraints = if target.always_narrow {
         Constraints::Narrow
@@ -406,10 +464,10 @@ pub(crate) fn mutate_at(
     };
 
     let mut ops = Vec::new();
-    if let Some(op) = pool_affinity_op(pod, view.pool_label(), &pool.name, constraints) {
+    if let Some(op) = pool_affinity_op(pod, view.pool_label(), bound.pools(), constraints) {
         ops.push(op);
     }
-    let missing = missing_edge_tolerations(pod, pool, policy);
+    let missing = missing_edge_tolerations(pod, &bound.existing, policy);
     if !missing.is_empty() {
         match spec.tolerations {
             None => ops.push(add(&["spec", "tolerations"], to_value(&missing))),
@@ -424,13 +482,13 @@ pub(crate) fn mutate_at(
     let decision = if ops.is_empty() {
         Decision::allow(Reason::Unchanged)
     } else {
-        ops.push(annotation_op(pod, &binding, constraints));
+        ops.push(annotation_op(pod, &bound.binding, constraints));
         let ops = ops.into_iter().map(|op| rebase(op, target.base)).collect();
         let mut decision = Decision::allow(Reason::Patched);
         decision.patch = Some(Patch(ops));
         decision
     };
-    decision.for_pool(&pool.name).with_mode(mode)
+    bound.finish(decision)
 }
 
 /// The affinity operation the Pod needs, if any: the pool requirement for an
@@ -440,20 +498,20 @@ pub(crate) fn mutate_at(
 fn pool_affinity_op(
     pod: &PodPlacement,
     pool_label: &str,
-    pool: &str,
+    pools: &PoolSet,
     constraints: Constraints,
 ) -> Option<PatchOperation> {
     let own = NodeConstraints::from_pod(pod);
     if own.is_unconstrained() {
-        return Some(add_pool_affinity(pod, pool_label, pool));
+        return Some(add_pool_affinity(pod, pool_label, pools));
     }
     if constraints == Constraints::Judge || own.node_name.is_some() {
         return None;
     }
     let Some(required) = pod.required_node_affinity() else {
-        return Some(add_pool_affinity(pod, pool_label, pool));
+        return Some(add_pool_affinity(pod, pool_label, pools));
     };
-    let requirement = pool_requirement(pool_label, pool);
+    let requirement = pool_requirement(pool_label, pools);
     let has_it = |term: &NodeSelectorTerm| {
         term.match_expressions
             .as_ref()
@@ -483,11 +541,11 @@ fn pool_affinity_op(
     ))
 }
 
-fn pool_requirement(pool_label: &str, pool: &str) -> NodeSelectorRequirement {
+fn pool_requirement(pool_label: &str, pools: &PoolSet) -> NodeSelectorRequirement {
     NodeSelectorRequirement {
         key: pool_label.to_owned(),
         operator: "In".to_owned(),
-        values: Some(vec![pool.to_owned()]),
+        values: Some(pools.names().to_vec()),
     }
 }
 
@@ -511,12 +569,13 @@ fn annotation_op(
 }
 
 /// The text of [`PLACEMENT_ANNOTATION`]: a JSON object with its keys in a
-/// fixed order (pool, binding, mode, constraints).
+/// fixed order (pool, binding, mode, constraints); several pools are joined
+/// by commas.
 pub fn placement_record(binding: &PoolBinding<'_>, constraints: Constraints) -> String {
     let quoted = |text: &str| Value::String(text.to_owned()).to_string();
     format!(
         "{{\"pool\":{},\"binding\":{},\"mode\":{},\"constraints\":{}}}",
-        quoted(binding.pool),
+        quoted(&binding.pools.joined()),
         quoted(binding.source.as_str()),
         quoted(binding.mode.as_str()),
         quoted(constraints.as_str())
@@ -549,10 +608,10 @@ fn add(path: &[&str], value: Value) -> PatchOperation {
 
 /// The `add` operation that creates the required node affinity at the
 /// deepest level missing, leaving sibling fields alone.
-fn add_pool_affinity(pod: &PodPlacement, pool_label: &str, pool: &str) -> PatchOperation {
+fn add_pool_affinity(pod: &PodPlacement, pool_label: &str, pools: &PoolSet) -> PatchOperation {
     let selector = NodeSelector {
         node_selector_terms: vec![NodeSelectorTerm {
-            match_expressions: Some(vec![pool_requirement(pool_label, pool)]),
+            match_expressions: Some(vec![pool_requirement(pool_label, pools)]),
             match_fields: None,
         }],
     };
@@ -593,11 +652,12 @@ fn to_value<T: serde::Serialize>(value: &T) -> Value {
 
 /// The validating decision.
 ///
-/// - Unbound Pod -> allowed. Missing pool -> allowed with a warning.
-/// - Edge pool whose edge tolerations the Pod does not all tolerate -> denied.
+/// - Unbound Pod -> allowed. No bound pool exists -> allowed with a warning.
+/// - Any bound pool is an Edge pool whose edge tolerations the Pod does not
+///   all tolerate -> denied.
 /// - The nodes selected by `nodeName`, `nodeSelector` and required node
 ///   affinity (each absent = every node), intersected over the index:
-///   none -> denied; any outside the pool -> denied, naming up to
+///   none -> denied; any outside the bound pools -> denied, naming up to
 ///   five of them; otherwise allowed.
 /// - The binding's mode applies ([`Decision::with_mode`]): `warn` admits
 ///   what would be denied with the denial as a warning, `dryrun` admits it
@@ -614,76 +674,93 @@ pub fn validate(
     if pod.is_mirror() {
         return Decision::allow(Reason::MirrorPod);
     }
-    match bound_pool(pod, namespace, view, policy) {
-        Ok((pool, binding)) => validate_in_pool(pod, pool, view, policy).with_mode(binding.mode),
+    match bound_pools(pod, namespace, view, policy) {
+        Ok(bound) => bound.finish(validate_in_pools(pod, &bound, view, policy)),
         Err(decision) => *decision,
     }
 }
 
-/// The rules of [`validate`] for a Pod bound to the existing `pool`, as
-/// `enforce` decides them.
-fn validate_in_pool(
+/// The rules of [`validate`] for a Pod bound to pools of which some exist,
+/// as `enforce` decides them.
+fn validate_in_pools(
     pod: &PodPlacement,
-    pool: &NodePool,
+    bound: &Bound<'_, '_>,
     view: &PlacementView<'_>,
     policy: &PlacementPolicy,
 ) -> Decision {
-    let pool_name = pool.name.as_str();
-    let missing = missing_edge_tolerations(pod, pool, policy);
+    let missing = missing_edge_tolerations(pod, &bound.existing, policy);
     if !missing.is_empty() {
         return Decision::deny(
             Reason::MissingEdgeTolerations,
-            missing_tolerations_message(&missing, pool_name),
-        )
-        .for_pool(pool_name);
+            missing_tolerations_message(&missing, &bound.existing),
+        );
     }
 
+    let pools = bound.pools();
     let constraints = NodeConstraints::from_pod(pod);
     let matched = matching_nodes(view, &constraints);
     if matched.is_empty() {
         return Decision::deny(
             Reason::NoMatchingNode,
-            no_match_message(view, &constraints, pool_name),
-        )
-        .for_pool(pool_name);
+            no_match_message(view, &constraints, pools),
+        );
     }
 
     let pool_label = view.pool_label();
     let outside: Vec<&Node> = matched
         .iter()
         .copied()
-        .filter(|node| !in_pool(node, pool_label, pool_name))
+        .filter(|node| !in_pools(node, pool_label, pools))
         .collect();
     if outside.is_empty() {
-        return Decision::allow(Reason::InPool).for_pool(pool_name);
+        return Decision::allow(Reason::InPool);
     }
-    let message = outside_message(&outside, &constraints, pool_name);
-    Decision::deny(Reason::OutsidePool, message).for_pool(pool_name)
+    let message = outside_message(&outside, &constraints, pools);
+    Decision::deny(Reason::OutsidePool, message)
 }
 
-pub(crate) fn in_pool(node: &Node, pool_label: &str, pool: &str) -> bool {
-    node.labels.get(pool_label).map(String::as_str) == Some(pool)
+pub(crate) fn in_pools(node: &Node, pool_label: &str, pools: &PoolSet) -> bool {
+    node.labels
+        .get(pool_label)
+        .is_some_and(|pool| pools.contains(pool))
 }
 
-fn missing_tolerations_message(missing: &[&Toleration], pool: &str) -> String {
+/// Names the Edge pools among `pools`.
+fn missing_tolerations_message(missing: &[&Toleration], pools: &[&NodePool]) -> String {
     let list: Vec<String> = missing.iter().map(|t| describe_toleration(t)).collect();
+    let edge = PoolSet::new(
+        pools
+            .iter()
+            .filter(|pool| pool.pool_type == PoolType::Edge)
+            .map(|pool| pool.name.clone()),
+    );
+    let edge = edge.map_or_else(String::new, |edge| edge.to_string());
     format!(
-        "pod must tolerate {} to run on edge node pool {pool:?}",
+        "pod must tolerate {} to run on edge {edge}",
         list.join(", ")
     )
 }
 
-fn outside_message(outside: &[&Node], constraints: &NodeConstraints<'_>, pool: &str) -> String {
+fn outside_message(
+    outside: &[&Node],
+    constraints: &NodeConstraints<'_>,
+    pools: &PoolSet,
+) -> String {
     let count = outside.len();
     let names = name_nodes(outside);
+    let the_pools = if pools.len() == 1 {
+        "the pool"
+    } else {
+        "the pools"
+    };
     if constraints.is_unconstrained() {
         format!(
-            "pod is bound to node pool {pool:?} but has no node constraints, so it may be scheduled onto {} outside the pool: {names}",
+            "pod is bound to {pools} but has no node constraints, so it may be scheduled onto {} outside {the_pools}: {names}",
             count_nodes(count)
         )
     } else {
         format!(
-            "pod is bound to node pool {pool:?} but {} outside the pool {} its {}: {names}",
+            "pod is bound to {pools} but {} outside {the_pools} {} its {}: {names}",
             count_nodes(count),
             if count == 1 { "matches" } else { "match" },
             constraints.describe()
@@ -705,36 +782,37 @@ fn outside_message(outside: &[&Node], constraints: &NodeConstraints<'_>, pool: &
 /// A denial is a violation.
 pub fn audit(pod: &PodPlacement, view: &PlacementView<'_>, policy: &PlacementPolicy) -> Decision {
     let namespace = pod.namespace.as_str();
-    let (pool, binding) = match bound_pool(pod, namespace, view, policy) {
+    let bound = match bound_pools(pod, namespace, view, policy) {
         Ok(bound) => bound,
         Err(decision) => return *decision,
     };
-    let mode = binding.mode;
-    let pool_name = pool.name.as_str();
+    let pools = bound.pools();
     let decision = match pod.node_name() {
-        None => validate_in_pool(pod, pool, view, policy),
+        None => validate_in_pools(pod, &bound, view, policy),
         Some(node_name) => match view.node(node_name) {
-            None => Decision::allow(Reason::NodeUnknown).for_pool(pool_name),
-            Some(node) if in_pool(node, view.pool_label(), pool_name) => {
-                Decision::allow(Reason::InPool).for_pool(pool_name)
+            None => Decision::allow(Reason::NodeUnknown),
+            Some(node) if in_pools(node, view.pool_label(), pools) => {
+                Decision::allow(Reason::InPool)
             }
             Some(node) => Decision::deny(
                 Reason::OutsidePool,
-                runs_outside_message(node, view.pool_label(), pool_name),
-            )
-            .for_pool(pool_name),
+                runs_outside_message(node, view.pool_label(), pools),
+            ),
         },
     };
-    Decision { mode, ..decision }
+    Decision {
+        mode: bound.binding.mode,
+        ..decision.for_pools(pools)
+    }
 }
 
-fn runs_outside_message(node: &Node, pool_label: &str, pool: &str) -> String {
+fn runs_outside_message(node: &Node, pool_label: &str, pools: &PoolSet) -> String {
     let node_pool = match node.labels.get(pool_label) {
         Some(other) => format!("in node pool {other:?}"),
         None => "in no node pool".to_owned(),
     };
     format!(
-        "pod is bound to node pool {pool:?} but runs on node {:?}, which is {node_pool}",
+        "pod is bound to {pools} but runs on node {:?}, which is {node_pool}",
         node.name
     )
 }
@@ -742,7 +820,7 @@ fn runs_outside_message(node: &Node, pool_label: &str, pool: &str) -> String {
 fn no_match_message(
     view: &PlacementView<'_>,
     constraints: &NodeConstraints<'_>,
-    pool: &str,
+    pools: &PoolSet,
 ) -> String {
     let mut message = format!("no node matches the pod's {}", constraints.describe());
     if let Some(affinity) = &constraints.required_affinity {
@@ -757,14 +835,16 @@ fn no_match_message(
             );
         }
     }
-    let pool_nodes = view.nodes_in_pool(pool).count();
+    let pool_nodes: usize = pools
+        .names()
+        .iter()
+        .map(|pool| view.nodes_in_pool(pool).count())
+        .sum();
+    let has = if pools.len() == 1 { "has" } else { "have" };
     if pool_nodes == 0 {
-        message.push_str(&format!("; node pool {pool:?} has no nodes"));
+        message.push_str(&format!("; {pools} {has} no nodes"));
     } else {
-        message.push_str(&format!(
-            "; node pool {pool:?} has {}",
-            count_nodes(pool_nodes)
-        ));
+        message.push_str(&format!("; {pools} {has} {}", count_nodes(pool_nodes)));
     }
     message
 }

@@ -5,7 +5,7 @@
 use json_patch::Patch;
 use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm};
 use poolkeeper_config::Mode;
-use poolkeeper_index::{Node, PlacementView};
+use poolkeeper_index::{Node, NodePool, PlacementView, PoolType};
 use serde::Serialize;
 
 use crate::affinity::{
@@ -13,7 +13,8 @@ use crate::affinity::{
 };
 use crate::candidates::matching_nodes;
 use crate::decision::{
-    BindingSource, Decision, in_pool, missing_edge_tolerations, mutate, pool_binding, validate,
+    BindingSource, Decision, PoolBinding, in_pools, missing_edge_tolerations, mutate, pool_binding,
+    validate,
 };
 use crate::pod::PodPlacement;
 use crate::policy::PlacementPolicy;
@@ -53,17 +54,23 @@ pub struct Explanation {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct BindingReport {
+    /// The pool, or the pools joined by commas.
     pub pool: String,
     pub source: BindingSource,
     /// The label that bound it (`source: podLabel`) or the namespace
-    /// whose binding did (`source: namespace`).
+    /// whose binding did (`source: namespace`, `namespaceLabel`).
     pub by: String,
     pub mode: Mode,
+    /// Some bound pool exists.
     pub pool_exists: bool,
-    /// `Edge` or `Cloud`, when the pool exists.
+    /// `Edge` when an existing bound pool is an Edge pool, else `Cloud`;
+    /// absent when none exists.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pool_type: Option<&'static str>,
-    /// Nodes carrying the pool label with the pool's name.
+    /// Bound pools that do not exist.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub missing_pools: Vec<String>,
+    /// Nodes carrying the pool label with a bound pool's name.
     pub pool_nodes: usize,
 }
 
@@ -147,7 +154,11 @@ pub fn explain(
 ) -> Explanation {
     let pool_label = view.pool_label();
     let binding = pool_binding(pod, namespace, policy, pool_label);
-    let pool = binding.and_then(|binding| view.node_pool(binding.pool));
+    let pools: Vec<&NodePool> = binding
+        .iter()
+        .flat_map(|binding| binding.pools.names())
+        .filter_map(|name| view.node_pool(name))
+        .collect();
     let constraints = NodeConstraints::from_pod(pod);
     let matched = matching_nodes(view, &constraints);
     let intersection = if constraints.is_unconstrained() {
@@ -158,35 +169,27 @@ pub fn explain(
             &matched,
         )
     };
-    let outside_pool = pool.map(|pool| {
-        let outside: Vec<&Node> = matched
-            .iter()
-            .copied()
-            .filter(|node| !in_pool(node, pool_label, &pool.name))
-            .collect();
-        NodeSet::of(format!("outside node pool {:?}", pool.name), &outside)
-    });
-    let missing_tolerations = pool
-        .map(|pool| missing_edge_tolerations(pod, pool, policy))
-        .unwrap_or_default()
+    let outside_pool = binding
+        .as_ref()
+        .filter(|_| !pools.is_empty())
+        .map(|binding| {
+            let outside: Vec<&Node> = matched
+                .iter()
+                .copied()
+                .filter(|node| !in_pools(node, pool_label, &binding.pools))
+                .collect();
+            NodeSet::of(format!("outside {}", binding.pools), &outside)
+        });
+    let missing_tolerations = missing_edge_tolerations(pod, &pools, policy)
         .into_iter()
         .map(describe_toleration)
         .collect();
     Explanation {
         pod: pod.display_name(namespace),
         namespace: namespace.to_owned(),
-        binding: binding.map(|binding| BindingReport {
-            pool: binding.pool.to_owned(),
-            source: binding.source,
-            by: match binding.source {
-                BindingSource::PodLabel => format!("{pool_label}={}", binding.pool),
-                BindingSource::Namespace => namespace.to_owned(),
-            },
-            mode: binding.mode,
-            pool_exists: pool.is_some(),
-            pool_type: pool.map(|pool| pool.pool_type.as_str()),
-            pool_nodes: view.nodes_in_pool(binding.pool).count(),
-        }),
+        binding: binding
+            .as_ref()
+            .map(|binding| binding_report(binding, &pools, view, namespace)),
         nodes: view.node_count(),
         node_sets: node_sets(pod, view),
         intersection,
@@ -194,6 +197,45 @@ pub fn explain(
         missing_tolerations,
         mutate: mutate(pod, namespace, view, policy).into(),
         validate: validate(pod, namespace, view, policy).into(),
+    }
+}
+
+/// What bound the Pod, to which pools, and how many of them exist.
+fn binding_report(
+    binding: &PoolBinding<'_>,
+    existing: &[&NodePool],
+    view: &PlacementView<'_>,
+    namespace: &str,
+) -> BindingReport {
+    let pool_type = (!existing.is_empty()).then(|| {
+        let edge = existing.iter().any(|pool| pool.pool_type == PoolType::Edge);
+        if edge {
+            PoolType::Edge
+        } else {
+            PoolType::Cloud
+        }
+        .as_str()
+    });
+    let names = binding.pools.names();
+    BindingReport {
+        pool: binding.pools.joined(),
+        source: binding.source,
+        by: match binding.source {
+            BindingSource::PodLabel => format!("{}={}", view.pool_label(), binding.pools.joined()),
+            BindingSource::Namespace | BindingSource::NamespaceLabel => namespace.to_owned(),
+        },
+        mode: binding.mode,
+        pool_exists: !existing.is_empty(),
+        pool_type,
+        missing_pools: names
+            .iter()
+            .filter(|name| view.node_pool(name).is_none())
+            .cloned()
+            .collect(),
+        pool_nodes: names
+            .iter()
+            .map(|name| view.nodes_in_pool(name).count())
+            .sum(),
     }
 }
 

@@ -25,6 +25,7 @@
 //!   offline `poolkeeper admit`.
 
 mod affinity;
+mod cache;
 mod candidates;
 mod decision;
 mod error;
@@ -33,9 +34,11 @@ mod names;
 mod objects;
 mod pod;
 mod policy;
+mod pools;
 mod tolerations;
 mod workload;
 
+pub use cache::{LoadedPolicy, PolicyCache};
 pub use decision::{
     BindingSource, Decision, PoolBinding, Reason, audit, mutate, placement_record, pool_binding,
     validate, warn_text,
@@ -47,11 +50,17 @@ pub use pod::{
     Annotations, PLACEMENT_ANNOTATION, PlacementAffinity, PlacementNodeAffinity, PlacementSpec,
     PodPlacement,
 };
-pub use policy::{Binding, PlacementPolicy, PolicySource};
+pub use policy::{Binding, BindingOrigin, PlacementPolicy, PolicySource};
 pub use poolkeeper_config::{Constraints, Mode};
+pub use pools::{LABEL_POOL_SEPARATOR, PoolSet};
 pub use workload::{
     Manifest, Workload, WorkloadKind, explain_manifest, mutate_workload, validate_workload,
 };
 
 #[cfg(test)]
 mod tests;
+
+/// The code of this crate's README, compiled (and run where it can be) as doctests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

@@ -8,21 +8,31 @@
 //!     nodePool: hangzhou
 //!     mode: warn          # enforce | warn | dryrun; placement.defaultMode when absent
 //!     constraints: narrow # judge | narrow; placement.defaultConstraints when absent
+//!   - namespace: shop-east
+//!     nodePools: [hangzhou, shanghai]   # the union of several pools
 //! edgeTolerations:
 //!   - {key: node-role.kubernetes.io/edge, operator: Exists, effect: NoSchedule}
 //! ```
+//!
+//! Namespaces bind themselves too, by the labels of
+//! `placement.namespaceLabels` ([`PlacementPolicy::load`]): such a binding
+//! counts as one of the ConfigMap unless the ConfigMap binds the namespace
+//! differently (the ConfigMap's applies) or the namespace is excluded; each
+//! label binding that takes no effect is kept as a [`RejectedBinding`].
 
 use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use k8s_openapi::api::core::v1::Toleration;
-use poolkeeper_config::{Constraints, Mode, PlacementConfig};
-use poolkeeper_index::{ObjectKey, PlacementView};
+use poolkeeper_bus::{BindingRejection, IntoEnumIterator, RejectedBinding};
+use poolkeeper_config::{Constraints, Mode, NamespaceLabels, PlacementConfig};
+use poolkeeper_index::{Namespace, ObjectKey, PlacementView};
 use serde::Deserialize;
 
 use crate::error::PlacementError;
 use crate::names::{is_dns1123_label, label_value_errors, qualified_name_errors};
+use crate::pools::PoolSet;
 use crate::tolerations::TAINT_EFFECTS;
 
 /// Where the placement policy lives: one data key of one ConfigMap
@@ -38,6 +48,8 @@ pub struct PolicySource {
     /// Namespaces never bound: `placement.excludedNamespaces` and the
     /// policy ConfigMap's own namespace.
     pub excluded_namespaces: BTreeSet<String>,
+    /// `placement.namespaceLabels`, when enabled.
+    pub namespace_labels: Option<NamespaceLabels>,
 }
 
 impl From<&PlacementConfig> for PolicySource {
@@ -55,6 +67,10 @@ impl From<&PlacementConfig> for PolicySource {
                 .chain([&config_map.namespace])
                 .cloned()
                 .collect(),
+            namespace_labels: placement
+                .namespace_labels
+                .enabled
+                .then(|| placement.namespace_labels.clone()),
         }
     }
 }
@@ -75,15 +91,32 @@ impl fmt::Display for PolicySource {
     }
 }
 
-/// A namespace's binding: its pool and how decisions about its Pods take
+/// Where a namespace's binding was written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BindingOrigin {
+    /// An entry of the policy ConfigMap's `bindings`.
+    ConfigMap,
+    /// The Namespace's own labels (`placement.namespaceLabels`).
+    NamespaceLabel,
+}
+
+/// A namespace's binding: its pools and how decisions about its Pods take
 /// effect.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Binding {
-    pub pool: String,
+    pub pools: PoolSet,
     /// The binding's own `mode`, else the policy's default mode.
     pub mode: Mode,
     /// The binding's own `constraints`, else the policy's default.
     pub constraints: Constraints,
+    pub origin: BindingOrigin,
+}
+
+impl Binding {
+    /// Whether both place Pods alike, wherever they were written.
+    fn places_like(&self, other: &Binding) -> bool {
+        (&self.pools, self.mode, self.constraints) == (&other.pools, other.mode, other.constraints)
+    }
 }
 
 /// A parsed, validated placement policy. The default is the empty policy:
@@ -96,6 +129,8 @@ pub struct PlacementPolicy {
     default_mode: Mode,
     default_constraints: Constraints,
     excluded_namespaces: BTreeSet<String>,
+    /// Namespace label bindings that take no effect, by namespace.
+    rejected: Vec<RejectedBinding>,
 }
 
 impl Default for PlacementPolicy {
@@ -117,7 +152,10 @@ struct PolicyDocument {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct BindingEntry {
     namespace: String,
-    node_pool: String,
+    #[serde(default)]
+    node_pool: Option<String>,
+    #[serde(default)]
+    node_pools: Option<Vec<String>>,
     #[serde(default)]
     mode: Option<Mode>,
     #[serde(default)]
@@ -165,6 +203,7 @@ impl PlacementPolicy {
             default_constraints: Constraints::Judge,
             excluded_namespaces: PolicySource::from(&PlacementConfig::default())
                 .excluded_namespaces,
+            rejected: Vec::new(),
         }
     }
 
@@ -180,9 +219,95 @@ impl PlacementPolicy {
         }
     }
 
-    /// The policy as the index currently holds it.
+    /// The policy as the index currently holds it: the ConfigMap's
+    /// bindings, then those the labelled Namespaces add.
     pub fn load(view: &PlacementView<'_>, source: &PolicySource) -> Result<Self, PlacementError> {
-        Self::from_config_map_data(view.config_map(&source.config_map_key()), source)
+        let policy = Self::from_config_map_data(view.config_map(&source.config_map_key()), source)?;
+        Ok(match &source.namespace_labels {
+            Some(labels) => policy.with_namespace_labels(view.namespaces(), labels),
+            None => policy,
+        })
+    }
+
+    /// Adds the binding each of `namespaces` makes by `labels`, unless the
+    /// namespace is excluded, its labels do not parse, or the ConfigMap binds
+    /// it differently; those are kept as [`Self::rejected_bindings`].
+    pub fn with_namespace_labels<'a>(
+        mut self,
+        namespaces: impl IntoIterator<Item = &'a Namespace>,
+        labels: &NamespaceLabels,
+    ) -> Self {
+        for namespace in namespaces {
+            let Some(read) = self.label_binding(namespace, labels) else {
+                continue;
+            };
+            let rejection = match read {
+                Err(message) => Some((BindingRejection::Invalid, message)),
+                Ok(_) if self.is_excluded(&namespace.name) => Some((
+                    BindingRejection::Excluded,
+                    format!(
+                        "namespace {:?} is excluded from placement and can never be bound",
+                        namespace.name
+                    ),
+                )),
+                Ok(binding) => match self.bindings.get(&namespace.name) {
+                    Some(existing) if existing.places_like(&binding) => None,
+                    Some(existing) => Some((
+                        BindingRejection::Conflict,
+                        conflict_message(&namespace.name, existing, &binding),
+                    )),
+                    None => {
+                        self.bindings.insert(namespace.name.clone(), binding);
+                        None
+                    }
+                },
+            };
+            if let Some((reason, message)) = rejection {
+                self.rejected.push(RejectedBinding {
+                    namespace: namespace.name.clone(),
+                    uid: namespace.uid.clone(),
+                    reason,
+                    message,
+                    // The policy has no memory: its reader knows what it reported before.
+                    first_found: true,
+                });
+            }
+        }
+        self
+    }
+
+    /// The binding `namespace`'s labels make; `None` without the pool label.
+    fn label_binding(
+        &self,
+        namespace: &Namespace,
+        labels: &NamespaceLabels,
+    ) -> Option<Result<Binding, String>> {
+        let value = namespace.labels.get(&labels.pool)?;
+        let parsed = (|| {
+            let pools = PoolSet::from_label_value(value)
+                .ok_or_else(|| format!("label {}={value:?} names no node pool", labels.pool))?;
+            let mode = label_choice(namespace, &labels.mode, Mode::iter(), Mode::as_str)?
+                .unwrap_or(self.default_mode);
+            let constraints = label_choice(
+                namespace,
+                &labels.constraints,
+                Constraints::iter(),
+                Constraints::as_str,
+            )?
+            .unwrap_or(self.default_constraints);
+            Ok(Binding {
+                pools,
+                mode,
+                constraints,
+                origin: BindingOrigin::NamespaceLabel,
+            })
+        })();
+        Some(parsed)
+    }
+
+    /// Namespace label bindings that take no effect, in namespace order.
+    pub fn rejected_bindings(&self) -> &[RejectedBinding] {
+        &self.rejected
     }
 
     /// No binding, no edge toleration, the defaults of `source`.
@@ -219,6 +344,7 @@ impl PlacementPolicy {
                 default_mode: source.default_mode,
                 default_constraints: source.default_constraints,
                 excluded_namespaces: source.excluded_namespaces.clone(),
+                rejected: Vec::new(),
             })
         } else {
             Err(PlacementError::PolicyInvalid {
@@ -228,11 +354,9 @@ impl PlacementPolicy {
         }
     }
 
-    /// The pool `namespace` is bound to.
-    pub fn pool_for_namespace(&self, namespace: &str) -> Option<&str> {
-        self.bindings
-            .get(namespace)
-            .map(|binding| binding.pool.as_str())
+    /// The pools `namespace` is bound to.
+    pub fn pools_for_namespace(&self, namespace: &str) -> Option<&PoolSet> {
+        self.bindings.get(namespace).map(|binding| &binding.pools)
     }
 
     /// The binding of `namespace`.
@@ -297,7 +421,7 @@ fn read_bindings(
     let mut first_seen: BTreeMap<&str, usize> = BTreeMap::new();
     for (i, entry) in entries.iter().enumerate() {
         let path = format!("bindings[{i}]");
-        problems.extend(binding_problems(entry, &path));
+        let pools = binding_pools(entry, &path, problems);
         if source.excluded_namespaces.contains(&entry.namespace) {
             problems.push(format!(
                 "{path}.namespace: {:?} is excluded from placement (placement.excludedNamespaces \
@@ -313,12 +437,14 @@ fn read_bindings(
             )),
             Entry::Vacant(slot) => {
                 slot.insert(i);
+                let Some(pools) = pools else { continue };
                 bindings.insert(
                     entry.namespace.clone(),
                     Binding {
-                        pool: entry.node_pool.clone(),
+                        pools,
                         mode: entry.mode.unwrap_or(default_mode),
                         constraints: entry.constraints.unwrap_or(default_constraints),
+                        origin: BindingOrigin::ConfigMap,
                     },
                 );
             }
@@ -327,28 +453,88 @@ fn read_bindings(
     bindings
 }
 
-/// A binding needs a namespace name and a pool that can be a label value.
-fn binding_problems(entry: &BindingEntry, path: &str) -> Vec<String> {
-    let mut problems = Vec::new();
+/// A binding needs a namespace name and exactly one of `nodePool` and
+/// `nodePools`, whose pools can each be a label value. The pools, when the
+/// entry names some.
+fn binding_pools(entry: &BindingEntry, path: &str, problems: &mut Vec<String>) -> Option<PoolSet> {
     if !is_dns1123_label(&entry.namespace) {
         problems.push(format!(
             "{path}.namespace: {:?} is not a valid namespace name (lowercase RFC 1123 label)",
             entry.namespace
         ));
     }
-    if entry.node_pool.is_empty() {
-        problems.push(format!("{path}.nodePool: must not be empty"));
-    } else {
-        let errors = label_value_errors(&entry.node_pool);
+    let (field, pools): (&str, Vec<&String>) = match (&entry.node_pool, &entry.node_pools) {
+        (Some(pool), None) => ("nodePool", vec![pool]),
+        (None, Some(pools)) => ("nodePools", pools.iter().collect()),
+        (Some(_), Some(_)) => {
+            problems.push(format!(
+                "{path}: names both nodePool and nodePools; use one of them"
+            ));
+            return None;
+        }
+        (None, None) => {
+            problems.push(format!("{path}: names no pool: add nodePool or nodePools"));
+            return None;
+        }
+    };
+    if pools.is_empty() {
+        problems.push(format!("{path}.{field}: must not be empty"));
+    }
+    for (i, pool) in pools.iter().enumerate() {
+        let at = match field {
+            "nodePools" => format!("{path}.{field}[{i}]"),
+            _ => format!("{path}.{field}"),
+        };
+        if pool.is_empty() {
+            problems.push(format!("{at}: must not be empty"));
+            continue;
+        }
+        let errors = label_value_errors(pool);
         if !errors.is_empty() {
             problems.push(format!(
-                "{path}.nodePool: {:?} cannot be a pool label value: {}",
-                entry.node_pool,
+                "{at}: {pool:?} cannot be a pool label value: {}",
                 errors.join("; ")
             ));
         }
     }
-    problems
+    PoolSet::new(pools.into_iter().cloned())
+}
+
+/// The value of label `key` on `namespace` among `choices`; `None` without
+/// the label.
+fn label_choice<T: Copy>(
+    namespace: &Namespace,
+    key: &str,
+    choices: impl Iterator<Item = T>,
+    name: impl Fn(T) -> &'static str,
+) -> Result<Option<T>, String> {
+    let Some(value) = namespace.labels.get(key) else {
+        return Ok(None);
+    };
+    let choices: Vec<T> = choices.collect();
+    match choices.iter().find(|choice| name(**choice) == value) {
+        Some(choice) => Ok(Some(*choice)),
+        None => {
+            let names: Vec<&str> = choices.into_iter().map(name).collect();
+            Err(format!(
+                "label {key}={value:?} is not one of {}",
+                names.join(", ")
+            ))
+        }
+    }
+}
+
+fn conflict_message(namespace: &str, config_map: &Binding, label: &Binding) -> String {
+    format!(
+        "namespace {namespace:?} is bound by the policy ConfigMap to {} (mode {}, constraints {}), \
+         which applies; its labels would bind it to {} (mode {}, constraints {})",
+        config_map.pools,
+        config_map.mode,
+        config_map.constraints,
+        label.pools,
+        label.mode,
+        label.constraints
+    )
 }
 
 /// The tolerations of `entries`, empty strings read as absent; every broken

@@ -82,7 +82,12 @@ fn run(kubeconfig: Option<&Path>, config: Option<&Path>) -> Result<Round, AuditC
         .map_err(AuditCommandError::Runtime)?;
     runtime.block_on(async {
         let client = crate::controller::client(kubeconfig).await?;
-        let index = cluster_index(&client, &config.placement.pool_label, &settings.policy).await?;
+        let index = cluster_index(
+            &client,
+            &config.placement.pool_label,
+            settings.policy.source(),
+        )
+        .await?;
         let round = audit_round(&KubePods::new(client), &index, &settings, &HashSet::new()).await?;
         Ok(round)
     })

@@ -29,6 +29,7 @@ use poolkeeper_config::Config;
 use poolkeeper_executor::{ClassWriter, Executor, ExecutorSettings, KubeClassWriter};
 use poolkeeper_health::{AdminServer, AdminSettings, EventMetrics, ObjectCounts};
 use poolkeeper_index::Index;
+use poolkeeper_placement::PolicyCache;
 use poolkeeper_reconciler::{Reconciler, ReconcilerSettings};
 use poolkeeper_recorder::{EventRecorder, RecorderSettings};
 use poolkeeper_selectors::{SelectorSettings, WebhookSelectors};
@@ -127,6 +128,9 @@ struct Wiring<'a> {
     client: Client,
     bus: Bus,
     index: Arc<Index>,
+    /// The one placement policy cache of the process: the webhook, the
+    /// webhook selectors and the audit parse each policy generation once.
+    policy: PolicyCache,
     registry: Registry,
 }
 
@@ -150,6 +154,7 @@ impl Controller {
             config,
             client,
             index: Arc::new(Index::new(&config.placement.pool_label)),
+            policy: PolicyCache::from(&config.placement),
             registry: Registry::with_prefix("poolkeeper"),
             bus: bus.clone(),
         };
@@ -240,11 +245,11 @@ impl Wiring<'_> {
         if !self.config.webhook.enabled {
             return Ok(None);
         }
-        let mut server = WebhookServer::new(
-            WebhookSettings::from(self.config),
-            self.index.clone(),
-            &self.bus,
-        );
+        let settings = WebhookSettings {
+            policy: self.policy.clone(),
+            ..WebhookSettings::from(self.config)
+        };
+        let mut server = WebhookServer::new(settings, self.index.clone(), &self.bus);
         let addr = server.bind()?;
         Ok(Some((server, addr)))
     }
@@ -269,8 +274,14 @@ impl Wiring<'_> {
         let reconciler = ReconcilerSettings::from(config);
         let executor = ExecutorSettings::from(config);
         let recorder = RecorderSettings::from(config);
-        let audit_settings = AuditSettings::from(config);
-        let selector_settings = SelectorSettings::from(config);
+        let audit_settings = AuditSettings {
+            policy: self.policy.clone(),
+            ..AuditSettings::from(config)
+        };
+        let selector_settings = SelectorSettings {
+            policy: self.policy.clone(),
+            ..SelectorSettings::from(config)
+        };
         let (bus, index, client) = (self.bus.clone(), self.index.clone(), self.client.clone());
         let factory = {
             let bus = bus.clone();

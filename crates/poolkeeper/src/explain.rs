@@ -253,12 +253,16 @@ fn binding(out: &mut String, explained: &Explanation) {
         return;
     };
     let pool = if binding.pool_exists {
-        format!(
+        let mut pool = format!(
             "{} ({}, {})",
             binding.pool,
             binding.pool_type.unwrap_or("?"),
             count_nodes(binding.pool_nodes)
-        )
+        );
+        if !binding.missing_pools.is_empty() {
+            let _ = write!(pool, "; missing: {}", binding.missing_pools.join(", "));
+        }
+        pool
     } else {
         format!(
             "{} (does not exist: the pod is not restricted)",
@@ -269,6 +273,7 @@ fn binding(out: &mut String, explained: &Explanation) {
     let by = match binding.source {
         BindingSource::PodLabel => format!("the pod's label {}", binding.by),
         BindingSource::Namespace => format!("the binding of namespace {}", binding.by),
+        BindingSource::NamespaceLabel => format!("the labels of namespace {}", binding.by),
     };
     field(out, "Bound by", &by);
     field(out, "Mode", binding.mode.as_str());

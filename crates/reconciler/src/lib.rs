@@ -35,9 +35,20 @@ impl From<&Config> for ReconcilerSettings {
         Self {
             debounce_interval: config.reconciler.debounce_interval,
             max_delay: config.reconciler.max_delay,
-            kinds: vec![ResourceKind::MachineClass, ResourceKind::Machine],
+            kinds: debounced_kinds(config),
         }
     }
+}
+
+/// MachineClasses and Machines, and the Secrets they may reference when
+/// `machineClasses.protectSecrets` is on (a Secret created after the class
+/// that names it, or a finalizer someone removed, needs a pass).
+fn debounced_kinds(config: &Config) -> Vec<ResourceKind> {
+    let mut kinds = vec![ResourceKind::MachineClass, ResourceKind::Machine];
+    if config.machine_classes.protect_secrets {
+        kinds.push(ResourceKind::Secret);
+    }
+    kinds
 }
 
 /// The debouncer component.
@@ -160,3 +171,8 @@ impl Component for Reconciler {
 
 #[cfg(test)]
 mod tests;
+
+/// The code of this crate's README, compiled (and run where it can be) as doctests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

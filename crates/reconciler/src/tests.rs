@@ -150,6 +150,21 @@ async fn changes_of_other_kinds_do_not_trigger() {
     h.stop().await;
 }
 
+#[test]
+fn secrets_trigger_while_they_are_protected() {
+    let mut config = Config::default();
+    assert!(
+        ReconcilerSettings::from(&config)
+            .kinds
+            .contains(&ResourceKind::Secret)
+    );
+    config.machine_classes.protect_secrets = false;
+    assert_eq!(
+        ReconcilerSettings::from(&config).kinds,
+        [ResourceKind::MachineClass, ResourceKind::Machine]
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn shutdown_mid_timer_ends_cleanly_without_a_trigger() {
     let h = Harness::start(1024);

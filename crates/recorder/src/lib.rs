@@ -7,7 +7,8 @@
 //!   `MachineClassReconciled` whose finalizer was added or removed calls for
 //!   a Normal Event, one that failed for a Warning; every other outcome
 //!   (settled, unused, gone, conflict) for none, so periodic passes write
-//!   nothing.
+//!   nothing. A `SecretReconciled` maps the same way onto an Event on the
+//!   Secret ([`secret_notice`], naming the classes that reference it).
 //! - [`EventRecorder`] is the leader-only
 //!   [`poolkeeper_supervisor::Component`] `event-recorder`: it reads the bus,
 //!   queues the Events it calls for, and writes them one at a time through
@@ -21,6 +22,7 @@ mod error;
 mod notice;
 mod queue;
 mod recorder;
+mod secret_notice;
 mod settings;
 mod writer;
 
@@ -30,4 +32,10 @@ pub use notice::{
     class_reference, notices_for,
 };
 pub use recorder::{EventRecorder, REPORTING_CONTROLLER};
+pub use secret_notice::{Referrers, secret_notice, secret_reference};
 pub use settings::RecorderSettings;
+
+/// The code of this crate's README, compiled (and run where it can be) as doctests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

@@ -6,8 +6,11 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Resource;
 use kube::runtime::events::{Event as KubeEvent, EventType};
 use poolkeeper_api::MachineClass;
-use poolkeeper_bus::{AuditViolation, ClassOutcome, Event, ObjectKey};
+use poolkeeper_bus::{
+    AuditViolation, BindingRejection, ClassOutcome, Event, ObjectKey, RejectedBinding,
+};
 
+use crate::secret_notice::{Referrers, secret_notice, secret_reference};
 use crate::settings::RecorderSettings;
 
 /// The API server's limit on an Event's `note`, in bytes.
@@ -95,9 +98,10 @@ pub fn class_notice(
     }
 }
 
-/// The objects and Events a bus event calls for: a MachineClass whose
-/// finalizer changed or whose reconciliation failed, each violation the
-/// audit found for the first time.
+/// The objects and Events a bus event calls for: a MachineClass or Secret
+/// whose finalizer changed or whose reconciliation failed, each violation the
+/// audit found for the first time, each Namespace label binding newly
+/// rejected.
 pub fn notices_for(event: &Event, settings: &RecorderSettings) -> Vec<(ObjectReference, Notice)> {
     match event {
         Event::MachineClassReconciled {
@@ -110,13 +114,64 @@ pub fn notices_for(event: &Event, settings: &RecorderSettings) -> Vec<(ObjectRef
             .map(|notice| (class_reference(key, uid.clone()), notice))
             .into_iter()
             .collect(),
+        Event::SecretReconciled {
+            key,
+            uid,
+            classes,
+            named,
+            outcome,
+            requeue_after,
+            ..
+        } => {
+            let referrers = Referrers {
+                count: *classes,
+                named,
+            };
+            secret_notice(*outcome, referrers, *requeue_after, settings)
+                .map(|notice| (secret_reference(key, uid.clone()), notice))
+                .into_iter()
+                .collect()
+        }
         Event::AuditCompleted { violations, .. } => violations
             .iter()
             .filter(|violation| violation.first_found)
             .map(|violation| (audit_reference(violation), audit_notice(violation)))
             .collect(),
+        Event::BindingsRejected { rejected } => rejected
+            .iter()
+            .filter(|rejected| rejected.first_found)
+            .map(|rejected| (namespace_reference(rejected), binding_notice(rejected)))
+            .collect(),
         _ => Vec::new(),
     }
+}
+
+/// The Namespace whose labels were rejected; its Event is written in the
+/// Namespace itself, where `kubectl describe namespace` finds it.
+pub fn namespace_reference(rejected: &RejectedBinding) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".to_owned()),
+        kind: Some("Namespace".to_owned()),
+        namespace: Some(rejected.namespace.clone()),
+        name: Some(rejected.namespace.clone()),
+        uid: Some(rejected.uid.clone()).filter(|uid| !uid.is_empty()),
+        field_path: None,
+        resource_version: None,
+    }
+}
+
+/// The Warning for a rejected label binding: why it takes no effect.
+pub fn binding_notice(rejected: &RejectedBinding) -> Notice {
+    let reason = match rejected.reason {
+        BindingRejection::Conflict => "BindingConflict",
+        BindingRejection::Excluded => "BindingExcluded",
+        BindingRejection::Invalid => "BindingInvalid",
+    };
+    Notice::warning(
+        reason,
+        "Bind",
+        format!("The namespace's labels bind nothing: {}", rejected.message),
+    )
 }
 
 /// The Event action of the audit's Warnings.
@@ -282,6 +337,55 @@ mod tests {
             failed.note.ends_with("retrying every 5s"),
             "{}",
             failed.note
+        );
+    }
+
+    #[test]
+    fn newly_rejected_label_bindings_get_a_warning_on_their_namespace() {
+        let rejected = |namespace: &str, reason, first_found| RejectedBinding {
+            namespace: namespace.to_owned(),
+            uid: format!("uid-{namespace}"),
+            reason,
+            message: format!("{namespace} is wrong"),
+            first_found,
+        };
+        let event = Event::BindingsRejected {
+            rejected: vec![
+                rejected("shop", BindingRejection::Conflict, true),
+                rejected("kube-system", BindingRejection::Excluded, true),
+                rejected("web", BindingRejection::Invalid, false),
+            ],
+        };
+        let notices: Vec<(String, String, &str, String)> = notices_for(&event, &settings())
+            .into_iter()
+            .map(|(reference, notice)| {
+                assert_eq!(reference.kind.as_deref(), Some("Namespace"));
+                assert_eq!(reference.namespace, reference.name);
+                assert_eq!(notice.type_, EventType::Warning);
+                (
+                    reference.name.unwrap(),
+                    reference.uid.unwrap(),
+                    notice.reason,
+                    notice.note,
+                )
+            })
+            .collect();
+        assert_eq!(
+            notices,
+            [
+                (
+                    "shop".to_owned(),
+                    "uid-shop".to_owned(),
+                    "BindingConflict",
+                    "The namespace's labels bind nothing: shop is wrong".to_owned()
+                ),
+                (
+                    "kube-system".to_owned(),
+                    "uid-kube-system".to_owned(),
+                    "BindingExcluded",
+                    "The namespace's labels bind nothing: kube-system is wrong".to_owned()
+                ),
+            ]
         );
     }
 

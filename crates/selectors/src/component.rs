@@ -11,9 +11,12 @@ use k8s_openapi::api::admissionregistration::v1::{
 };
 use kube::Client;
 use kube::runtime::watcher;
-use poolkeeper_bus::{Bus, Delivery, Event, ResourceKind, Subscription};
+use std::collections::BTreeSet;
+
+use poolkeeper_bus::{
+    BindingRejection, Bus, Delivery, Event, RejectedBinding, ResourceKind, Subscription,
+};
 use poolkeeper_index::Index;
-use poolkeeper_placement::PlacementPolicy;
 use poolkeeper_supervisor::{BoxError, Component, Context, error_chain};
 use tokio::time::Instant;
 
@@ -29,8 +32,12 @@ type Changes = Pin<Box<dyn Stream<Item = (ConfigurationKind, Result<(), watcher:
 pub struct WebhookSelectors {
     client: Client,
     index: Arc<Index>,
+    bus: Bus,
     subscription: Subscription,
     settings: SelectorSettings,
+    /// The label bindings rejected when `BindingsRejected` was last
+    /// published.
+    rejected: BTreeSet<(String, BindingRejection)>,
 }
 
 impl std::fmt::Debug for WebhookSelectors {
@@ -50,8 +57,10 @@ impl WebhookSelectors {
         Self {
             client,
             index,
+            bus: bus.clone(),
             subscription: bus.subscribe(Self::NAME),
             settings,
+            rejected: BTreeSet::new(),
         }
     }
 
@@ -64,6 +73,7 @@ impl WebhookSelectors {
             if schedule.is_due(Instant::now()) {
                 schedule.start();
                 let _busy = ctx.busy("updating the webhook selectors");
+                self.report_rejections();
                 let result = tokio::select! {
                     biased;
                     () = ctx.cancelled() => break,
@@ -109,22 +119,68 @@ impl WebhookSelectors {
         Box::pin(futures::stream::select(mutating, validating))
     }
 
-    /// A change of the placement ConfigMap, or possibly one (the bus lagged).
+    /// A change of the placement ConfigMap or of a labelled Namespace, or
+    /// possibly one (the bus lagged).
     fn concerns_bindings(&self, delivery: &Delivery) -> bool {
         match delivery {
             Delivery::Lagged(_) => true,
-            Delivery::Event(envelope) => matches!(
-                &envelope.event,
-                Event::ResourceChanged { kind: ResourceKind::ConfigMap, key, .. }
-                    if *key == self.settings.policy.config_map_key()
-            ),
+            Delivery::Event(envelope) => match &envelope.event {
+                Event::ResourceChanged {
+                    kind: ResourceKind::ConfigMap,
+                    key,
+                    ..
+                } => *key == self.settings.policy.source().config_map_key(),
+                Event::ResourceChanged {
+                    kind: ResourceKind::Namespace,
+                    ..
+                } => true,
+                _ => false,
+            },
         }
+    }
+
+    /// Publishes `BindingsRejected` when the label bindings that take no
+    /// effect changed, and logs the ones newly rejected.
+    fn report_rejections(&mut self) {
+        let policy = self.settings.policy.get(&self.index.placement());
+        let Ok(policy) = policy.as_ref() else {
+            return;
+        };
+        let now: BTreeSet<(String, BindingRejection)> = policy
+            .rejected_bindings()
+            .iter()
+            .map(|r| (r.namespace.clone(), r.reason))
+            .collect();
+        if now == self.rejected {
+            return;
+        }
+        let rejected: Vec<RejectedBinding> = policy
+            .rejected_bindings()
+            .iter()
+            .map(|r| RejectedBinding {
+                first_found: !self.rejected.contains(&(r.namespace.clone(), r.reason)),
+                ..r.clone()
+            })
+            .collect();
+        for binding in rejected.iter().filter(|r| r.first_found) {
+            tracing::warn!(
+                namespace = %binding.namespace,
+                reason = binding.reason.as_str(),
+                message = %binding.message,
+                "a namespace's label binding takes no effect"
+            );
+        }
+        self.rejected = now;
+        self.bus.publish(Event::BindingsRejected { rejected });
     }
 
     /// The selectors the current bindings call for.
     fn desired(&self) -> Result<DesiredSelectors, SelectorError> {
-        let policy = PlacementPolicy::load(&self.index.placement(), &self.settings.policy)
-            .map_err(SelectorError::Policy)?;
+        let policy = self.settings.policy.get(&self.index.placement());
+        let policy = policy
+            .as_ref()
+            .as_ref()
+            .map_err(|error| SelectorError::Policy(error.to_string()))?;
         let desired = desired_selectors(
             policy.bindings().map(|(namespace, _)| namespace),
             &self.settings.pool_label,

@@ -1,15 +1,14 @@
 use std::time::Duration;
 
-use poolkeeper_placement::PlacementError;
-
 use crate::settings::ConfigurationKind;
 
 /// Why the selectors of a configuration could not be brought in step.
 /// Logged and retried (or waited out), never fatal.
 #[derive(Debug, thiserror::Error)]
 pub enum SelectorError {
+    /// The policy's own error, as the shared policy cache holds it.
     #[error("the placement policy is invalid, the webhook selectors are left as they are: {0}")]
-    Policy(#[source] PlacementError),
+    Policy(String),
     #[error("{} {name} does not exist", kind.as_str())]
     ConfigurationMissing {
         kind: ConfigurationKind,

@@ -43,3 +43,8 @@ pub use settings::{
     ConfigurationKind, KUBE_SYSTEM, MUTATE_BOUND_NAMESPACES, MUTATE_POOL_LABELLED,
     ManagedConfiguration, SelectorSettings, VALIDATE_BOUND_NAMESPACES, VALIDATE_POOL_LABELLED,
 };
+
+/// The code of this crate's README, compiled (and run where it can be) as doctests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

@@ -1,7 +1,7 @@
 use std::time::Duration;
 
 use poolkeeper_config::Config;
-use poolkeeper_placement::PolicySource;
+use poolkeeper_placement::PolicyCache;
 
 /// Name of the webhook entry, in each configuration, for the Pods of bound
 /// namespaces (`deploy/webhooks`).
@@ -55,8 +55,10 @@ pub struct SelectorSettings {
     /// Namespaces no webhook entry ever matches: `kube-system` and
     /// poolkeeper's own (`leaderElection.leaseNamespace`).
     pub excluded_namespaces: Vec<String>,
-    /// Where the bindings are read from (`placement.policyConfigMap`).
-    pub policy: PolicySource,
+    /// The bindings (`placement.*`: the policy ConfigMap and the labelled
+    /// Namespaces), parsed once per policy generation and shared with the
+    /// other readers given the same cache.
+    pub policy: PolicyCache,
     /// Longest one read or patch of a configuration may take
     /// (`webhookSelectors.requestTimeout`).
     pub request_timeout: Duration,
@@ -91,7 +93,7 @@ impl From<&Config> for SelectorSettings {
                 KUBE_SYSTEM.to_owned(),
                 config.leader_election.lease_namespace.clone(),
             ],
-            policy: PolicySource::from(&config.placement),
+            policy: PolicyCache::from(&config.placement),
             request_timeout: config.webhook_selectors.request_timeout,
             retry_initial: config.webhook_selectors.retry_initial,
             retry_max: config.webhook_selectors.retry_max,
@@ -140,14 +142,14 @@ mod tests {
                 },
                 pool_label: "example.com/pool".to_owned(),
                 excluded_namespaces: vec!["kube-system".to_owned(), "pk-system".to_owned()],
-                policy: PolicySource::from(&config.placement),
+                policy: PolicyCache::from(&config.placement),
                 request_timeout: Duration::from_secs(7),
                 retry_initial: Duration::from_millis(50),
                 retry_max: Duration::from_secs(3),
             }
         );
-        assert_eq!(settings.policy.namespace, "pk-config");
-        assert_eq!(settings.policy.name, "bindings");
+        assert_eq!(settings.policy.source().namespace, "pk-config");
+        assert_eq!(settings.policy.source().name, "bindings");
     }
 
     #[test]

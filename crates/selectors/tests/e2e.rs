@@ -110,7 +110,7 @@ impl Setup {
     }
 
     fn set_policy(&self, policy: &str) {
-        let source = &self.settings.policy;
+        let source = self.settings.policy.source();
         let config_map: ConfigMap = serde_json::from_value(json!({
             "metadata": {"namespace": source.namespace, "name": source.name},
             "data": {source.key.clone(): policy},

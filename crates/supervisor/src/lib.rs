@@ -25,3 +25,8 @@ pub use supervisor::{SHUTDOWN_CHECK, StageBuilder, Supervisor, SupervisorSetting
 
 #[cfg(test)]
 mod tests;
+
+/// The code of this crate's README, compiled (and run where it can be) as doctests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

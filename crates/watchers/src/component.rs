@@ -40,6 +40,8 @@ fn component_name(kind: ResourceKind) -> &'static str {
         ResourceKind::NodePool => "node-pool-watcher",
         ResourceKind::Node => "node-watcher",
         ResourceKind::ConfigMap => "config-map-watcher",
+        ResourceKind::Secret => "secret-watcher",
+        ResourceKind::Namespace => "namespace-watcher",
     }
 }
 
@@ -96,6 +98,16 @@ where
         Self {
             api: Api::all(client),
             config: watcher::Config::default().page_size(page_size),
+            shared,
+        }
+    }
+
+    /// Watches the objects of the cluster-scoped `K` that carry the label
+    /// `key`; one that loses it leaves the watch as a delete.
+    pub(crate) fn labelled(client: Client, key: &str, page_size: u32, shared: Shared) -> Self {
+        Self {
+            api: Api::all(client),
+            config: watcher::Config::default().labels(key).page_size(page_size),
             shared,
         }
     }
@@ -224,8 +236,6 @@ fn apply<K: Watched>(
     let events = book.apply(&shared.index, event);
     let just_synced = !was_synced && book.is_synced();
     if just_synced {
-        // Before ResourceSynced goes out, so the tracker never sees the
-        // event without the state.
         shared.synced.insert(kind);
     }
     for event in events {

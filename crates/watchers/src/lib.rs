@@ -2,12 +2,13 @@
 //!
 //! One watcher [`Component`] per enabled kind (MachineClass and Machine in
 //! the configured namespace, NodePool and Node cluster-wide, the placement
-//! ConfigMap) writes each object into the index through
+//! ConfigMap, the Namespaces carrying the namespace pool label) writes each object into the index through
 //! [`IndexResource`](poolkeeper_index::IndexResource) and publishes
 //! `ResourceChanged` only when the projection changed. After its first
-//! complete list a watcher publishes `ResourceSynced`; the sync tracker
-//! publishes `IndexSynchronized` once every enabled kind has synced and is
-//! the `index` readiness check until then.
+//! complete list a watcher records its kind in the set it shares with the
+//! sync tracker and publishes `ResourceSynced`; the tracker publishes
+//! `IndexSynchronized` once every enabled kind has synced and is the `index`
+//! readiness check until then.
 //!
 //! Watch failures never stop a watcher: a 410 relists at once, other errors
 //! back off (capped, jittered, ended early once the API server is seen coming
@@ -23,8 +24,9 @@ mod sync;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Node};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Secret};
 use kube::Client;
+use kube::core::PartialObjectMeta;
 use poolkeeper_api::{Machine, MachineClass, NodePool};
 use poolkeeper_bus::{Bus, ResourceKind};
 use poolkeeper_config::Config;
@@ -39,8 +41,10 @@ use sync::{SyncTracker, SyncedKinds};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WatcherSettings {
     /// The kinds to watch: MachineClass and Machine when
-    /// `machineClasses.enabled`, NodePool, Node and the placement ConfigMap
-    /// when `placement.enabled`.
+    /// `machineClasses.enabled` (and the metadata of Secrets when
+    /// `machineClasses.protectSecrets` too), NodePool, Node and the
+    /// placement ConfigMap when `placement.enabled` (and the labelled
+    /// Namespaces when `placement.namespaceLabels.enabled` too).
     pub kinds: BTreeSet<ResourceKind>,
     /// `namespace`: where MachineClasses and Machines live.
     pub namespace: String,
@@ -50,6 +54,9 @@ pub struct WatcherSettings {
     pub config_map_namespace: String,
     /// `placement.policyConfigMap.name`: the one ConfigMap watched.
     pub config_map_name: String,
+    /// `placement.namespaceLabels.pool`: the label a watched Namespace
+    /// carries.
+    pub namespace_pool_label: String,
 }
 
 impl From<&Config> for WatcherSettings {
@@ -57,6 +64,9 @@ impl From<&Config> for WatcherSettings {
         let mut kinds = BTreeSet::new();
         if config.machine_classes.enabled {
             kinds.extend([ResourceKind::MachineClass, ResourceKind::Machine]);
+            if config.machine_classes.protect_secrets {
+                kinds.insert(ResourceKind::Secret);
+            }
         }
         if config.placement.enabled {
             kinds.extend([
@@ -64,6 +74,9 @@ impl From<&Config> for WatcherSettings {
                 ResourceKind::Node,
                 ResourceKind::ConfigMap,
             ]);
+            if config.placement.namespace_labels.enabled {
+                kinds.insert(ResourceKind::Namespace);
+            }
         }
         let config_map = &config.placement.policy_config_map;
         Self {
@@ -72,6 +85,7 @@ impl From<&Config> for WatcherSettings {
             page_size: config.watchers.page_size,
             config_map_namespace: config_map.namespace.clone(),
             config_map_name: config_map.name.clone(),
+            namespace_pool_label: config.placement.namespace_labels.pool.clone(),
         }
     }
 }
@@ -149,6 +163,17 @@ fn watcher(
             &settings.config_map_name,
             shared,
         )),
+        // `Api<PartialObjectMeta<_>>` lists and watches metadata only: the API
+        // server never sends a Secret's data (see `poolkeeper_index::Secret`).
+        ResourceKind::Secret => Box::new(KindWatcher::<PartialObjectMeta<Secret>>::namespaced(
+            client, namespace, page_size, shared,
+        )),
+        ResourceKind::Namespace => Box::new(KindWatcher::<Namespace>::labelled(
+            client,
+            &settings.namespace_pool_label,
+            page_size,
+            shared,
+        )),
     }
 }
 
@@ -183,6 +208,8 @@ mod tests {
                     "node-pool-watcher",
                     "node-watcher",
                     "config-map-watcher",
+                    "secret-watcher",
+                    "namespace-watcher",
                     "index-sync-tracker",
                 ],
             ),
@@ -192,6 +219,7 @@ mod tests {
                 vec![
                     "machine-class-watcher",
                     "machine-watcher",
+                    "secret-watcher",
                     "index-sync-tracker",
                 ],
             ),
@@ -202,6 +230,7 @@ mod tests {
                     "node-pool-watcher",
                     "node-watcher",
                     "config-map-watcher",
+                    "namespace-watcher",
                     "index-sync-tracker",
                 ],
             ),
@@ -222,10 +251,32 @@ mod tests {
         }
     }
 
+    #[tokio::test]
+    async fn secrets_are_watched_only_while_protected() {
+        let mut config = Config::default();
+        config.machine_classes.protect_secrets = false;
+        let settings = WatcherSettings::from(&config);
+        assert!(!settings.kinds.contains(&ResourceKind::Secret));
+        let index = Arc::new(Index::new(&config.placement.pool_label));
+        let watchers = Watchers::new(client(), &Bus::default(), index, &settings);
+        assert!(!names(watchers).contains(&"secret-watcher"));
+    }
+
+    #[tokio::test]
+    async fn namespaces_are_watched_only_while_they_may_bind() {
+        let mut config = Config::default();
+        config.placement.namespace_labels.enabled = false;
+        let settings = WatcherSettings::from(&config);
+        assert!(!settings.kinds.contains(&ResourceKind::Namespace));
+        let index = Arc::new(Index::new(&config.placement.pool_label));
+        let watchers = Watchers::new(client(), &Bus::default(), index, &settings);
+        assert!(!names(watchers).contains(&"namespace-watcher"));
+    }
+
     #[test]
     fn settings_come_from_the_config() {
         let config = Config::from_yaml_str(
-            "namespace: machines\nwatchers: {pageSize: 50}\nplacement:\n  policyConfigMap: {namespace: ops, name: placement}\n",
+            "namespace: machines\nwatchers: {pageSize: 50}\nplacement:\n  policyConfigMap: {namespace: ops, name: placement}\n  namespaceLabels: {pool: example.com/pool}\n",
         )
         .expect("valid config");
         let settings = WatcherSettings::from(&config);
@@ -237,6 +288,7 @@ mod tests {
                 page_size: 50,
                 config_map_namespace: "ops".to_owned(),
                 config_map_name: "placement".to_owned(),
+                namespace_pool_label: "example.com/pool".to_owned(),
             }
         );
     }
@@ -248,6 +300,14 @@ mod tests {
         let components =
             Watchers::new(client(), &Bus::default(), index, &settings).into_components();
         let checks: Vec<Option<&str>> = components.iter().map(|c| c.readiness_check()).collect();
-        assert_eq!(checks, [None, None, None, None, None, Some("index")]);
+        let (watchers, tracker) = checks.split_at(checks.len() - 1);
+        assert_eq!(watchers.len(), ResourceKind::iter().count());
+        assert!(watchers.iter().all(Option::is_none), "{checks:?}");
+        assert_eq!(tracker, [Some("index")]);
     }
 }
+
+/// The code of this crate's README, compiled (and run where it can be) as doctests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

@@ -1,94 +1,81 @@
 //! Publishes `IndexSynchronized` once every watched kind has synced, and is
-//! the `index` readiness check until then.
+//! the `index` readiness check until then. The watchers record their first
+//! complete list in one shared set; the tracker waits on that set, not on
+//! the bus, so there is one record of what synced and no lag to recover
+//! from.
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use parking_lot::Mutex;
-use poolkeeper_bus::{Bus, Delivery, Event, ResourceKind, Subscription};
+use poolkeeper_bus::{Bus, Event, ResourceKind};
 use poolkeeper_supervisor::{BoxError, Component, Context};
+use tokio::sync::watch;
 
 /// The `/readyz` check the tracker's readiness appears as.
 const INDEX_CHECK: &str = "index";
 
-/// The kinds whose first list is complete, shared by the watchers and the
-/// tracker so that a lagging tracker subscription loses nothing.
-#[derive(Clone, Debug, Default)]
+/// The kinds whose first list is complete, written by the watchers and
+/// awaited by the tracker.
+#[derive(Clone, Debug)]
 pub(crate) struct SyncedKinds {
-    inner: Arc<Mutex<BTreeSet<ResourceKind>>>,
+    sender: watch::Sender<BTreeSet<ResourceKind>>,
+}
+
+impl Default for SyncedKinds {
+    fn default() -> Self {
+        Self {
+            sender: watch::Sender::new(BTreeSet::new()),
+        }
+    }
 }
 
 impl SyncedKinds {
     pub(crate) fn insert(&self, kind: ResourceKind) {
-        self.inner.lock().insert(kind);
+        self.sender.send_if_modified(|synced| synced.insert(kind));
     }
 
     #[cfg(test)]
     pub(crate) fn contains_all(&self, kinds: &BTreeSet<ResourceKind>) -> bool {
-        let synced = self.inner.lock();
-        kinds.iter().all(|kind| synced.contains(kind))
-    }
-
-    /// The kinds of `expected` not synced yet, in order.
-    fn missing(&self, expected: &BTreeSet<ResourceKind>) -> Vec<ResourceKind> {
-        let synced = self.inner.lock();
-        expected.difference(&synced).copied().collect()
+        kinds.is_subset(&self.sender.borrow())
     }
 }
 
-/// Waits for `ResourceSynced` of every expected kind, then publishes
+/// The kinds of `expected` not in `synced`, in order.
+fn missing(expected: &BTreeSet<ResourceKind>, synced: &BTreeSet<ResourceKind>) -> Vec<ResourceKind> {
+    expected.difference(synced).copied().collect()
+}
+
+/// Waits until every expected kind has synced, then publishes
 /// `IndexSynchronized` once and reports ready.
 pub(crate) struct SyncTracker {
     bus: Bus,
-    subscription: Subscription,
     expected: BTreeSet<ResourceKind>,
     synced: SyncedKinds,
 }
 
 impl SyncTracker {
-    /// Subscribes to `bus`: build it before the bus starts.
     pub(crate) fn new(bus: &Bus, expected: BTreeSet<ResourceKind>, synced: SyncedKinds) -> Self {
         Self {
             bus: bus.clone(),
-            subscription: bus.subscribe("index-sync-tracker"),
             expected,
             synced,
         }
     }
 
-    /// Until every expected kind has synced: `None` when cancelled (or the
-    /// bus is gone) first.
-    async fn wait_for_sync(&mut self, ctx: &Context) -> Option<()> {
-        let mut seen = BTreeSet::new();
+    /// Until every expected kind has synced: `None` when cancelled first.
+    async fn wait_for_sync(&self, ctx: &Context) -> Option<()> {
+        let mut synced = self.synced.sender.subscribe();
         loop {
-            // The shared set answers after a lag; the events answer when a
-            // watcher's insert and publish race the check.
-            let missing: Vec<ResourceKind> = self
-                .synced
-                .missing(&self.expected)
-                .into_iter()
-                .filter(|kind| !seen.contains(kind))
-                .collect();
+            let missing = missing(&self.expected, &synced.borrow_and_update());
             if missing.is_empty() {
                 return Some(());
             }
             ctx.waiting_for(waiting_reason(&missing));
-            let delivery = tokio::select! {
+            tokio::select! {
                 biased;
                 () = ctx.cancelled() => return None,
-                delivery = self.subscription.recv() => delivery,
-            };
-            match delivery {
-                Some(Delivery::Event(envelope)) => {
-                    if let Event::ResourceSynced { kind } = envelope.event {
-                        seen.insert(kind);
-                    }
-                }
-                // Missed events: the shared state has the answer.
-                Some(Delivery::Lagged(_)) => {}
-                // The bus is gone: the process is shutting down.
-                None => return None,
+                // The sender lives in `self.synced`: it cannot close first.
+                _ = synced.changed() => {}
             }
         }
     }
@@ -108,19 +95,11 @@ impl Component for SyncTracker {
         Some(INDEX_CHECK)
     }
 
-    fn run(mut self: Box<Self>, ctx: Context) -> BoxFuture<'static, Result<(), BoxError>> {
+    fn run(self: Box<Self>, ctx: Context) -> BoxFuture<'static, Result<(), BoxError>> {
         Box::pin(async move {
             if self.wait_for_sync(&ctx).await.is_some() {
-                let Self {
-                    bus,
-                    subscription,
-                    expected,
-                    ..
-                } = *self;
-                // Nothing more to read: a subscription left open would only lag.
-                drop(subscription);
-                tracing::info!(kinds = ?expected, "index synchronized");
-                bus.publish(Event::IndexSynchronized);
+                tracing::info!(kinds = ?self.expected, "index synchronized");
+                self.bus.publish(Event::IndexSynchronized);
                 ctx.mark_ready();
             }
             ctx.cancelled().await;
@@ -161,17 +140,16 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn publishes_once_every_kind_synced() {
         let bus = Bus::new(16);
+        let synced = SyncedKinds::default();
         let expected = [ResourceKind::Machine, ResourceKind::Node];
-        let (recorder, mut running) = start(&bus, &expected, &SyncedKinds::default());
+        let (recorder, mut running) = start(&bus, &expected, &synced);
         settle().await;
         assert_eq!(
             running.waiting_reason().as_deref(),
             Some("index not synchronized: waiting for Machine, Node")
         );
 
-        bus.publish(Event::ResourceSynced {
-            kind: ResourceKind::Node,
-        });
+        synced.insert(ResourceKind::Node);
         settle().await;
         assert_eq!(
             running.waiting_reason().as_deref(),
@@ -179,18 +157,14 @@ mod tests {
         );
         assert_eq!(synchronized(&recorder), 0);
 
-        bus.publish(Event::ResourceSynced {
-            kind: ResourceKind::Machine,
-        });
+        synced.insert(ResourceKind::Machine);
         running.wait_ready(Duration::from_secs(1)).await;
         recorder
             .wait_for(Duration::from_secs(1), |e| *e == Event::IndexSynchronized)
             .await;
 
         // A later relist does not publish again.
-        bus.publish(Event::ResourceSynced {
-            kind: ResourceKind::Machine,
-        });
+        synced.insert(ResourceKind::Machine);
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert_eq!(synchronized(&recorder), 1);
         assert!(running.stop().await.is_ok());
@@ -208,21 +182,11 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn lagged_tracker_uses_shared_state() {
+    async fn kinds_synced_before_the_tracker_runs_count() {
         let bus = Bus::new(2);
         let synced = SyncedKinds::default();
-        let (_recorder, mut running) = start(&bus, &[ResourceKind::Node], &synced);
-        settle().await;
-        assert!(!running.is_ready());
-        // The ResourceSynced is pushed out of the tracker's buffer before
-        // it runs again: it only learns that it lagged.
         synced.insert(ResourceKind::Node);
-        bus.publish(Event::ResourceSynced {
-            kind: ResourceKind::Node,
-        });
-        for _ in 0..4 {
-            bus.publish(Event::ShutdownRequested);
-        }
+        let (_recorder, mut running) = start(&bus, &[ResourceKind::Node], &synced);
         running.wait_ready(Duration::from_secs(1)).await;
         assert!(running.stop().await.is_ok());
     }

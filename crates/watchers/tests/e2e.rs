@@ -388,7 +388,7 @@ async fn watchers_follow_machines_and_nodes() {
     follow_nodes(&started, &index, &nodes).await;
 
     // The placement ConfigMap: a data change bumps the generation.
-    let generation = index.placement().config_maps_generation();
+    let generation = index.placement().policy_generation();
     let phase = started.phase();
     let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), "poolkeeper-system");
     let bound = Patch::Merge(
@@ -409,7 +409,7 @@ async fn watchers_follow_machines_and_nodes() {
             ),
         )
         .await;
-    assert!(index.placement().config_maps_generation() > generation);
+    assert!(index.placement().policy_generation() > generation);
 
     started.stop().await;
 }
@@ -677,5 +677,108 @@ async fn a_relist_after_compaction_reports_deletes_missed_while_cut_off() {
         "an unchanged Machine publishes nothing: {:#?}",
         cut.events()
     );
+    started.stop().await;
+}
+
+/// Secrets are indexed from their metadata: a finalizer change and a
+/// deletion are reported, a data write is not (only the kept resourceVersion
+/// moves); a class names the Secrets it references as related.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_are_followed_from_their_metadata() {
+    use k8s_openapi::api::core::v1::Secret;
+
+    let env = start_env().await;
+    let client = env.client();
+    let ns = "machine-system";
+    env.create_namespace(ns).await.expect("create namespace");
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "cloud"},
+        "stringData": {"token": "t0"},
+    }))
+    .expect("a Secret");
+    secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("create Secret");
+    let index = Arc::new(Index::new(POOL_LABEL));
+    let mut started = Started::new(
+        &client,
+        &index,
+        &WatcherSettings::from(&config(ns, false, "p")),
+    );
+    let cloud = ObjectKey::namespaced(ns, "cloud");
+    let listed = started.synchronized().await;
+    assert!(
+        listed
+            .iter()
+            .any(changed(ResourceKind::Secret, &cloud, Change::Created, true)),
+        "{listed:#?}"
+    );
+    let version = index
+        .secrets()
+        .secret(&cloud)
+        .unwrap()
+        .resource_version
+        .clone();
+
+    let phase = started.phase();
+    let rotate = Patch::Merge(json!({"stringData": {"token": "t1"}}));
+    secrets
+        .patch("cloud", &PatchParams::default(), &rotate)
+        .await
+        .expect("rotate the data");
+    let finalize = Patch::Merge(json!({"metadata": {"finalizers": ["example.com/keep"]}}));
+    secrets
+        .patch("cloud", &PatchParams::default(), &finalize)
+        .await
+        .expect("add a finalizer");
+    let updated = changed(ResourceKind::Secret, &cloud, Change::Updated, false);
+    phase.wait_for(WAIT, &updated).await;
+    assert_eq!(phase.count(&updated), 1, "the data write published nothing");
+    let indexed = index.secrets().secret(&cloud).cloned().unwrap();
+    assert_eq!(indexed.finalizers, ["example.com/keep"]);
+    assert_ne!(indexed.resource_version, version);
+
+    let classes: Api<MachineClass> = Api::namespaced(client.clone(), ns);
+    let mut class = machine_class("c1");
+    class.secret_ref = Some(k8s_openapi::api::core::v1::SecretReference {
+        name: Some("cloud".into()),
+        namespace: None,
+    });
+    classes
+        .create(&PostParams::default(), &class)
+        .await
+        .expect("create class");
+    let class_created = phase
+        .wait_for(
+            WAIT,
+            changed(
+                ResourceKind::MachineClass,
+                &ObjectKey::namespaced(ns, "c1"),
+                Change::Created,
+                false,
+            ),
+        )
+        .await;
+    assert_eq!(related(&class_created), std::slice::from_ref(&cloud));
+    assert_eq!(index.secrets().referrer_count(&cloud), 1);
+
+    let release = Patch::Merge(json!({"metadata": {"finalizers": null}}));
+    secrets
+        .patch("cloud", &PatchParams::default(), &release)
+        .await
+        .expect("release");
+    secrets
+        .delete("cloud", &DeleteParams::default())
+        .await
+        .expect("delete Secret");
+    phase
+        .wait_for(
+            WAIT,
+            changed(ResourceKind::Secret, &cloud, Change::Deleted, false),
+        )
+        .await;
+    assert!(index.secrets().secret(&cloud).is_none());
     started.stop().await;
 }

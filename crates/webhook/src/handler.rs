@@ -9,11 +9,10 @@ use http_body_util::Full;
 use hyper::body::Bytes;
 use poolkeeper_bus::{AdmissionResult, Bus, Event, Mode, WebhookKind};
 use poolkeeper_index::Index;
-use poolkeeper_placement::PolicySource;
+use poolkeeper_placement::PolicyCache;
 use tokio::time::Instant;
 
 use crate::error::WebhookError;
-use crate::policy::PolicyCache;
 use crate::review::{Reviewed, review};
 use crate::service::ResponseBody;
 
@@ -27,12 +26,8 @@ pub(crate) struct AppState {
 }
 
 impl AppState {
-    pub(crate) fn new(index: Arc<Index>, policy: PolicySource, bus: Bus) -> Self {
-        Self {
-            index,
-            policy: PolicyCache::new(policy),
-            bus,
-        }
+    pub(crate) fn new(index: Arc<Index>, policy: PolicyCache, bus: Bus) -> Self {
+        Self { index, policy, bus }
     }
 
     /// Decides the AdmissionReview in `body` and answers it; a body that is

@@ -12,7 +12,6 @@ mod component;
 mod connection;
 mod error;
 mod handler;
-mod policy;
 mod review;
 mod service;
 mod serving;
@@ -28,3 +27,8 @@ pub use tls::{CERT_FILE, KEY_FILE};
 
 #[cfg(test)]
 mod tests;
+
+/// The code of this crate's README, compiled (and run where it can be) as doctests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

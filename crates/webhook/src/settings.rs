@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use poolkeeper_config::Config;
-use poolkeeper_placement::PolicySource;
+use poolkeeper_placement::PolicyCache;
 
 /// Settings of the webhook server (`webhook.*` and
 /// `placement.policyConfigMap` in the configuration file). The
@@ -44,8 +44,9 @@ pub struct WebhookSettings {
     /// `webhook.maxConnections`: open connections, handshakes included;
     /// more wait in the listen backlog.
     pub max_connections: usize,
-    /// `placement.policyConfigMap`: where the placement policy lives.
-    pub policy: PolicySource,
+    /// The placement policy (`placement.*`), parsed once per policy
+    /// generation and shared with the other readers given the same cache.
+    pub policy: PolicyCache,
 }
 
 impl From<&Config> for WebhookSettings {
@@ -64,7 +65,7 @@ impl From<&Config> for WebhookSettings {
             body_read_timeout: config.webhook.body_read_timeout,
             idle_timeout: config.webhook.idle_timeout,
             max_connections: config.webhook.max_connections,
-            policy: PolicySource::from(&config.placement),
+            policy: PolicyCache::from(&config.placement),
         }
     }
 }

@@ -169,8 +169,8 @@ fn check_policy(enforce: &PlacementPolicy, warn: &PlacementPolicy) {
     assert_eq!(pairs.len(), warn.bindings().count());
     for ((namespace, binding), (warn_namespace, warn_binding)) in pairs {
         assert_eq!(namespace, warn_namespace);
-        assert_eq!(binding.pool, warn_binding.pool);
-        assert_eq!(enforce.pool_for_namespace(namespace), Some(&*binding.pool));
+        assert_eq!(binding.pools, warn_binding.pools);
+        assert_eq!(enforce.pools_for_namespace(namespace), Some(&binding.pools));
         assert_eq!(enforce.binding(namespace), Some(binding));
         assert_eq!(enforce.mode_for_namespace(namespace), binding.mode);
         // Only a binding without a mode of its own follows the default.

@@ -44,7 +44,7 @@ pub(crate) fn k8s_node(name: &str, pool: Option<&str>) -> Node {
 }
 
 pub(crate) fn policy_config_map(settings: &AuditSettings, yaml: &str) -> ConfigMap {
-    let source = &settings.policy;
+    let source = settings.policy.source();
     serde_json::from_value(json!({
         "metadata": {"name": source.name, "namespace": source.namespace},
         "data": {(source.key.clone()): yaml},

@@ -6,6 +6,7 @@ mod leadership;
 mod passes;
 mod protection;
 mod retries;
+mod secrets;
 
 use std::sync::Arc;
 use std::time::Duration;

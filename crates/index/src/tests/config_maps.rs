@@ -46,11 +46,7 @@ fn generation_bumps_on_every_change() {
                 IndexResource::<core::ConfigMap>::retain(&index, &key_set(&keep));
             }
         }
-        assert_eq!(
-            index.placement().config_maps_generation(),
-            generation,
-            "{what}"
-        );
+        assert_eq!(index.placement().policy_generation(), generation, "{what}");
     }
 }
 

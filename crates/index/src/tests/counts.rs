@@ -18,12 +18,15 @@ fn object_counts_list_every_kind() {
     index.apply(machine(NS, "m2", "c1"));
     IndexResource::<k8s_openapi::api::core::v1::Node>::delete(&index, &ObjectKey::cluster("n4"));
     index.apply(config_map("poolkeeper-system", "placement", &[]));
+    index.apply(super::secret_meta(NS, "cloud", &[]));
     let expected = [
         (ResourceKind::MachineClass, 1),
         (ResourceKind::Machine, 2),
         (ResourceKind::NodePool, 2),
         (ResourceKind::Node, 3),
         (ResourceKind::ConfigMap, 1),
+        (ResourceKind::Secret, 1),
+        (ResourceKind::Namespace, 0),
     ];
     assert_eq!(counts(&index), expected.into_iter().collect());
 }

@@ -4,9 +4,11 @@
 mod config_maps;
 mod counts;
 mod machines;
+mod namespaces;
 mod nodes;
 mod projection;
 mod reset;
+mod secrets;
 mod writes;
 
 use std::collections::{BTreeMap, HashSet};
@@ -73,6 +75,21 @@ pub(super) fn config_map(namespace: &str, name: &str, data: &[(&str, &str)]) -> 
     parse(json!({
         "metadata": {"name": name, "namespace": namespace},
         "data": label_map(data),
+    }))
+}
+
+/// The metadata of a Secret, as `metadata_watcher` delivers it.
+pub(super) fn secret_meta(
+    namespace: &str,
+    name: &str,
+    finalizers: &[&str],
+) -> kube::core::PartialObjectMeta<core::Secret> {
+    parse(json!({
+        "apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+        "metadata": {
+            "name": name, "namespace": namespace, "uid": format!("uid-{name}"),
+            "resourceVersion": "1", "finalizers": finalizers,
+        },
     }))
 }
 

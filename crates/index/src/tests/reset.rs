@@ -43,6 +43,10 @@ fn retain(index: &Index, kind: ResourceKind, keep: &HashSet<ObjectKey>) -> Vec<C
         ResourceKind::ConfigMap => IndexResource::<core::ConfigMap>::retain(index, keep),
         ResourceKind::MachineClass => IndexResource::<api::MachineClass>::retain(index, keep),
         ResourceKind::Machine => IndexResource::<api::Machine>::retain(index, keep),
+        ResourceKind::Secret => {
+            IndexResource::<kube::core::PartialObjectMeta<core::Secret>>::retain(index, keep)
+        }
+        ResourceKind::Namespace => IndexResource::<core::Namespace>::retain(index, keep),
     }
 }
 

@@ -10,6 +10,7 @@ mod mutate;
 mod objects;
 mod pod;
 mod policy;
+mod pool_sets;
 mod properties;
 mod tolerations;
 mod validate;
@@ -21,7 +22,7 @@ use poolkeeper_config::Config;
 use poolkeeper_index::{Index, IndexResource, Node, PoolType, Taint};
 use serde_json::{Value, json};
 
-use crate::{PlacementPolicy, PodPlacement, PolicySource};
+use crate::{PlacementPolicy, PodPlacement, PolicySource, PoolSet};
 
 /// OpenYurt's pool label, the default `placement.poolLabel`.
 pub(crate) const POOL: &str = "apps.openyurt.io/nodepool";
@@ -76,6 +77,11 @@ pub(crate) fn k8s_node_pool(name: &str, pool_type: PoolType) -> poolkeeper_api::
 /// Where the default configuration keeps the placement policy.
 pub(crate) fn policy_source() -> PolicySource {
     PolicySource::from(&Config::default().placement)
+}
+
+/// The pools `namespace` is bound to, joined by commas.
+pub(crate) fn pools_of(policy: &PlacementPolicy, namespace: &str) -> Option<String> {
+    policy.pools_for_namespace(namespace).map(PoolSet::joined)
 }
 
 /// The placement ConfigMap `source` names, holding `yaml` under its key.

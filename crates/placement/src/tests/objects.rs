@@ -2,7 +2,7 @@
 
 use poolkeeper_index::{PoolType, ResourceKind};
 
-use super::{POOL, policy_source, taint};
+use super::{POOL, policy_source, pools_of, taint};
 use crate::{
     OfflineObjects, PlacementError, PlacementPolicy, PolicySource, build_index_from_objects,
 };
@@ -120,7 +120,7 @@ fn reads_nodes_pools_and_the_policy() {
         "missing spec.type is Edge"
     );
     let policy = PlacementPolicy::load(&view, &policy_source()).unwrap();
-    assert_eq!(policy.pool_for_namespace("shop"), Some("hangzhou"));
+    assert_eq!(pools_of(&policy, "shop").as_deref(), Some("hangzhou"));
 }
 
 #[test]
@@ -229,6 +229,7 @@ fn custom_policy_location_and_pool_label() {
         default_mode: poolkeeper_config::Mode::Warn,
         default_constraints: poolkeeper_config::Constraints::Judge,
         excluded_namespaces: Default::default(),
+        namespace_labels: None,
     };
     let yaml = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: placement, namespace: ops}\ndata:\n  policy: 'bindings: [{namespace: a, nodePool: p}]'\n---\napiVersion: v1\nkind: Node\nmetadata: {name: node-1, labels: {example.com/pool: p}}\n";
     let objects = build_index_from_objects(yaml, "example.com/pool", &policy).unwrap();
@@ -236,7 +237,7 @@ fn custom_policy_location_and_pool_label() {
     assert_eq!(view.pool_label(), "example.com/pool");
     assert_eq!(view.nodes_in_pool("p").count(), 1);
     let loaded = PlacementPolicy::load(&view, &policy).unwrap();
-    assert_eq!(loaded.pool_for_namespace("a"), Some("p"));
+    assert_eq!(pools_of(&loaded, "a").as_deref(), Some("p"));
     // The source's default mode is the mode of a binding without one.
     assert_eq!(
         loaded.mode_for_namespace("a"),

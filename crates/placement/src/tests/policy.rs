@@ -6,6 +6,8 @@ use poolkeeper_index::IndexResource;
 
 use crate::{Mode, PlacementError, PlacementPolicy};
 
+use super::pools_of;
+
 fn problems(yaml: &str) -> Vec<String> {
     match PlacementPolicy::parse(yaml) {
         Err(PlacementError::PolicyInvalid { problems, .. }) => problems,
@@ -48,14 +50,17 @@ fn the_design_example() {
         "bindings:\n  - namespace: shop-hangzhou\n    nodePool: hangzhou\nedgeTolerations:\n  - {key: node-role.kubernetes.io/edge, operator: Exists, effect: NoSchedule}\n",
     )
     .unwrap();
-    assert_eq!(policy.pool_for_namespace("shop-hangzhou"), Some("hangzhou"));
-    assert_eq!(policy.pool_for_namespace("default"), None);
+    assert_eq!(
+        pools_of(&policy, "shop-hangzhou").as_deref(),
+        Some("hangzhou")
+    );
+    assert_eq!(pools_of(&policy, "default").as_deref(), None);
     assert_eq!(
         policy
             .bindings()
-            .map(|(ns, binding)| (ns, binding.pool.as_str(), binding.mode))
+            .map(|(ns, binding)| (ns, binding.pools.joined(), binding.mode))
             .collect::<Vec<_>>(),
-        [("shop-hangzhou", "hangzhou", Mode::Enforce)]
+        [("shop-hangzhou", "hangzhou".to_owned(), Mode::Enforce)]
     );
     let [toleration] = policy.edge_tolerations() else {
         panic!("one toleration expected");
@@ -75,8 +80,8 @@ fn several_namespaces_may_share_a_pool() {
         "bindings:\n- {namespace: a, nodePool: p}\n- {namespace: b, nodePool: p}\n",
     )
     .unwrap();
-    assert_eq!(policy.pool_for_namespace("a"), Some("p"));
-    assert_eq!(policy.pool_for_namespace("b"), Some("p"));
+    assert_eq!(pools_of(&policy, "a").as_deref(), Some("p"));
+    assert_eq!(pools_of(&policy, "b").as_deref(), Some("p"));
 }
 
 #[test]
@@ -88,9 +93,8 @@ fn shape_errors_carry_the_position() {
         ),
         (
             "bindings:\n  - namespace: a\n    nodepool: b\n",
-            "unknown field `nodepool`, expected one of namespace, nodePool, mode, constraints at line 3, column 5",
+            "unknown field `nodepool`, expected one of namespace, nodePool, nodePools, mode, constraints at line 3, column 5",
         ),
-        ("bindings:\n  - namespace: a\n", "missing field `nodePool`"),
         (
             "edgeTolerations:\n  - {key: a, operator: Exists, efect: NoSchedule}\n",
             "unknown field `efect`",
@@ -111,6 +115,46 @@ fn shape_errors_carry_the_position() {
             "{yaml:?}: {message:?} lacks {expected:?}"
         );
         assert!(!message.contains('\n'), "one line: {message:?}");
+    }
+}
+
+#[test]
+fn pool_sets() {
+    let policy = PlacementPolicy::parse(
+        "bindings:\n - {namespace: a, nodePools: [q, p, q]}\n - {namespace: b, nodePools: [p]}\n",
+    )
+    .unwrap();
+    assert_eq!(pools_of(&policy, "a").as_deref(), Some("p,q"));
+    assert_eq!(pools_of(&policy, "b").as_deref(), Some("p"));
+    let cases: [(&str, &[&str]); 5] = [
+        (
+            "bindings:\n - {namespace: a}\n",
+            &["bindings[0]: names no pool: add nodePool or nodePools"],
+        ),
+        (
+            "bindings:\n - {namespace: a, nodePool: p, nodePools: [q]}\n",
+            &["bindings[0]: names both nodePool and nodePools; use one of them"],
+        ),
+        (
+            "bindings:\n - {namespace: a, nodePools: []}\n",
+            &["bindings[0].nodePools: must not be empty"],
+        ),
+        (
+            "bindings:\n - {namespace: a, nodePools: [p, '', 'x y']}\n",
+            &[
+                "bindings[0].nodePools[1]: must not be empty",
+                "bindings[0].nodePools[2]: \"x y\" cannot be a pool label value: a valid label value must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character",
+            ],
+        ),
+        (
+            "bindings:\n - {namespace: kube-system, nodePools: [p, q]}\n",
+            &[
+                "bindings[0].namespace: \"kube-system\" is excluded from placement (placement.excludedNamespaces and poolkeeper's own namespace) and can never be bound",
+            ],
+        ),
+    ];
+    for (yaml, expected) in cases {
+        assert_eq!(problems(yaml), expected, "{yaml}");
     }
 }
 
@@ -261,7 +305,7 @@ fn from_a_config_map() {
         "bindings: [{namespace: a, nodePool: p}]".to_owned(),
     );
     let policy = PlacementPolicy::from_config_map_data(Some(&data), &source).unwrap();
-    assert_eq!(policy.pool_for_namespace("a"), Some("p"));
+    assert_eq!(pools_of(&policy, "a").as_deref(), Some("p"));
 
     data.insert(
         "placement.yaml".to_owned(),
@@ -271,7 +315,7 @@ fn from_a_config_map() {
     assert!(
         error.to_string()
             == "ConfigMap poolkeeper-system/poolkeeper-placement key placement.yaml: unknown field `pool`, \
-                expected one of namespace, nodePool, mode, constraints at line 1, column 27",
+                expected one of namespace, nodePool, nodePools, mode, constraints at line 1, column 27",
         "{error}"
     );
 }

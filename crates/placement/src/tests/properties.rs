@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use super::{POOL, cluster, node, pod_json, policy, to_pod};
 use crate::affinity::RequiredNodeAffinity;
-use crate::decision::in_pool;
+use crate::decision::in_pools;
 use crate::{Reason, mutate, validate};
 
 type Words = &'static [&'static str];
@@ -422,7 +422,10 @@ fn mutate_then_validate(namespace: &str, pool: &str, pod: &Value) -> Result<Reas
     }
 
     let nodes = reference_nodes(&mutated, &view);
-    let expected = !nodes.is_empty() && nodes.iter().all(|node| in_pool(node, POOL, pool));
+    let expected = !nodes.is_empty()
+        && nodes
+            .iter()
+            .all(|node| in_pools(node, POOL, &crate::PoolSet::one(pool)));
     let after = validate(&to_pod(&mutated), namespace, &view, &policy);
     let context = format!("{pod} mutated to {mutated}: {:?}", after.message);
     prop_assert_eq!(after.allowed, expected, "{}", context);

@@ -334,7 +334,14 @@ async fn check_nothing_missed(plane: &Plane, running: &Running, created: u64) {
     })
     .await;
     assert_eq!(indexed, machines);
-    for kind in ["MachineClass", "Machine", "NodePool", "Node", "ConfigMap"] {
+    for kind in [
+        "MachineClass",
+        "Machine",
+        "NodePool",
+        "Node",
+        "ConfigMap",
+        "Secret",
+    ] {
         let failures = metric(
             running,
             &format!("poolkeeper_watch_failures_total{{kind=\"{kind}\"}}"),

@@ -491,6 +491,9 @@ fn assert_roles_cover(config: &Config, rbac: &[serde_json::Value]) {
     if config.machine_classes.enabled {
         needed.push(("machineclasses", config.namespace.as_str()));
         needed.push(("machines", config.namespace.as_str()));
+        if config.machine_classes.protect_secrets {
+            needed.push(("secrets", config.namespace.as_str()));
+        }
     }
     if config.placement.enabled {
         needed.push((

@@ -657,6 +657,15 @@ impl ClassWriter for InterferingWriter {
         });
         result
     }
+
+    /// Secrets are not interfered with: the classes of this test reference none.
+    async fn patch_secret_finalizers(
+        &self,
+        key: &ObjectKey,
+        patch: &JsonPatch,
+    ) -> Result<(), WriteError> {
+        self.inner.patch_secret_finalizers(key, patch).await
+    }
 }
 
 /// A finalizer patch that loses a race with another writer is rejected by

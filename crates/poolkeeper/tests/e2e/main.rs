@@ -4,7 +4,9 @@
 
 mod audit;
 mod balancer;
+mod bindings;
 mod blast_radius;
+mod enqueue;
 mod faults;
 mod harness;
 mod machineclass;
@@ -14,5 +16,7 @@ mod objects;
 mod placement;
 mod privilege;
 mod process;
+mod recording;
 mod replicas;
+mod secrets;
 mod workloads;

@@ -33,8 +33,13 @@ const FIELD_MANAGER: &str = "poolkeeper-e2e";
 pub(crate) async fn write_policy(client: &Client, bindings: &[(&str, &str, &str)]) {
     let mut policy = String::from("bindings:\n");
     for (namespace, pool, mode) in bindings {
+        // "a,b" binds the union of both pools.
+        let pools = match pool.contains(',') {
+            true => format!("nodePools: [{pool}]"),
+            false => format!("nodePool: {pool}"),
+        };
         policy.push_str(&format!(
-            "  - {{namespace: {namespace}, nodePool: {pool}, mode: {mode}}}\n"
+            "  - {{namespace: {namespace}, {pools}, mode: {mode}}}\n"
         ));
     }
     policy.push_str(&format!(

@@ -36,7 +36,7 @@ use crate::objects::{
 };
 
 pub(crate) const EDGE_NAMESPACE: &str = "shop-edge";
-const CLOUD_NAMESPACE: &str = "shop-cloud";
+pub(crate) const CLOUD_NAMESPACE: &str = "shop-cloud";
 const UNBOUND_NAMESPACE: &str = "plain";
 /// Excluded by the webhooks' namespaceSelector: shows what the apiserver
 /// makes of a Pod without poolkeeper.
@@ -58,7 +58,7 @@ pub(crate) enum Webhooks {
 pub(crate) struct Cluster {
     // Declaration order is drop order: the controller stops before the
     // control plane it talks to.
-    running: Running,
+    pub(crate) running: Running,
     pub(crate) env: TestEnv,
     pub(crate) client: Client,
     /// The webhook server's `webhook.certDir`.
@@ -68,7 +68,7 @@ pub(crate) struct Cluster {
 }
 
 /// The bindings of every test's cluster.
-const BINDINGS: [(&str, &str, &str); 2] = [
+pub(crate) const BINDINGS: [(&str, &str, &str); 2] = [
     (EDGE_NAMESPACE, "edge", "enforce"),
     (CLOUD_NAMESPACE, "cloud", "enforce"),
 ];
@@ -137,7 +137,7 @@ fn registration(port: u16, ca_pem: &str, webhooks: Webhooks) -> WebhookRegistrat
 }
 
 impl Cluster {
-    fn pods(&self, namespace: &str) -> Api<Pod> {
+    pub(crate) fn pods(&self, namespace: &str) -> Api<Pod> {
         Api::namespaced(self.client.clone(), namespace)
     }
 
@@ -148,7 +148,7 @@ impl Cluster {
     }
 
     /// Creates a Pod that must be admitted.
-    async fn admit(&self, namespace: &str, pod: &Pod) -> Pod {
+    pub(crate) async fn admit(&self, namespace: &str, pod: &Pod) -> Pod {
         let name = pod.metadata.name.as_deref().unwrap_or_default();
         self.create(namespace, pod)
             .await
@@ -156,7 +156,7 @@ impl Cluster {
     }
 
     /// Creates a Pod that must be denied; returns the apiserver's status.
-    async fn deny(&self, namespace: &str, pod: &Pod) -> kube::core::Status {
+    pub(crate) async fn deny(&self, namespace: &str, pod: &Pod) -> kube::core::Status {
         let name = pod.metadata.name.as_deref().unwrap_or_default();
         let status = match self.create(namespace, pod).await {
             Err(kube::Error::Api(status)) => *status,

@@ -14,8 +14,9 @@ use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Event as CoreEvent, Node, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Event as CoreEvent, Namespace, Node, Pod, Secret};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::core::PartialObjectMeta;
 use kube::{Api, Client};
 use poolkeeper_api::{Machine, MachineClass};
 use poolkeeper_testenv::{TestEnv, eventually};
@@ -28,6 +29,8 @@ use crate::objects::{
 };
 
 const APP_NAMESPACE: &str = "shop";
+/// `machineClasses.secretFinalizer` by default.
+const SECRET_FINALIZER: &str = "machine.sapcloud.io/machine-controller";
 
 struct Cluster {
     env: TestEnv,
@@ -63,6 +66,17 @@ async fn setup() -> Cluster {
         "class-a",
     )
     .await;
+    for (namespace, name) in [(MACHINE_NAMESPACE, "cloud"), (APP_NAMESPACE, "app-token")] {
+        let secret: Secret = serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": namespace},
+            "stringData": {"token": "t"},
+        }))
+        .unwrap();
+        Api::<Secret>::namespaced(admin.clone(), namespace)
+            .create(&PostParams::default(), &secret)
+            .await
+            .unwrap();
+    }
     Api::<Pod>::namespaced(admin.clone(), APP_NAMESPACE)
         .create(&PostParams::default(), &plain_pod("app"))
         .await
@@ -92,6 +106,20 @@ async fn setup() -> Cluster {
         controller,
         _cert_dir: cert_dir,
         config,
+    }
+}
+
+/// The status code of the start of a watch of `api`: 200 when the API
+/// server accepted it.
+async fn watch_code<K>(api: Api<K>) -> u16
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let params = kube::api::WatchParams::default().timeout(1);
+    match api.watch(&params, "0").await {
+        Ok(_) => 200,
+        Err(kube::Error::Api(status)) => status.code,
+        Err(other) => panic!("expected an answer of the API server, got {other}"),
     }
 }
 
@@ -138,17 +166,53 @@ async fn the_controller_does_its_job_with_the_granted_rights() {
     wait_until("the finalizer added", || finalized(true)).await;
     delete_machine(&machines, "m1").await;
     wait_until("the finalizer removed", || finalized(false)).await;
+
+    // Secret protection: watched, patched and reported under the same identity.
+    let secrets = Api::<Secret>::namespaced(cluster.admin.clone(), MACHINE_NAMESPACE);
+    let mut class_s = machine_class("class-s");
+    class_s.secret_ref = Some(k8s_openapi::api::core::v1::SecretReference {
+        name: Some("cloud".into()),
+        namespace: Some(MACHINE_NAMESPACE.into()),
+    });
+    classes
+        .create(&PostParams::default(), &class_s)
+        .await
+        .unwrap();
+    let secret_protected = |present: bool| {
+        let secrets = secrets.clone();
+        async move {
+            let secret = secrets.get("cloud").await.ok()?;
+            let finalizers = secret.metadata.finalizers.unwrap_or_default();
+            (finalizers.iter().any(|f| f == SECRET_FINALIZER) == present).then_some(())
+        }
+    };
+    wait_until("the Secret finalizer added", || secret_protected(true)).await;
+    classes
+        .delete("class-s", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_until("the Secret finalizer removed", || secret_protected(false)).await;
     let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(
         cluster.admin.clone(),
         MACHINE_NAMESPACE,
     );
-    eventually("both Kubernetes Events written", TIMEOUT, || async {
-        let list = events.list(&ListParams::default()).await.ok()?;
-        let reasons: Vec<String> = list.items.into_iter().filter_map(|e| e.reason).collect();
-        (reasons.contains(&"FinalizerAdded".to_owned())
-            && reasons.contains(&"FinalizerRemoved".to_owned()))
-        .then_some(())
-    })
+    eventually(
+        "the Kubernetes Events written, on the class and the Secret",
+        TIMEOUT,
+        || async {
+            let list = events.list(&ListParams::default()).await.ok()?;
+            let reasons: Vec<String> = list.items.iter().filter_map(|e| e.reason.clone()).collect();
+            let on_secret = list
+                .items
+                .iter()
+                .filter(|e| e.regarding.as_ref().and_then(|r| r.kind.as_deref()) == Some("Secret"))
+                .count();
+            (reasons.contains(&"FinalizerAdded".to_owned())
+                && reasons.contains(&"FinalizerRemoved".to_owned())
+                && on_secret >= 2)
+                .then_some(())
+        },
+    )
     .await
     .unwrap();
 
@@ -201,10 +265,58 @@ async fn only_what_the_roles_grant_is_allowed() {
             ),
         ),
         (
+            "list the labelled Namespaces (label bindings)",
+            code(
+                Api::<Namespace>::all(sa.clone())
+                    .list(&ListParams::default().labels("apps.openyurt.io/nodepool"))
+                    .await,
+            ),
+        ),
+        (
+            "watch Namespaces",
+            watch_code(Api::<Namespace>::all(sa.clone())).await,
+        ),
+        (
             "get poolkeeper's webhook configuration",
             code(
                 Api::<ValidatingWebhookConfiguration>::all(sa.clone())
                     .get("poolkeeper")
+                    .await,
+            ),
+        ),
+        (
+            "list the metadata of the Secrets of machine-system",
+            code(
+                Api::<PartialObjectMeta<Secret>>::namespaced(sa.clone(), MACHINE_NAMESPACE)
+                    .list(&ListParams::default())
+                    .await,
+            ),
+        ),
+        (
+            "watch the Secrets of machine-system",
+            watch_code(Api::<PartialObjectMeta<Secret>>::namespaced(
+                sa.clone(),
+                MACHINE_NAMESPACE,
+            ))
+            .await,
+        ),
+        (
+            "get a Secret of machine-system",
+            code(
+                Api::<Secret>::namespaced(sa.clone(), MACHINE_NAMESPACE)
+                    .get("cloud")
+                    .await,
+            ),
+        ),
+        (
+            "patch the finalizers of a Secret of machine-system",
+            code(
+                Api::<PartialObjectMeta<Secret>>::namespaced(sa.clone(), MACHINE_NAMESPACE)
+                    .patch(
+                        "cloud",
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({"metadata": {"finalizers": ["example.com/checked"]}})),
+                    )
                     .await,
             ),
         ),
@@ -251,6 +363,15 @@ async fn only_what_the_roles_grant_is_allowed() {
         .labels
         .get_or_insert_default()
         .insert("replaced".to_owned(), "yes".to_owned());
+    let mut stored_secret = Api::<Secret>::namespaced(cluster.admin.clone(), MACHINE_NAMESPACE)
+        .get("cloud")
+        .await
+        .unwrap();
+    stored_secret
+        .metadata
+        .labels
+        .get_or_insert_default()
+        .insert("replaced".to_owned(), "yes".to_owned());
     let other_class = machine_class("class-b");
     let label = Patch::Merge(json!({"metadata": {"labels": {"touched": "yes"}}}));
     let forbidden = [
@@ -277,6 +398,18 @@ async fn only_what_the_roles_grant_is_allowed() {
                     .patch("agent", &PatchParams::default(), &label)
                     .await,
             ),
+        ),
+        (
+            "label a Namespace (binding stays with those who may)",
+            code(
+                Api::<Namespace>::all(sa.clone())
+                    .patch("default", &PatchParams::default(), &label)
+                    .await,
+            ),
+        ),
+        (
+            "get a Namespace (only list and watch)",
+            code(Api::<Namespace>::all(sa.clone()).get("default").await),
         ),
         (
             "delete a Node",
@@ -403,6 +536,62 @@ async fn only_what_the_roles_grant_is_allowed() {
             ),
         ),
         (
+            "get a Secret outside machine-system",
+            code(
+                Api::<Secret>::namespaced(sa.clone(), APP_NAMESPACE)
+                    .get("app-token")
+                    .await,
+            ),
+        ),
+        (
+            "list Secrets in every namespace",
+            code(
+                Api::<PartialObjectMeta<Secret>>::all(sa.clone())
+                    .list(&ListParams::default())
+                    .await,
+            ),
+        ),
+        (
+            "watch Secrets outside machine-system",
+            watch_code(Api::<PartialObjectMeta<Secret>>::namespaced(sa.clone(), APP_NAMESPACE))
+                .await,
+        ),
+        (
+            "patch a Secret outside machine-system",
+            code(
+                Api::<Secret>::namespaced(sa.clone(), APP_NAMESPACE)
+                    .patch("app-token", &PatchParams::default(), &label)
+                    .await,
+            ),
+        ),
+        (
+            "create a Secret in machine-system",
+            code(
+                Api::<Secret>::namespaced(sa.clone(), MACHINE_NAMESPACE)
+                    .create(
+                        &PostParams::default(),
+                        &serde_json::from_value(json!({"metadata": {"name": "planted"}})).unwrap(),
+                    )
+                    .await,
+            ),
+        ),
+        (
+            "update (PUT) a Secret of machine-system",
+            code(
+                Api::<Secret>::namespaced(sa.clone(), MACHINE_NAMESPACE)
+                    .replace("cloud", &PostParams::default(), &stored_secret)
+                    .await,
+            ),
+        ),
+        (
+            "delete a Secret of machine-system",
+            code(
+                Api::<Secret>::namespaced(sa.clone(), MACHINE_NAMESPACE)
+                    .delete("cloud", &DeleteParams::default())
+                    .await,
+            ),
+        ),
+        (
             "get another Lease",
             code(
                 Api::<Lease>::namespaced(sa.clone(), CONTROLLER_NAMESPACE)
@@ -442,6 +631,17 @@ async fn only_what_the_roles_grant_is_allowed() {
     // Nothing was changed by the refused requests.
     let nodes = Api::<Node>::all(cluster.admin.clone());
     assert!(nodes.get_opt("node-1").await.unwrap().is_some());
+    let cloud = Api::<Secret>::namespaced(cluster.admin.clone(), MACHINE_NAMESPACE)
+        .get("cloud")
+        .await
+        .unwrap();
+    assert!(
+        !cloud
+            .metadata
+            .labels
+            .unwrap_or_default()
+            .contains_key("replaced")
+    );
 }
 
 /// RBAC cannot restrict a verb to some fields: the `patch` on MachineClasses

@@ -71,13 +71,13 @@ fn settings() -> WebhookSettings {
 }
 
 fn policy_key() -> ObjectKey {
-    settings().policy.config_map_key()
+    settings().policy.source().config_map_key()
 }
 
 /// The placement ConfigMap holding `yaml`.
 fn policy_config_map(yaml: &str) -> ConfigMap {
     let key = policy_key();
-    let source = settings().policy;
+    let source = settings().policy.source().clone();
     serde_json::from_value(json!({
         "metadata": {"namespace": key.namespace, "name": key.name},
         "data": {source.key: yaml}

@@ -13,7 +13,7 @@ use super::{
     POLICY, admit, cluster, fixture, pod_review, policy_config_map, policy_key, set_policy,
     settings,
 };
-use crate::policy::PolicyCache;
+use poolkeeper_placement::PolicyCache;
 
 #[tokio::test]
 async fn invalid_policy_fails_closed_for_validation() {
@@ -113,7 +113,7 @@ async fn every_configmap_change_reaches_the_next_request() {
 #[test]
 fn the_policy_is_parsed_once_per_configmap_generation() {
     let index = cluster();
-    let cache = PolicyCache::new(settings().policy);
+    let cache = PolicyCache::new(settings().policy.source().clone());
     let first = cache.get(&index.placement());
     assert!(first.is_ok());
     assert!(Arc::ptr_eq(&first, &cache.get(&index.placement())));

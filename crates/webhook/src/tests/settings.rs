@@ -44,9 +44,9 @@ placement:
     assert_eq!(settings.max_body_bytes, 4096);
     assert_eq!(
         (
-            settings.policy.namespace.as_str(),
-            settings.policy.name.as_str(),
-            settings.policy.key.as_str()
+            settings.policy.source().namespace.as_str(),
+            settings.policy.source().name.as_str(),
+            settings.policy.source().key.as_str()
         ),
         ("infra", "placement", "policy.yaml")
     );
