@@ -136,6 +136,7 @@ pub struct Binaries {
     /// kubelet, kube-proxy, pause, and the pause image's archive.
     pub node: PathBuf,
     pub helm: Option<PathBuf>,
+    pub kustomize: PathBuf,
     pub pause_image: String,
 }
 
@@ -192,6 +193,7 @@ pub fn build(root: &Path, with_helm: bool) -> Result<Binaries> {
         control_plane,
         node,
         helm,
+        kustomize: controlplane::kustomize(root)?,
     };
     write_pause_archive(&binaries)?;
     Ok(binaries)

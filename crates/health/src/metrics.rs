@@ -442,8 +442,7 @@ impl Metrics {
                     })
                     .set(1);
             }
-            Event::WatchRecovered { .. }
-            | Event::ShutdownRequested => {}
+            Event::WatchRecovered { .. } | Event::ShutdownRequested => {}
         }
     }
 

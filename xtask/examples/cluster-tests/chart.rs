@@ -46,7 +46,7 @@ const EVERY_OPTION: [&str; 16] = [
     "priorityClassName=system-cluster-critical",
 ];
 
-fn template(sets: &[&str]) -> String {
+pub fn template(sets: &[&str]) -> String {
     let mut args = vec![
         "template",
         "poolkeeper",

@@ -66,6 +66,8 @@ fn kustomize_install_as_the_readme_says() {
     let _serial = serial();
     let cluster = Cluster::from_env();
     let (work, replicas) = install(&cluster, "kustomize");
+    // Rotating to the same certificate: the Secret is replaced, the webhooks keep answering.
+    cluster.bash_ok(&work, &readme_block("kustomize-rotate"));
     scenario::set_up(&cluster, "poolkeeper-placement");
     scenario::webhooks_go_through_the_service(&cluster, "poolkeeper-webhook");
     scenario::deployment_is_placed_and_running(&cluster);

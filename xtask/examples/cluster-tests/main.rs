@@ -14,6 +14,8 @@ mod kustomize;
 #[cfg(test)]
 mod operations;
 #[cfg(test)]
+mod same_objects;
+#[cfg(test)]
 mod scenario;
 #[cfg(test)]
 mod support;

@@ -243,17 +243,20 @@ pub fn root() -> PathBuf {
         .to_owned()
 }
 
-/// The shell block that follows `<!-- cluster-test: NAME -->` in deploy/README.md.
+/// The shell block that follows `<!-- cluster-test: NAME -->` (and other comment lines) in
+/// README.md's Install section.
 pub fn readme_block(name: &str) -> String {
-    let readme =
-        std::fs::read_to_string(root().join("deploy/README.md")).expect("deploy/README.md");
+    let readme = std::fs::read_to_string(root().join("README.md")).expect("README.md");
     let marker = format!("<!-- cluster-test: {name} -->");
     let after = readme
         .split_once(&marker)
-        .unwrap_or_else(|| panic!("deploy/README.md has no {marker}"))
+        .unwrap_or_else(|| panic!("README.md has no {marker}"))
         .1;
-    let block = after
-        .trim_start()
+    let mut rest = after.trim_start();
+    while rest.starts_with("<!--") {
+        rest = rest.split_once('\n').map_or("", |(_, r)| r).trim_start();
+    }
+    let block = rest
         .strip_prefix("```sh\n")
         .unwrap_or_else(|| panic!("{marker} is not followed by a ```sh block"));
     block
@@ -349,5 +352,36 @@ pub fn fresh_start(cluster: &Cluster) {
             "rolebinding/poolkeeper-machines",
             "role/poolkeeper-machines",
         ]);
+    }
+}
+
+/// The README's blocks the tests run, in the README's order: a new block there needs a test.
+const README_BLOCKS: [&str; 6] = [
+    "prerequisites",
+    "kustomize-install",
+    "kustomize-rotate",
+    "kustomize-uninstall",
+    "helm-install",
+    "helm-uninstall",
+];
+
+#[test]
+fn every_cluster_test_block_of_the_readme_is_run() {
+    let readme = std::fs::read_to_string(root().join("README.md")).expect("README.md");
+    let marked: Vec<&str> = readme
+        .lines()
+        .filter_map(|l| l.strip_prefix("<!-- cluster-test: "))
+        .filter_map(|l| l.strip_suffix(" -->"))
+        .collect();
+    assert_eq!(marked, README_BLOCKS);
+    let sources = ["kustomize.rs", "helm.rs"].map(|f| {
+        std::fs::read_to_string(root().join("xtask/examples/cluster-tests").join(f)).unwrap()
+    });
+    for name in README_BLOCKS {
+        let call = format!("readme_block(\"{name}\")");
+        assert!(
+            sources.iter().any(|s| s.contains(&call)),
+            "no test runs the README's block {name}"
+        );
     }
 }

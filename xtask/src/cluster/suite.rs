@@ -16,7 +16,7 @@ use crate::{Error, Result, dist, image};
 
 const EXAMPLE: &str = "cluster-tests";
 /// Read by the tests: where the cluster and its tools are.
-const ENV: [&str; 10] = [
+const ENV: [&str; 11] = [
     "POOLKEEPER_CLUSTER_NETNS",
     "POOLKEEPER_CLUSTER_KUBECONFIG",
     "POOLKEEPER_CLUSTER_CONTAINERD",
@@ -27,6 +27,7 @@ const ENV: [&str; 10] = [
     "POOLKEEPER_CLUSTER_PATH",
     "POOLKEEPER_HELM",
     "POOLKEEPER_BINARY",
+    "POOLKEEPER_KUSTOMIZE",
 ];
 
 /// `cargo xtask cluster test [FILTER]...`: the tests with libtest's output as it comes.
@@ -103,6 +104,7 @@ fn test_command(
     binary: &Path,
     filter: &[String],
 ) -> Command {
+    let kustomize = &binaries.kustomize;
     let mut test = cargo(root);
     test.args(["test", "-j2", "-p", "xtask", "--example", EXAMPLE, "--"])
         .args(filter)
@@ -121,6 +123,7 @@ fn test_command(
         super::tool_path(binaries),
         path(&helm),
         path(binary),
+        path(kustomize),
     ];
     test.envs(ENV.iter().zip(values));
     test
