@@ -174,6 +174,16 @@ pub fn command(args: &[String]) -> Result<()> {
     }
 }
 
+/// The cluster tests for the pipeline: built, run on a fresh cluster by `run_tests` (which
+/// counts them), the cluster taken down whatever happened.
+pub fn test<T: Default>(
+    root: &Path,
+    layout: &Layout,
+    run_tests: impl FnOnce(&mut Command) -> Result<T, (T, Error)>,
+) -> Result<T, (T, Error)> {
+    suite::run(root, layout, &[], run_tests)
+}
+
 /// Builds what is missing: the control plane, the node's binaries, the pause image's archive,
 /// and helm when asked for.
 pub fn build(root: &Path, with_helm: bool) -> Result<Binaries> {

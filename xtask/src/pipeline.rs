@@ -175,6 +175,11 @@ impl Scope {
         Ok(Self { packages })
     }
 
+    /// Whether the package's tests run: all do without `-p`.
+    fn includes(&self, package: &str) -> bool {
+        self.packages.is_empty() || self.packages.iter().any(|p| p == package)
+    }
+
     /// `--workspace`, or `-p NAME` for each package.
     fn selection(&self, workspace_flag: &'static str) -> Vec<String> {
         if self.packages.is_empty() {
@@ -188,6 +193,16 @@ impl Scope {
 }
 
 fn run_all(root: &Path, scope: &Scope, pipeline: &mut Pipeline) -> Result<()> {
+    static_checks(root, scope, pipeline)?;
+    tests(root, scope, pipeline)?;
+    if scope.includes("xtask") {
+        real_cluster(root, pipeline)?;
+    }
+    Ok(())
+}
+
+/// What needs no test to run: format, source checks, clippy, the generated CRDs.
+fn static_checks(root: &Path, scope: &Scope, pipeline: &mut Pipeline) -> Result<()> {
     pipeline.step("format (cargo fmt --check)", |_| {
         checked(
             cargo(root)
@@ -210,6 +225,10 @@ fn run_all(root: &Path, scope: &Scope, pipeline: &mut Pipeline) -> Result<()> {
     pipeline.step("generated CRDs (cargo xtask crds --check)", |_| {
         crate::crds::command(&["--check".to_owned()])
     })?;
+    Ok(())
+}
+
+fn tests(root: &Path, scope: &Scope, pipeline: &mut Pipeline) -> Result<()> {
     pipeline.step("unit tests", |p| {
         let counts = cargo_test(
             cargo(root)
@@ -266,6 +285,27 @@ fn run_all(root: &Path, scope: &Scope, pipeline: &mut Pipeline) -> Result<()> {
         p.add_tests(counts).map(drop)
     })?;
     Ok(())
+}
+
+/// The install tests on a real node (cargo xtask cluster test). A machine that cannot run
+/// the node (not root, no cgroups, packages missing and not installable) fails the step with
+/// the reason: they are never skipped.
+fn real_cluster(root: &Path, pipeline: &mut Pipeline) -> Result<()> {
+    pipeline.step(
+        "real-cluster tests (a kubelet node: kustomize, Helm, operations)",
+        |p| {
+            let layout = crate::cluster::Layout::new(root);
+            let counts = crate::cluster::test(root, &layout, cargo_test);
+            let counts = p.add_tests(counts)?;
+            if counts.passed == 0 || counts.ignored > 0 {
+                return Err(Error::Check(format!(
+                    "real-cluster tests: {} passed, {} ignored; every one must run",
+                    counts.passed, counts.ignored
+                )));
+            }
+            Ok(())
+        },
+    )
 }
 
 #[cfg(test)]
