@@ -60,7 +60,8 @@ usage: cargo xtask cluster <up|down|status|build|exec -- COMMAND...|test>
   status   the cluster's processes and whether they run
   build    kubelet, kube-proxy, pause, helm and the control plane, cached by version
   exec     run COMMAND in the namespace with KUBECONFIG set and kubectl and helm on the PATH
-  test     build, up, the cluster tests (xtask/tests/cluster.rs, chart.rs), down";
+  test [FILTER]...
+           build, up, the cluster tests (xtask/examples/cluster-tests), down";
 
 /// Where the cluster keeps its files: target/cluster (configuration, certificates, logs) and
 /// /run/poolkeeper-cluster (sockets, containerd's and the kubelet's state).
