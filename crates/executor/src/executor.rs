@@ -80,12 +80,7 @@ impl<W: ClassWriter> Executor<W> {
                 () = ctx.cancelled() => return Ok(()),
                 // Reading the bus first keeps this subscription drained while
                 // a pass publishes, so the executor never lags on its own events.
-                delivery = self.subscription.recv() => {
-                    let Some(delivery) = delivery else {
-                        // Every bus handle is gone: nothing can arrive any more.
-                        ctx.cancelled().await;
-                        return Ok(());
-                    };
+                delivery = self.subscription.next_delivery() => {
                     let _busy = ctx.busy("handling an event");
                     if state.on_delivery(&delivery) == Effect::StopWriting {
                         pass = None;

@@ -136,12 +136,7 @@ impl Reconciler {
                     let fired = debouncer.on_deadline(Instant::now().into_std());
                     self.publish(fired);
                 }
-                delivery = self.subscription.recv() => {
-                    let Some(delivery) = delivery else {
-                        // Every bus handle is gone: nothing can arrive any more.
-                        ctx.cancelled().await;
-                        return Ok(());
-                    };
+                delivery = self.subscription.next_delivery() => {
                     let _busy = ctx.busy("handling an event");
                     let Some(input) = self.input_of(&delivery) else { continue };
                     if input == Input::Lagged {

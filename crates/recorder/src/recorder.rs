@@ -71,16 +71,11 @@ impl EventRecorder {
     async fn run_loop(mut self, ctx: Context) -> Result<(), BoxError> {
         ctx.mark_ready();
         let mut writing: Option<BoxFuture<'static, Written>> = None;
-        let mut bus_open = true;
         loop {
             tokio::select! {
                 biased;
                 () = ctx.cancelled() => break,
-                delivery = self.subscription.recv(), if bus_open => match delivery {
-                    Some(delivery) => self.on_delivery(&delivery),
-                    // Every bus handle is gone: only queued Events are left.
-                    None => bus_open = false,
-                },
+                delivery = self.subscription.next_delivery() => self.on_delivery(&delivery),
                 written = finish(&mut writing) => {
                     writing = None;
                     self.on_written(written);

@@ -41,7 +41,10 @@ impl SyncedKinds {
 }
 
 /// The kinds of `expected` not in `synced`, in order.
-fn missing(expected: &BTreeSet<ResourceKind>, synced: &BTreeSet<ResourceKind>) -> Vec<ResourceKind> {
+fn missing(
+    expected: &BTreeSet<ResourceKind>,
+    synced: &BTreeSet<ResourceKind>,
+) -> Vec<ResourceKind> {
     expected.difference(synced).copied().collect()
 }
 
