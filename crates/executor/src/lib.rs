@@ -34,7 +34,7 @@ mod writer;
 pub use decision::{Decision, FinalizerPatch, decide};
 pub use executor::Executor;
 pub use patch::finalizer_patch;
-pub use secret_decision::{decide_secret, secret_patch};
+
 pub use settings::{ExecutorSettings, Retries};
 pub use writer::{ClassWriter, KubeClassWriter, WriteError};
 
