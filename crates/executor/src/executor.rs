@@ -48,7 +48,7 @@ impl<W: ClassWriter> Executor<W> {
     pub const NAME: &'static str = "executor";
 
     /// Subscribes to `bus` right away, so construct it before `bus.start()`.
-    pub fn new(bus: &Bus, index: Arc<Index>, writer: W, settings: ExecutorSettings) -> Self {
+    pub fn new(settings: ExecutorSettings, bus: &Bus, index: Arc<Index>, writer: W) -> Self {
         debug_assert!(
             settings.concurrency > 0,
             "config validation requires executor.concurrency >= 1"

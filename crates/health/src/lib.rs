@@ -102,7 +102,7 @@ impl AdminServer {
 
     /// Subscribes to `bus` for `/debug/events`; call before the bus starts.
     /// `registry` holds every metric by now: `/metrics` renders it.
-    pub fn new(settings: AdminSettings, health: Health, registry: Registry, bus: &Bus) -> Self {
+    pub fn new(settings: AdminSettings, bus: &Bus, health: Health, registry: Registry) -> Self {
         Self {
             settings,
             health,

@@ -70,7 +70,7 @@ impl Reconciler {
     pub const NAME: &'static str = "reconciler";
 
     /// Subscribes to `bus` right away, so construct it before `bus.start()`.
-    pub fn new(bus: &Bus, settings: ReconcilerSettings) -> Self {
+    pub fn new(settings: ReconcilerSettings, bus: &Bus) -> Self {
         debug_assert!(settings.max_delay >= settings.debounce_interval);
         Self {
             bus: bus.clone(),

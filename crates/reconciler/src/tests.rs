@@ -23,7 +23,7 @@ impl Harness {
 
     fn start_with(capacity: usize, settings: ReconcilerSettings) -> Self {
         let bus = Bus::new(capacity);
-        let reconciler = Reconciler::new(&bus, settings);
+        let reconciler = Reconciler::new(settings, &bus);
         let recorder = EventRecorder::new(&bus);
         bus.start();
         Self {

@@ -49,9 +49,9 @@ impl EventRecorder {
     /// (or, leader-gated, in the factory). `instance` is this replica's
     /// identity, the Events' `reportingInstance` (cut to 128 bytes).
     pub fn new(
-        client: Client,
-        bus: &Bus,
         settings: RecorderSettings,
+        bus: &Bus,
+        client: Client,
         instance: impl Into<String>,
     ) -> Self {
         let reporter = Reporter {
@@ -180,9 +180,9 @@ mod tests {
         let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
         let client = Client::try_from(config).unwrap();
         EventRecorder::new(
-            client,
-            bus,
             RecorderSettings::from(&Config::default()),
+            bus,
+            client,
             "me",
         )
     }

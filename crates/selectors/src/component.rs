@@ -53,7 +53,7 @@ impl WebhookSelectors {
 
     /// Subscribes to `bus` right away: build it in the leader-gated
     /// factory. It reads the bindings from `index`, which the watchers keep.
-    pub fn new(client: Client, bus: &Bus, index: Arc<Index>, settings: SelectorSettings) -> Self {
+    pub fn new(settings: SelectorSettings, bus: &Bus, client: Client, index: Arc<Index>) -> Self {
         Self {
             client,
             index,

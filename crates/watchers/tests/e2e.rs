@@ -32,7 +32,7 @@ impl Started {
     /// Builds the watchers over `index` and starts them.
     fn new(client: &Client, index: &Arc<Index>, settings: &WatcherSettings) -> Self {
         let bus = Bus::default();
-        let watchers = Watchers::new(client.clone(), &bus, Arc::clone(index), settings);
+        let watchers = Watchers::new(settings, &bus, client.clone(), Arc::clone(index));
         let recorder = EventRecorder::new(&bus);
         bus.start();
         let components = watchers.into_components().into_iter().map(spawn).collect();

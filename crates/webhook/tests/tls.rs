@@ -158,7 +158,7 @@ impl Served {
             cert_reload_interval: RELOAD,
             ..WebhookSettings::from(&Config::default())
         };
-        let mut server = WebhookServer::new(settings, Arc::new(Index::new("pool")), &bus);
+        let mut server = WebhookServer::new(settings, &bus, Arc::new(Index::new("pool")));
         let addr = server.bind().unwrap();
         assert_eq!(server.local_addr(), Some(addr));
         Self {
@@ -345,7 +345,7 @@ async fn a_taken_port_is_a_failure() {
     let bus = Bus::default();
 
     // Reported by the bind step, before the server runs...
-    let mut server = WebhookServer::new(settings.clone(), Arc::clone(&index), &bus);
+    let mut server = WebhookServer::new(settings.clone(), &bus, Arc::clone(&index));
     let error = server.bind().unwrap_err();
     assert!(matches!(error, WebhookError::Listen { .. }), "{error:?}");
     assert!(
@@ -355,7 +355,7 @@ async fn a_taken_port_is_a_failure() {
     assert_eq!(server.local_addr(), None);
 
     // ...and by the component when nothing bound it first.
-    let server = WebhookServer::new(settings, index, &bus);
+    let server = WebhookServer::new(settings, &bus, index);
     assert_eq!(server.readiness_check(), Some("webhook"));
     let running = spawn(Box::new(server));
     let error = tokio::time::timeout(PATIENCE, running.stop())

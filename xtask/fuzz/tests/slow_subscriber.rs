@@ -170,7 +170,7 @@ fn all_triggers(recorder: &EventRecorder) -> usize {
 async fn the_reconciler_turns_a_flood_it_cannot_follow_into_one_full_trigger() {
     let bus = Bus::new(16);
     let recorder = EventRecorder::new(&bus);
-    let reconciler = Reconciler::new(&bus, ReconcilerSettings::from(&Config::default()));
+    let reconciler = Reconciler::new(ReconcilerSettings::from(&Config::default()), &bus);
     bus.start();
     let mut running = spawn(Box::new(reconciler));
     running.wait_ready(Duration::from_secs(1)).await;
@@ -212,7 +212,7 @@ async fn bursts_the_reconciler_cannot_follow_give_at_most_one_full_trigger_each(
     const BURSTS: u64 = 20;
     let bus = Bus::new(16);
     let recorder = EventRecorder::new(&bus);
-    let reconciler = Reconciler::new(&bus, ReconcilerSettings::from(&Config::default()));
+    let reconciler = Reconciler::new(ReconcilerSettings::from(&Config::default()), &bus);
     bus.start();
     let mut running = spawn(Box::new(reconciler));
     running.wait_ready(Duration::from_secs(1)).await;

@@ -42,10 +42,10 @@ fn setup() -> Setup {
 
 fn audit(s: &Setup) -> Box<Audit> {
     Box::new(Audit::with_lister(
+        s.settings.clone(),
+        &s.bus,
         s.lister.clone(),
         s.index.clone(),
-        &s.bus,
-        s.settings.clone(),
     ))
 }
 

@@ -126,7 +126,7 @@ impl Harness {
         fake.mirror_to(index.clone());
         let bus = Bus::new(setup.capacity);
         let recorder = EventRecorder::new(&bus);
-        let executor = Executor::new(&bus, index.clone(), fake.clone(), setup.settings);
+        let executor = Executor::new(setup.settings, &bus, index.clone(), fake.clone());
         bus.start();
         let start = Instant::now();
         let running = spawn(Box::new(executor));
