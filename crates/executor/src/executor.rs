@@ -18,7 +18,7 @@ use poolkeeper_index::{Index, MachineClass};
 use poolkeeper_supervisor::{Activity, BoxError, Component, Context};
 use tokio::time::Instant;
 
-use crate::decision::{Decision, after_write_error, decide};
+use crate::decision::{ClassDecision, after_write_error, decide};
 use crate::enqueue::{MachineUse, deletion_announced, machines_to_enqueue};
 use crate::patch::finalizer_patch;
 use crate::requeues::Requeues;
@@ -493,8 +493,8 @@ impl<W: ClassWriter> Worker<W> {
         &self,
         key: &ObjectKey,
         class: &MachineClass,
-        decision: Decision,
-    ) -> (Decision, Option<WriteError>) {
+        decision: ClassDecision,
+    ) -> (ClassDecision, Option<WriteError>) {
         let finalizer = &self.settings.finalizer;
         let Some(patch) = decision
             .patch

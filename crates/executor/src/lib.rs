@@ -31,7 +31,7 @@ mod settings;
 mod target;
 mod writer;
 
-pub use decision::{Decision, FinalizerPatch, decide};
+pub use decision::{ClassDecision, FinalizerPatch, decide};
 pub use executor::Executor;
 pub use patch::finalizer_patch;
 

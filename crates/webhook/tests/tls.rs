@@ -15,7 +15,7 @@ use poolkeeper_bus::{AdmissionResult, Bus, Event, WebhookKind};
 use poolkeeper_config::Config;
 use poolkeeper_index::Index;
 use poolkeeper_supervisor::Component;
-use poolkeeper_supervisor::testing::{EventRecorder, Running, spawn};
+use poolkeeper_supervisor::testing::{BusRecorder, Running, spawn};
 use poolkeeper_webhook::{CERT_FILE, KEY_FILE, WebhookError, WebhookServer, WebhookSettings};
 use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::{Value, json};
@@ -143,14 +143,14 @@ async fn admit(connection: &mut Connection, uid: &str) -> Value {
 /// serving the pair in `cert_dir` and looking for a new one every 20ms.
 struct Served {
     addr: SocketAddr,
-    recorder: EventRecorder,
+    recorder: BusRecorder,
     running: Running,
 }
 
 impl Served {
     fn start(cert_dir: &Path) -> Self {
         let bus = Bus::default();
-        let recorder = EventRecorder::new(&bus);
+        let recorder = BusRecorder::new(&bus);
         bus.start();
         let settings = WebhookSettings {
             listen: "127.0.0.1:0".parse().unwrap(),
