@@ -39,20 +39,20 @@ impl std::fmt::Debug for Audit {
 impl Audit {
     /// The audit of the cluster `client` talks to.
     pub fn new(
+        settings: AuditSettings,
+        bus: &Bus,
         client: kube::Client,
         index: Arc<Index>,
-        bus: &Bus,
-        settings: AuditSettings,
     ) -> Self {
-        Self::with_lister(KubePods::new(client), index, bus, settings)
+        Self::with_lister(settings, bus, KubePods::new(client), index)
     }
 
     /// The audit with any Pod source.
     pub fn with_lister(
+        settings: AuditSettings,
+        bus: &Bus,
         lister: impl PodLister,
         index: Arc<Index>,
-        bus: &Bus,
-        settings: AuditSettings,
     ) -> Self {
         Self {
             lister: Box::new(lister),

@@ -253,6 +253,18 @@ impl Subscription {
         }
     }
 
+    /// The next delivery; once every [`Bus`] handle is gone, never resolves.
+    /// The one way a component's loop reads the bus: the loop selects on
+    /// this beside its cancellation (and its own sources), so a closed bus
+    /// needs no flag and no branch of its own: nothing arrives any more, and
+    /// the loop ends on cancellation as the process stops.
+    pub async fn next_delivery(&mut self) -> Delivery {
+        match self.recv().await {
+            Some(delivery) => delivery,
+            None => std::future::pending().await,
+        }
+    }
+
     /// A delivery if one is waiting, without blocking.
     pub fn try_recv(&mut self) -> Option<Delivery> {
         match self.receiver.try_recv() {

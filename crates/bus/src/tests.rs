@@ -156,3 +156,22 @@ async fn publishers_racing_start_keep_order() {
         assert_eq!(got, expected);
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn next_delivery_delivers_then_never_resolves_once_the_bus_is_gone() {
+    let bus = Bus::new(4);
+    let mut subscription = bus.subscribe("loop");
+    let mut witness = bus.subscribe("witness");
+    bus.start();
+    bus.publish(changed(1));
+    assert_eq!(name_of(subscription.next_delivery().await), "m1");
+    drop(bus);
+    assert!(witness.recv().await.is_some(), "the event");
+    assert!(witness.recv().await.is_none(), "recv says the bus is gone");
+    let waited = tokio::time::timeout(
+        std::time::Duration::from_secs(3600),
+        subscription.next_delivery(),
+    )
+    .await;
+    assert!(waited.is_err(), "a closed bus delivers nothing, ever");
+}

@@ -18,7 +18,7 @@ pub enum FinalizerPatch {
 /// The outcome of [`decide`]: at most one write, at most one round of
 /// Machine enqueues, and when to look at the class again.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Decision {
+pub struct ClassDecision {
     pub patch: Option<FinalizerPatch>,
     pub enqueue: Option<EnqueueReason>,
     pub requeue: Requeue,
@@ -27,7 +27,7 @@ pub struct Decision {
     pub outcome: ClassOutcome,
 }
 
-impl Decision {
+impl ClassDecision {
     fn new(
         patch: Option<FinalizerPatch>,
         enqueue: Option<EnqueueReason>,
@@ -55,19 +55,19 @@ pub fn decide(
     finalizer: &str,
     (spec_changed, deletion_enqueued): (bool, bool),
     retries: &Retries,
-) -> Decision {
+) -> ClassDecision {
     let has_finalizer = class.finalizers.iter().any(|f| f == finalizer);
     match (machines_in_use > 0, class.deleting) {
         // In use: protect the class. The Machines only need another look
         // when the class just became protected or its spec changed.
-        (true, false) if !has_finalizer => Decision::new(
+        (true, false) if !has_finalizer => ClassDecision::new(
             Some(FinalizerPatch::Add),
             Some(EnqueueReason::FinalizerAdded),
             Requeue::Long,
             ClassOutcome::FinalizerAdded,
             retries,
         ),
-        (true, false) => Decision::new(
+        (true, false) => ClassDecision::new(
             None,
             spec_changed.then_some(EnqueueReason::ClassSpecChanged),
             Requeue::Long,
@@ -78,7 +78,7 @@ pub fn decide(
         // object accepts no new finalizers, so none is added either) and look
         // again soon. The Machines are told once, when the deletion is first
         // seen, not on every short retry (machine-controller-manager's PR 1056).
-        (true, true) => Decision::new(
+        (true, true) => ClassDecision::new(
             None,
             (!deletion_enqueued).then_some(EnqueueReason::ClassDeleting),
             Requeue::Short,
@@ -86,20 +86,20 @@ pub fn decide(
             retries,
         ),
         // Unused: release the class, which lets a pending deletion proceed.
-        (false, _) if has_finalizer => Decision::new(
+        (false, _) if has_finalizer => ClassDecision::new(
             Some(FinalizerPatch::Remove),
             None,
             Requeue::Long,
             ClassOutcome::FinalizerRemoved,
             retries,
         ),
-        (false, _) => Decision::new(None, None, Requeue::Long, ClassOutcome::Unused, retries),
+        (false, _) => ClassDecision::new(None, None, Requeue::Long, ClassOutcome::Unused, retries),
     }
 }
 
 /// The outcome and retry of a reconciliation whose write failed. Nothing
 /// is enqueued: the decision did not take effect.
-pub(crate) fn after_write_error(error: &WriteError, retries: &Retries) -> Decision {
+pub(crate) fn after_write_error(error: &WriteError, retries: &Retries) -> ClassDecision {
     let (requeue, outcome) = match error {
         WriteError::Conflict(_) => (Requeue::Conflict, ClassOutcome::Conflict),
         WriteError::Api(_) | WriteError::Timeout(_) | WriteError::NotNamespaced(_) => {
@@ -109,7 +109,7 @@ pub(crate) fn after_write_error(error: &WriteError, retries: &Retries) -> Decisi
         // most likely removed it.
         WriteError::NotFound => (Requeue::Short, ClassOutcome::Gone),
     };
-    Decision::new(None, None, requeue, outcome, retries)
+    ClassDecision::new(None, None, requeue, outcome, retries)
 }
 
 #[cfg(test)]
@@ -309,7 +309,7 @@ mod tests {
                 (case.spec_changed, false),
                 &retries,
             );
-            let expected = Decision {
+            let expected = ClassDecision {
                 patch: case.patch,
                 enqueue: case.enqueue,
                 requeue: case.requeue,
@@ -393,7 +393,7 @@ mod tests {
             let decision = after_write_error(&error, &retries);
             assert_eq!(
                 decision,
-                Decision {
+                ClassDecision {
                     patch: None,
                     enqueue: None,
                     requeue,

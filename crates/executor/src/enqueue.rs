@@ -9,7 +9,7 @@
 
 use poolkeeper_bus::EnqueueReason;
 
-use crate::decision::Decision;
+use crate::decision::ClassDecision;
 
 /// How the Machines that reference a class use it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -36,7 +36,7 @@ impl MachineUse {
 /// how many Machines, or nothing when the decision enqueues nothing or every
 /// Machine is being deleted.
 pub(crate) fn machines_to_enqueue(
-    decision: &Decision,
+    decision: &ClassDecision,
     machines: MachineUse,
 ) -> Option<(EnqueueReason, usize)> {
     let reason = decision.enqueue?;
@@ -51,7 +51,7 @@ pub(crate) fn machines_to_enqueue(
 pub(crate) fn deletion_announced(
     class_deleting: bool,
     announced_before: bool,
-    decision: &Decision,
+    decision: &ClassDecision,
 ) -> bool {
     class_deleting && (announced_before || decision.enqueue == Some(EnqueueReason::ClassDeleting))
 }

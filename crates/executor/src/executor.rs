@@ -18,7 +18,7 @@ use poolkeeper_index::{Index, MachineClass};
 use poolkeeper_supervisor::{Activity, BoxError, Component, Context};
 use tokio::time::Instant;
 
-use crate::decision::{Decision, after_write_error, decide};
+use crate::decision::{ClassDecision, after_write_error, decide};
 use crate::enqueue::{MachineUse, deletion_announced, machines_to_enqueue};
 use crate::patch::finalizer_patch;
 use crate::requeues::Requeues;
@@ -48,7 +48,7 @@ impl<W: ClassWriter> Executor<W> {
     pub const NAME: &'static str = "executor";
 
     /// Subscribes to `bus` right away, so construct it before `bus.start()`.
-    pub fn new(bus: &Bus, index: Arc<Index>, writer: W, settings: ExecutorSettings) -> Self {
+    pub fn new(settings: ExecutorSettings, bus: &Bus, index: Arc<Index>, writer: W) -> Self {
         debug_assert!(
             settings.concurrency > 0,
             "config validation requires executor.concurrency >= 1"
@@ -80,12 +80,7 @@ impl<W: ClassWriter> Executor<W> {
                 () = ctx.cancelled() => return Ok(()),
                 // Reading the bus first keeps this subscription drained while
                 // a pass publishes, so the executor never lags on its own events.
-                delivery = self.subscription.recv() => {
-                    let Some(delivery) = delivery else {
-                        // Every bus handle is gone: nothing can arrive any more.
-                        ctx.cancelled().await;
-                        return Ok(());
-                    };
+                delivery = self.subscription.next_delivery() => {
                     let _busy = ctx.busy("handling an event");
                     if state.on_delivery(&delivery) == Effect::StopWriting {
                         pass = None;
@@ -498,8 +493,8 @@ impl<W: ClassWriter> Worker<W> {
         &self,
         key: &ObjectKey,
         class: &MachineClass,
-        decision: Decision,
-    ) -> (Decision, Option<WriteError>) {
+        decision: ClassDecision,
+    ) -> (ClassDecision, Option<WriteError>) {
         let finalizer = &self.settings.finalizer;
         let Some(patch) = decision
             .patch

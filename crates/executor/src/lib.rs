@@ -31,10 +31,10 @@ mod settings;
 mod target;
 mod writer;
 
-pub use decision::{Decision, FinalizerPatch, decide};
+pub use decision::{ClassDecision, FinalizerPatch, decide};
 pub use executor::Executor;
 pub use patch::finalizer_patch;
-pub use secret_decision::{decide_secret, secret_patch};
+
 pub use settings::{ExecutorSettings, Retries};
 pub use writer::{ClassWriter, KubeClassWriter, WriteError};
 

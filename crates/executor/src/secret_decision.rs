@@ -6,7 +6,7 @@ use json_patch::Patch;
 use poolkeeper_bus::{ClassOutcome, Requeue};
 use poolkeeper_index::Secret;
 
-use crate::decision::{Decision, FinalizerPatch};
+use crate::decision::{ClassDecision, FinalizerPatch};
 use crate::patch::finalizers_patch;
 use crate::settings::Retries;
 
@@ -26,7 +26,7 @@ pub fn decide_secret(
     referencing_classes: usize,
     finalizer: &str,
     retries: &Retries,
-) -> Decision {
+) -> ClassDecision {
     let has_finalizer = secret.finalizers.iter().any(|f| f == finalizer);
     let (patch, outcome, requeue) = match (referencing_classes > 0, secret.deleting) {
         // Referenced: protect it, so that deleting it waits for the classes.
@@ -45,7 +45,7 @@ pub fn decide_secret(
         }
         (false, _) => (None, ClassOutcome::Unused, Requeue::Never),
     };
-    Decision {
+    ClassDecision {
         patch,
         enqueue: None,
         requeue,
@@ -209,7 +209,7 @@ mod tests {
             } else {
                 Requeue::Long
             };
-            let expected = Decision {
+            let expected = ClassDecision {
                 patch,
                 enqueue: None,
                 requeue,

@@ -116,7 +116,6 @@ async fn feed(
     mut requests: mpsc::Receiver<oneshot::Sender<()>>,
     stop: CancellationToken,
 ) {
-    let mut bus_open = true;
     let mut requests_open = true;
     loop {
         tokio::select! {
@@ -130,10 +129,7 @@ async fn feed(
                 }
                 None => requests_open = false,
             },
-            delivery = subscription.recv(), if bus_open => match delivery {
-                Some(delivery) => ring.lock().push(delivery),
-                None => bus_open = false,
-            },
+            delivery = subscription.next_delivery() => ring.lock().push(delivery),
         }
     }
 }

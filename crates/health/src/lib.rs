@@ -102,7 +102,7 @@ impl AdminServer {
 
     /// Subscribes to `bus` for `/debug/events`; call before the bus starts.
     /// `registry` holds every metric by now: `/metrics` renders it.
-    pub fn new(settings: AdminSettings, health: Health, registry: Registry, bus: &Bus) -> Self {
+    pub fn new(settings: AdminSettings, bus: &Bus, health: Health, registry: Registry) -> Self {
         Self {
             settings,
             health,
@@ -145,7 +145,7 @@ impl AdminServer {
         let addr = local_addr(&listener, settings.addr)?;
         let stop = ctx.cancellation().clone();
         let (events, feeder) = EventLog::new(settings.debug_events, subscription, stop.clone());
-        let app = router(AppState {
+        let app = router(AdminState {
             health,
             registry,
             events,
@@ -188,7 +188,7 @@ fn local_addr(listener: &TcpListener, addr: SocketAddr) -> Result<SocketAddr, He
 }
 
 #[derive(Clone)]
-struct AppState {
+struct AdminState {
     health: Health,
     registry: Arc<Registry>,
     events: EventLog,
@@ -200,7 +200,7 @@ enum Kind {
     Readiness,
 }
 
-impl AppState {
+impl AdminState {
     fn checks(&self, kind: Kind) -> Vec<CheckResult> {
         match kind {
             Kind::Liveness => self.health.liveness(),
@@ -209,7 +209,7 @@ impl AppState {
     }
 }
 
-fn router(state: AppState) -> Router {
+fn router(state: AdminState) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/healthz/{name}", get(healthz_one))
@@ -225,32 +225,32 @@ fn router(state: AppState) -> Router {
 
 type Params = Query<HashMap<String, String>>;
 
-async fn healthz(State(state): State<AppState>, Query(params): Params) -> Response {
+async fn healthz(State(state): State<AdminState>, Query(params): Params) -> Response {
     report_all(&state, Kind::Liveness, "healthz", &params)
 }
 
-async fn livez(State(state): State<AppState>, Query(params): Params) -> Response {
+async fn livez(State(state): State<AdminState>, Query(params): Params) -> Response {
     report_all(&state, Kind::Liveness, "livez", &params)
 }
 
-async fn readyz(State(state): State<AppState>, Query(params): Params) -> Response {
+async fn readyz(State(state): State<AdminState>, Query(params): Params) -> Response {
     report_all(&state, Kind::Readiness, "readyz", &params)
 }
 
-async fn healthz_one(State(state): State<AppState>, Path(name): Path<String>) -> Response {
+async fn healthz_one(State(state): State<AdminState>, Path(name): Path<String>) -> Response {
     report_one(&state, Kind::Liveness, &name)
 }
 
-async fn livez_one(State(state): State<AppState>, Path(name): Path<String>) -> Response {
+async fn livez_one(State(state): State<AdminState>, Path(name): Path<String>) -> Response {
     report_one(&state, Kind::Liveness, &name)
 }
 
-async fn readyz_one(State(state): State<AppState>, Path(name): Path<String>) -> Response {
+async fn readyz_one(State(state): State<AdminState>, Path(name): Path<String>) -> Response {
     report_one(&state, Kind::Readiness, &name)
 }
 
 fn report_all(
-    state: &AppState,
+    state: &AdminState,
     kind: Kind,
     endpoint: &str,
     params: &HashMap<String, String>,
@@ -263,7 +263,7 @@ fn report_all(
     text(report.status, report.body)
 }
 
-fn report_one(state: &AppState, kind: Kind, name: &str) -> Response {
+fn report_one(state: &AdminState, kind: Kind, name: &str) -> Response {
     match checks::one(&state.checks(kind), name) {
         Some(report) => text(report.status, report.body),
         None => text(
@@ -291,7 +291,7 @@ fn text(status: StatusCode, body: String) -> Response {
         .into_response()
 }
 
-async fn metrics(State(state): State<AppState>) -> Response {
+async fn metrics(State(state): State<AdminState>) -> Response {
     let mut body = String::new();
     let encoded = prometheus_client::encoding::text::encode(&mut body, &state.registry);
     match encoded {
@@ -316,13 +316,13 @@ struct EventsParams {
 }
 
 async fn debug_events(
-    State(state): State<AppState>,
+    State(state): State<AdminState>,
     Query(params): Query<EventsParams>,
 ) -> Response {
     axum::Json(state.events.last(params.limit).await).into_response()
 }
 
-async fn debug_audit(State(state): State<AppState>) -> Response {
+async fn debug_audit(State(state): State<AdminState>) -> Response {
     match state.events.last_audit().await {
         Some(round) => axum::Json(round.as_ref().clone()).into_response(),
         None => text(

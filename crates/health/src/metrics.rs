@@ -596,17 +596,13 @@ impl EventMetrics {
         loop {
             let delivery = tokio::select! {
                 () = ctx.cancelled() => return Ok(()),
-                delivery = self.subscription.recv() => delivery,
+                delivery = self.subscription.next_delivery() => delivery,
             };
             match delivery {
-                Some(Delivery::Event(envelope)) => self.metrics.observe(&envelope.event),
+                Delivery::Event(envelope) => self.metrics.observe(&envelope.event),
                 // Counted by the bus as this subscriber's lag; the counts
                 // here are short by that much.
-                Some(Delivery::Lagged(_)) => {}
-                None => {
-                    ctx.cancelled().await;
-                    return Ok(());
-                }
+                Delivery::Lagged(_) => {}
             }
         }
     }

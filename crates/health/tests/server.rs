@@ -44,7 +44,7 @@ impl Admin {
             addr: "127.0.0.1:0".parse().unwrap(),
             debug_events,
         };
-        let mut server = AdminServer::new(settings, health.clone(), registry, &bus);
+        let mut server = AdminServer::new(settings, &bus, health.clone(), registry);
         let addr = server.bind().await.unwrap();
         assert_ne!(addr.port(), 0);
         assert_eq!(server.local_addr(), Some(addr));
@@ -379,9 +379,9 @@ async fn a_busy_port_is_a_clear_error() {
     };
     let mut server = AdminServer::new(
         settings.clone(),
+        &bus,
         Health::default(),
         Registry::default(),
-        &bus,
     );
     let error = server.bind().await.unwrap_err();
     assert!(matches!(error, HealthError::Bind { addr: a, .. } if a == addr));
@@ -393,7 +393,7 @@ async fn a_busy_port_is_a_clear_error() {
     );
 
     // Started without binding first, it fails the same way.
-    let server = AdminServer::new(settings, Health::default(), Registry::default(), &bus);
+    let server = AdminServer::new(settings, &bus, Health::default(), Registry::default());
     let (ready_tx, ready) = watch::channel(Readiness::Waiting("starting".into()));
     let ctx = Context::new(CancellationToken::new(), Activity::default(), ready_tx);
     let error = Box::new(server).run(ctx).await.unwrap_err();

@@ -39,20 +39,14 @@ mod tolerations;
 mod workload;
 
 pub use cache::{LoadedPolicy, PolicyCache};
-pub use decision::{
-    BindingSource, Decision, PoolBinding, Reason, audit, mutate, placement_record, pool_binding,
-    validate, warn_text,
-};
+pub use decision::{BindingSource, Decision, PoolBinding, Reason, audit, mutate, validate};
 pub use error::PlacementError;
-pub use explain::{BindingReport, EXPLAIN_NAMES, Explanation, NodeSet, Verdict, explain};
+pub use explain::{BindingReport, Explanation, NodeSet, Verdict, explain};
 pub use objects::{OfflineObjects, build_index_from_objects};
-pub use pod::{
-    Annotations, PLACEMENT_ANNOTATION, PlacementAffinity, PlacementNodeAffinity, PlacementSpec,
-    PodPlacement,
-};
+pub use pod::{Annotations, PlacementAffinity, PlacementNodeAffinity, PlacementSpec, PodPlacement};
 pub use policy::{Binding, BindingOrigin, PlacementPolicy, PolicySource};
 pub use poolkeeper_config::{Constraints, Mode};
-pub use pools::{LABEL_POOL_SEPARATOR, PoolSet};
+pub use pools::PoolSet;
 pub use workload::{
     Manifest, Workload, WorkloadKind, explain_manifest, mutate_workload, validate_workload,
 };

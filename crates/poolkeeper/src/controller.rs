@@ -177,7 +177,7 @@ impl Controller {
         let webhook_addr = webhook.as_ref().map(|(_, addr)| *addr);
 
         let mut admin =
-            AdminServer::new(AdminSettings::from(config), health, wiring.registry, &bus);
+            AdminServer::new(AdminSettings::from(config), &bus, health, wiring.registry);
         let admin_addr = admin.bind().await?;
         supervisor
             .stage("admin", None)
@@ -231,10 +231,10 @@ impl Wiring<'_> {
     fn watchers(&self) -> Vec<Box<dyn Component>> {
         let settings = WatcherSettings::from(self.config);
         Watchers::new(
-            self.client.clone(),
-            &self.bus,
-            self.index.clone(),
             &settings,
+            &self.bus,
+            self.client.clone(),
+            self.index.clone(),
         )
         .into_components()
     }
@@ -249,7 +249,7 @@ impl Wiring<'_> {
             policy: self.policy.clone(),
             ..WebhookSettings::from(self.config)
         };
-        let mut server = WebhookServer::new(settings, self.index.clone(), &self.bus);
+        let mut server = WebhookServer::new(settings, &self.bus, self.index.clone());
         let addr = server.bind()?;
         Ok(Some((server, addr)))
     }
@@ -287,31 +287,31 @@ impl Wiring<'_> {
             let bus = bus.clone();
             move || -> Vec<Box<dyn Component>> {
                 let events =
-                    EventRecorder::new(client.clone(), &bus, recorder.clone(), identity.clone());
+                    EventRecorder::new(recorder.clone(), &bus, client.clone(), identity.clone());
                 let mut components: Vec<Box<dyn Component>> = Vec::new();
                 if classes {
-                    components.push(Box::new(Reconciler::new(&bus, reconciler.clone())));
+                    components.push(Box::new(Reconciler::new(reconciler.clone(), &bus)));
                     components.push(Box::new(Executor::new(
+                        executor.clone(),
                         &bus,
                         index.clone(),
                         writer.clone(),
-                        executor.clone(),
                     )));
                 }
                 if audit {
                     components.push(Box::new(Audit::new(
+                        audit_settings.clone(),
+                        &bus,
                         client.clone(),
                         index.clone(),
-                        &bus,
-                        audit_settings.clone(),
                     )));
                 }
                 if selectors {
                     components.push(Box::new(WebhookSelectors::new(
-                        client.clone(),
-                        &bus,
-                        index.clone(),
                         selector_settings.clone(),
+                        &bus,
+                        client.clone(),
+                        index.clone(),
                     )));
                 }
                 components.push(Box::new(events));

@@ -70,7 +70,7 @@ impl Reconciler {
     pub const NAME: &'static str = "reconciler";
 
     /// Subscribes to `bus` right away, so construct it before `bus.start()`.
-    pub fn new(bus: &Bus, settings: ReconcilerSettings) -> Self {
+    pub fn new(settings: ReconcilerSettings, bus: &Bus) -> Self {
         debug_assert!(settings.max_delay >= settings.debounce_interval);
         Self {
             bus: bus.clone(),
@@ -136,12 +136,7 @@ impl Reconciler {
                     let fired = debouncer.on_deadline(Instant::now().into_std());
                     self.publish(fired);
                 }
-                delivery = self.subscription.recv() => {
-                    let Some(delivery) = delivery else {
-                        // Every bus handle is gone: nothing can arrive any more.
-                        ctx.cancelled().await;
-                        return Ok(());
-                    };
+                delivery = self.subscription.next_delivery() => {
                     let _busy = ctx.busy("handling an event");
                     let Some(input) = self.input_of(&delivery) else { continue };
                     if input == Input::Lagged {

@@ -1,5 +1,5 @@
 use poolkeeper_bus::{Change, ObjectKey};
-use poolkeeper_supervisor::testing::{EventRecorder, Running, spawn};
+use poolkeeper_supervisor::testing::{BusRecorder, Running, spawn};
 
 use super::*;
 
@@ -8,7 +8,7 @@ use super::*;
 struct Harness {
     bus: Bus,
     start: Instant,
-    recorder: EventRecorder,
+    recorder: BusRecorder,
     running: Running,
 }
 
@@ -23,8 +23,8 @@ impl Harness {
 
     fn start_with(capacity: usize, settings: ReconcilerSettings) -> Self {
         let bus = Bus::new(capacity);
-        let reconciler = Reconciler::new(&bus, settings);
-        let recorder = EventRecorder::new(&bus);
+        let reconciler = Reconciler::new(settings, &bus);
+        let recorder = BusRecorder::new(&bus);
         bus.start();
         Self {
             start: Instant::now(),

@@ -26,13 +26,8 @@ mod secret_notice;
 mod settings;
 mod writer;
 
-pub use kube::runtime::events::EventType;
-pub use notice::{
-    AUDIT_ACTION, MAX_NOTE_BYTES, Notice, audit_notice, audit_reference, class_notice,
-    class_reference, notices_for,
-};
-pub use recorder::{EventRecorder, REPORTING_CONTROLLER};
-pub use secret_notice::{Referrers, secret_notice, secret_reference};
+pub use recorder::EventRecorder;
+pub use secret_notice::secret_reference;
 pub use settings::RecorderSettings;
 
 /// The code of this crate's README, compiled (and run where it can be) as doctests.

@@ -70,17 +70,38 @@ pub fn class_notice(
     requeue_after: Duration,
     settings: &RecorderSettings,
 ) -> Option<Notice> {
-    let finalizer = &settings.finalizer;
+    let why = FinalizerWhy {
+        added: || "Machines use this MachineClass".to_owned(),
+        removed: "no Machine uses this MachineClass",
+    };
+    finalizer_notice(outcome, &settings.finalizer, why, requeue_after)
+}
+
+/// Why a finalizer was added (built only when it was) and removed.
+pub(crate) struct FinalizerWhy<F: FnOnce() -> String> {
+    pub(crate) added: F,
+    pub(crate) removed: &'static str,
+}
+
+/// The Event a finalizer reconciliation (of a class or a Secret) calls for:
+/// the finalizer added or removed, or a failed write; every other outcome
+/// is no news.
+pub(crate) fn finalizer_notice<F: FnOnce() -> String>(
+    outcome: ClassOutcome,
+    finalizer: &str,
+    why: FinalizerWhy<F>,
+    requeue_after: Duration,
+) -> Option<Notice> {
     match outcome {
         ClassOutcome::FinalizerAdded => Some(Notice::normal(
             "FinalizerAdded",
             "AddFinalizer",
-            format!("Added finalizer {finalizer}: Machines use this MachineClass"),
+            format!("Added finalizer {finalizer}: {}", (why.added)()),
         )),
         ClassOutcome::FinalizerRemoved => Some(Notice::normal(
             "FinalizerRemoved",
             "RemoveFinalizer",
-            format!("Removed finalizer {finalizer}: no Machine uses this MachineClass"),
+            format!("Removed finalizer {finalizer}: {}", why.removed),
         )),
         ClassOutcome::Error => Some(Notice::warning(
             "ReconcileFailed",

@@ -49,9 +49,9 @@ impl EventRecorder {
     /// (or, leader-gated, in the factory). `instance` is this replica's
     /// identity, the Events' `reportingInstance` (cut to 128 bytes).
     pub fn new(
-        client: Client,
-        bus: &Bus,
         settings: RecorderSettings,
+        bus: &Bus,
+        client: Client,
         instance: impl Into<String>,
     ) -> Self {
         let reporter = Reporter {
@@ -71,16 +71,11 @@ impl EventRecorder {
     async fn run_loop(mut self, ctx: Context) -> Result<(), BoxError> {
         ctx.mark_ready();
         let mut writing: Option<BoxFuture<'static, Written>> = None;
-        let mut bus_open = true;
         loop {
             tokio::select! {
                 biased;
                 () = ctx.cancelled() => break,
-                delivery = self.subscription.recv(), if bus_open => match delivery {
-                    Some(delivery) => self.on_delivery(&delivery),
-                    // Every bus handle is gone: only queued Events are left.
-                    None => bus_open = false,
-                },
+                delivery = self.subscription.next_delivery() => self.on_delivery(&delivery),
                 written = finish(&mut writing) => {
                     writing = None;
                     self.on_written(written);
@@ -185,9 +180,9 @@ mod tests {
         let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
         let client = Client::try_from(config).unwrap();
         EventRecorder::new(
-            client,
-            bus,
             RecorderSettings::from(&Config::default()),
+            bus,
+            client,
             "me",
         )
     }

@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{ObjectReference, Secret};
 use kube::Resource;
 use poolkeeper_bus::{ClassOutcome, ObjectKey};
 
-use crate::notice::Notice;
+use crate::notice::{FinalizerWhy, Notice, finalizer_notice};
 use crate::settings::RecorderSettings;
 
 /// What a `SecretReconciled` tells of the classes that reference the Secret.
@@ -43,35 +43,11 @@ pub fn secret_notice(
     requeue_after: Duration,
     settings: &RecorderSettings,
 ) -> Option<Notice> {
-    let finalizer = &settings.secret_finalizer;
-    match outcome {
-        ClassOutcome::FinalizerAdded => Some(Notice::normal(
-            "FinalizerAdded",
-            "AddFinalizer",
-            format!(
-                "Added finalizer {finalizer}: referenced by {}",
-                referrers.describe()
-            ),
-        )),
-        ClassOutcome::FinalizerRemoved => Some(Notice::normal(
-            "FinalizerRemoved",
-            "RemoveFinalizer",
-            format!("Removed finalizer {finalizer}: no MachineClass references this Secret"),
-        )),
-        ClassOutcome::Error => Some(Notice::warning(
-            "ReconcileFailed",
-            "UpdateFinalizers",
-            format!(
-                "Updating finalizer {finalizer} failed (the poolkeeper log has the API server's \
-                 answer); retrying every {}",
-                humantime::format_duration(requeue_after)
-            ),
-        )),
-        ClassOutcome::Unchanged
-        | ClassOutcome::Unused
-        | ClassOutcome::Gone
-        | ClassOutcome::Conflict => None,
-    }
+    let why = FinalizerWhy {
+        added: || format!("referenced by {}", referrers.describe()),
+        removed: "no MachineClass references this Secret",
+    };
+    finalizer_notice(outcome, &settings.secret_finalizer, why, requeue_after)
 }
 
 /// The `regarding` reference of a Secret, by UID (how `kubectl describe`

@@ -57,7 +57,7 @@ impl Setup {
         let bus = Bus::default();
         let settings = RecorderSettings::from(&Config::default());
         let identity = controller_identity(&env).await;
-        let recorder = EventRecorder::new(identity, &bus, settings, INSTANCE);
+        let recorder = EventRecorder::new(settings, &bus, identity, INSTANCE);
         bus.start();
         let mut running = spawn(Box::new(recorder));
         running.wait_ready(WAIT).await;

@@ -39,7 +39,7 @@ async fn a_hung_api_server_delays_each_event_by_the_write_timeout_only() {
     let mut settings = RecorderSettings::from(&Config::default());
     settings.write_timeout = Duration::from_millis(200);
     let bus = Bus::default();
-    let recorder = EventRecorder::new(client, &bus, settings, "replica");
+    let recorder = EventRecorder::new(settings, &bus, client, "replica");
     bus.start();
     let mut running = spawn(Box::new(recorder));
     running.wait_ready(Duration::from_secs(5)).await;

@@ -53,7 +53,7 @@ impl WebhookSelectors {
 
     /// Subscribes to `bus` right away: build it in the leader-gated
     /// factory. It reads the bindings from `index`, which the watchers keep.
-    pub fn new(client: Client, bus: &Bus, index: Arc<Index>, settings: SelectorSettings) -> Self {
+    pub fn new(settings: SelectorSettings, bus: &Bus, client: Client, index: Arc<Index>) -> Self {
         Self {
             client,
             index,
@@ -68,7 +68,6 @@ impl WebhookSelectors {
         ctx.mark_ready();
         let mut changes = self.configuration_changes();
         let mut schedule = Schedule::new(self.settings.retry_initial, self.settings.retry_max);
-        let mut bus_open = true;
         loop {
             if schedule.is_due(Instant::now()) {
                 schedule.start();
@@ -86,12 +85,11 @@ impl WebhookSelectors {
             tokio::select! {
                 biased;
                 () = ctx.cancelled() => break,
-                delivery = self.subscription.recv(), if bus_open => match delivery {
-                    Some(delivery) if self.concerns_bindings(&delivery) => schedule.trigger(),
-                    Some(_) => {}
-                    // Every bus handle is gone: the process is stopping.
-                    None => bus_open = false,
-                },
+                delivery = self.subscription.next_delivery() => {
+                    if self.concerns_bindings(&delivery) {
+                        schedule.trigger();
+                    }
+                }
                 Some((kind, change)) = changes.next() => match change {
                     Ok(()) => schedule.trigger(),
                     Err(error) => tracing::warn!(

@@ -34,15 +34,10 @@ mod settings;
 
 pub use component::WebhookSelectors;
 pub use configuration::{FIELD_MANAGER, Updated};
-pub use desired::{
-    DesiredSelectors, EntrySelectors, NAMESPACE_NAME_LABEL, NO_NAMESPACE, desired_selectors,
-};
+pub use desired::{DesiredSelectors, EntrySelectors, NO_NAMESPACE, desired_selectors};
 pub use error::SelectorError;
-pub use patch::{StoredConfiguration, StoredEntry, selector_patch};
-pub use settings::{
-    ConfigurationKind, KUBE_SYSTEM, MUTATE_BOUND_NAMESPACES, MUTATE_POOL_LABELLED,
-    ManagedConfiguration, SelectorSettings, VALIDATE_BOUND_NAMESPACES, VALIDATE_POOL_LABELLED,
-};
+
+pub use settings::{ConfigurationKind, ManagedConfiguration, SelectorSettings};
 
 /// The code of this crate's README, compiled (and run where it can be) as doctests.
 #[doc = include_str!("../README.md")]

@@ -78,7 +78,7 @@ impl Setup {
         if register {
             setup.register().await;
         }
-        let component = WebhookSelectors::new(identity, &bus, index, settings);
+        let component = WebhookSelectors::new(settings, &bus, identity, index);
         bus.start();
         let mut running = spawn(Box::new(component));
         running.wait_ready(WAIT).await;

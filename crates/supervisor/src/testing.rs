@@ -2,7 +2,7 @@
 //! `testing`): what every component crate's tests need, written once.
 //!
 //! ```text
-//! let recorder = EventRecorder::new(&bus); // before bus.start()
+//! let recorder = BusRecorder::new(&bus); // before bus.start()
 //! bus.start();
 //! let mut running = spawn(Box::new(component));
 //! running.wait_ready(Duration::from_secs(5)).await;
@@ -115,7 +115,7 @@ struct Recorded {
 /// Records every event published on a bus from its creation on, with the
 /// time since then (tokio's clock, so a paused clock gives exact times).
 #[derive(Debug, Clone)]
-pub struct EventRecorder {
+pub struct BusRecorder {
     recorded: Arc<Mutex<Recorded>>,
     arrived: Arc<Notify>,
     _task: Arc<AbortOnDrop>,
@@ -130,7 +130,7 @@ impl Drop for AbortOnDrop {
     }
 }
 
-impl EventRecorder {
+impl BusRecorder {
     /// Subscribes to `bus` now: create it before `bus.start()` to see the
     /// events published during startup.
     pub fn new(bus: &Bus) -> Self {
@@ -173,7 +173,7 @@ impl EventRecorder {
             .collect()
     }
 
-    /// Events with the time they arrived, since [`EventRecorder::new`].
+    /// Events with the time they arrived, since [`BusRecorder::new`].
     pub fn timed(&self) -> Vec<(Duration, Event)> {
         self.recorded.lock().events.clone()
     }

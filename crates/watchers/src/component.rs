@@ -258,7 +258,7 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
     use kube::core::Status;
     use poolkeeper_bus::{Change, Event, ObjectKey};
-    use poolkeeper_supervisor::testing::{EventRecorder, spawn};
+    use poolkeeper_supervisor::testing::{BusRecorder, spawn};
 
     use super::*;
     use crate::retry::ProbeAnswer;
@@ -398,7 +398,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn drives_events_into_index_and_bus() {
         let bus = Bus::new(64);
-        let recorder = EventRecorder::new(&bus);
+        let recorder = BusRecorder::new(&bus);
         bus.start();
         let shared = shared(&bus);
         let mut items = vec![
@@ -443,7 +443,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn an_expired_version_after_failures_relists_at_once() {
         let bus = Bus::new(64);
-        let recorder = EventRecorder::new(&bus);
+        let recorder = BusRecorder::new(&bus);
         bus.start();
         let shared = shared(&bus);
         let mut items = list(&["n1"]);
@@ -474,7 +474,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_relist_after_an_outage_reports_the_deletes_when_the_server_is_back() {
         let bus = Bus::new(64);
-        let recorder = EventRecorder::new(&bus);
+        let recorder = BusRecorder::new(&bus);
         bus.start();
         let shared = shared(&bus);
         let mut items = list(&["n1", "n2"]);
@@ -506,7 +506,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn an_expired_watch_start_starts_a_new_watcher() {
         let bus = Bus::new(64);
-        let recorder = EventRecorder::new(&bus);
+        let recorder = BusRecorder::new(&bus);
         bus.start();
         let shared = shared(&bus);
         let stale = script(

@@ -105,7 +105,7 @@ pub struct Watchers {
 impl Watchers {
     /// Builds one watcher per enabled kind and the sync tracker. Subscribes
     /// to `bus`, so call it before the bus starts.
-    pub fn new(client: Client, bus: &Bus, index: Arc<Index>, settings: &WatcherSettings) -> Self {
+    pub fn new(settings: &WatcherSettings, bus: &Bus, client: Client, index: Arc<Index>) -> Self {
         debug_assert!(
             settings.page_size > 0,
             "the configuration rules out pageSize 0"
@@ -242,7 +242,7 @@ mod tests {
             config.placement.enabled = placement;
             let settings = WatcherSettings::from(&config);
             let index = Arc::new(Index::new(&config.placement.pool_label));
-            let watchers = Watchers::new(client(), &Bus::default(), index, &settings);
+            let watchers = Watchers::new(&settings, &Bus::default(), client(), index);
             assert_eq!(
                 names(watchers),
                 expected,
@@ -258,7 +258,7 @@ mod tests {
         let settings = WatcherSettings::from(&config);
         assert!(!settings.kinds.contains(&ResourceKind::Secret));
         let index = Arc::new(Index::new(&config.placement.pool_label));
-        let watchers = Watchers::new(client(), &Bus::default(), index, &settings);
+        let watchers = Watchers::new(&settings, &Bus::default(), client(), index);
         assert!(!names(watchers).contains(&"secret-watcher"));
     }
 
@@ -269,7 +269,7 @@ mod tests {
         let settings = WatcherSettings::from(&config);
         assert!(!settings.kinds.contains(&ResourceKind::Namespace));
         let index = Arc::new(Index::new(&config.placement.pool_label));
-        let watchers = Watchers::new(client(), &Bus::default(), index, &settings);
+        let watchers = Watchers::new(&settings, &Bus::default(), client(), index);
         assert!(!names(watchers).contains(&"namespace-watcher"));
     }
 
@@ -298,7 +298,7 @@ mod tests {
         let settings = WatcherSettings::from(&Config::default());
         let index = Arc::new(Index::new("pool"));
         let components =
-            Watchers::new(client(), &Bus::default(), index, &settings).into_components();
+            Watchers::new(&settings, &Bus::default(), client(), index).into_components();
         let checks: Vec<Option<&str>> = components.iter().map(|c| c.readiness_check()).collect();
         let (watchers, tracker) = checks.split_at(checks.len() - 1);
         assert_eq!(watchers.len(), ResourceKind::iter().count());

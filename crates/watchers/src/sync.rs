@@ -115,7 +115,7 @@ impl Component for SyncTracker {
 mod tests {
     use std::time::Duration;
 
-    use poolkeeper_supervisor::testing::{EventRecorder, Running, spawn};
+    use poolkeeper_supervisor::testing::{BusRecorder, Running, spawn};
 
     use super::*;
 
@@ -125,17 +125,13 @@ mod tests {
         }
     }
 
-    fn synchronized(recorder: &EventRecorder) -> usize {
+    fn synchronized(recorder: &BusRecorder) -> usize {
         recorder.count(|e| *e == Event::IndexSynchronized)
     }
 
-    fn start(
-        bus: &Bus,
-        expected: &[ResourceKind],
-        synced: &SyncedKinds,
-    ) -> (EventRecorder, Running) {
+    fn start(bus: &Bus, expected: &[ResourceKind], synced: &SyncedKinds) -> (BusRecorder, Running) {
         let tracker = SyncTracker::new(bus, expected.iter().copied().collect(), synced.clone());
-        let recorder = EventRecorder::new(bus);
+        let recorder = BusRecorder::new(bus);
         bus.start();
         (recorder, spawn(Box::new(tracker)))
     }

@@ -11,7 +11,7 @@ use poolkeeper_api::{ClassSpec, Machine, MachineClass, MachineSpec, NodePool, No
 use poolkeeper_bus::{Bus, Change, Event, IntoEnumIterator, ObjectKey, ResourceKind};
 use poolkeeper_config::Config;
 use poolkeeper_index::{Index, PoolType};
-use poolkeeper_supervisor::testing::{EventRecorder, Running, spawn};
+use poolkeeper_supervisor::testing::{BusRecorder, Running, spawn};
 use poolkeeper_testenv::{Process, TestEnv, TestEnvBuilder};
 use poolkeeper_watchers::{WatcherSettings, Watchers};
 use serde_json::json;
@@ -23,7 +23,7 @@ const WAIT: Duration = Duration::from_secs(30);
 struct Started {
     bus: Bus,
     /// Every event since the watchers were built.
-    recorder: EventRecorder,
+    recorder: BusRecorder,
     /// The watchers, then the sync tracker.
     components: Vec<Running>,
 }
@@ -32,8 +32,8 @@ impl Started {
     /// Builds the watchers over `index` and starts them.
     fn new(client: &Client, index: &Arc<Index>, settings: &WatcherSettings) -> Self {
         let bus = Bus::default();
-        let watchers = Watchers::new(client.clone(), &bus, Arc::clone(index), settings);
-        let recorder = EventRecorder::new(&bus);
+        let watchers = Watchers::new(settings, &bus, client.clone(), Arc::clone(index));
+        let recorder = BusRecorder::new(&bus);
         bus.start();
         let components = watchers.into_components().into_iter().map(spawn).collect();
         Self {
@@ -61,8 +61,8 @@ impl Started {
     }
 
     /// Records the events published from now on.
-    fn phase(&self) -> EventRecorder {
-        EventRecorder::new(&self.bus)
+    fn phase(&self) -> BusRecorder {
+        BusRecorder::new(&self.bus)
     }
 
     async fn stop(self) {
@@ -523,7 +523,7 @@ async fn machines_watched(
 }
 
 /// When each kind's watch recovered, after `since`.
-fn recoveries(recorder: &EventRecorder) -> Vec<(ResourceKind, Duration)> {
+fn recoveries(recorder: &BusRecorder) -> Vec<(ResourceKind, Duration)> {
     recorder
         .timed()
         .into_iter()

@@ -42,7 +42,7 @@ impl std::fmt::Debug for WebhookServer {
 
 impl WebhookServer {
     /// Decides over `index`, publishes `AdmissionDecided` on `bus`.
-    pub fn new(settings: WebhookSettings, index: Arc<Index>, bus: &Bus) -> Self {
+    pub fn new(settings: WebhookSettings, bus: &Bus, index: Arc<Index>) -> Self {
         let state = AppState::new(index, settings.policy.clone(), bus.clone());
         Self {
             admission: Admission::new(&settings, state),

@@ -67,7 +67,7 @@ impl Served {
         };
         let bus = Bus::default();
         bus.start();
-        let mut server = WebhookServer::new(settings, Arc::new(Index::new("pool")), &bus);
+        let mut server = WebhookServer::new(settings, &bus, Arc::new(Index::new("pool")));
         let addr = server.bind().unwrap();
         let mut running = spawn(Box::new(server));
         running.wait_ready(PATIENCE).await;

@@ -15,7 +15,7 @@ use poolkeeper_bus::{AdmissionResult, Bus, Event, WebhookKind};
 use poolkeeper_config::Config;
 use poolkeeper_index::Index;
 use poolkeeper_supervisor::Component;
-use poolkeeper_supervisor::testing::{EventRecorder, Running, spawn};
+use poolkeeper_supervisor::testing::{BusRecorder, Running, spawn};
 use poolkeeper_webhook::{CERT_FILE, KEY_FILE, WebhookError, WebhookServer, WebhookSettings};
 use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::{Value, json};
@@ -143,14 +143,14 @@ async fn admit(connection: &mut Connection, uid: &str) -> Value {
 /// serving the pair in `cert_dir` and looking for a new one every 20ms.
 struct Served {
     addr: SocketAddr,
-    recorder: EventRecorder,
+    recorder: BusRecorder,
     running: Running,
 }
 
 impl Served {
     fn start(cert_dir: &Path) -> Self {
         let bus = Bus::default();
-        let recorder = EventRecorder::new(&bus);
+        let recorder = BusRecorder::new(&bus);
         bus.start();
         let settings = WebhookSettings {
             listen: "127.0.0.1:0".parse().unwrap(),
@@ -158,7 +158,7 @@ impl Served {
             cert_reload_interval: RELOAD,
             ..WebhookSettings::from(&Config::default())
         };
-        let mut server = WebhookServer::new(settings, Arc::new(Index::new("pool")), &bus);
+        let mut server = WebhookServer::new(settings, &bus, Arc::new(Index::new("pool")));
         let addr = server.bind().unwrap();
         assert_eq!(server.local_addr(), Some(addr));
         Self {
@@ -345,7 +345,7 @@ async fn a_taken_port_is_a_failure() {
     let bus = Bus::default();
 
     // Reported by the bind step, before the server runs...
-    let mut server = WebhookServer::new(settings.clone(), Arc::clone(&index), &bus);
+    let mut server = WebhookServer::new(settings.clone(), &bus, Arc::clone(&index));
     let error = server.bind().unwrap_err();
     assert!(matches!(error, WebhookError::Listen { .. }), "{error:?}");
     assert!(
@@ -355,7 +355,7 @@ async fn a_taken_port_is_a_failure() {
     assert_eq!(server.local_addr(), None);
 
     // ...and by the component when nothing bound it first.
-    let server = WebhookServer::new(settings, index, &bus);
+    let server = WebhookServer::new(settings, &bus, index);
     assert_eq!(server.readiness_check(), Some("webhook"));
     let running = spawn(Box::new(server));
     let error = tokio::time::timeout(PATIENCE, running.stop())

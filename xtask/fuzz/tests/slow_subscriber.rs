@@ -14,7 +14,7 @@ use poolkeeper_bus::{
 };
 use poolkeeper_config::Config;
 use poolkeeper_reconciler::{Reconciler, ReconcilerSettings};
-use poolkeeper_supervisor::testing::{EventRecorder, spawn};
+use poolkeeper_supervisor::testing::{BusRecorder, spawn};
 
 const FLOOD: u64 = 100_000;
 
@@ -156,21 +156,21 @@ async fn a_slow_subscriber_lags_resyncs_and_accounts_for_every_event() {
 }
 
 /// Counts of `ReconciliationTriggered` by reason.
-fn triggers(recorder: &EventRecorder, reason: TriggerReason) -> usize {
+fn triggers(recorder: &BusRecorder, reason: TriggerReason) -> usize {
     recorder.count(
         |event| matches!(event, Event::ReconciliationTriggered { reason: r } if *r == reason),
     )
 }
 
-fn all_triggers(recorder: &EventRecorder) -> usize {
+fn all_triggers(recorder: &BusRecorder) -> usize {
     recorder.count(|event| matches!(event, Event::ReconciliationTriggered { .. }))
 }
 
 #[tokio::test(start_paused = true)]
 async fn the_reconciler_turns_a_flood_it_cannot_follow_into_one_full_trigger() {
     let bus = Bus::new(16);
-    let recorder = EventRecorder::new(&bus);
-    let reconciler = Reconciler::new(&bus, ReconcilerSettings::from(&Config::default()));
+    let recorder = BusRecorder::new(&bus);
+    let reconciler = Reconciler::new(ReconcilerSettings::from(&Config::default()), &bus);
     bus.start();
     let mut running = spawn(Box::new(reconciler));
     running.wait_ready(Duration::from_secs(1)).await;
@@ -211,8 +211,8 @@ async fn the_reconciler_turns_a_flood_it_cannot_follow_into_one_full_trigger() {
 async fn bursts_the_reconciler_cannot_follow_give_at_most_one_full_trigger_each() {
     const BURSTS: u64 = 20;
     let bus = Bus::new(16);
-    let recorder = EventRecorder::new(&bus);
-    let reconciler = Reconciler::new(&bus, ReconcilerSettings::from(&Config::default()));
+    let recorder = BusRecorder::new(&bus);
+    let reconciler = Reconciler::new(ReconcilerSettings::from(&Config::default()), &bus);
     bus.start();
     let mut running = spawn(Box::new(reconciler));
     running.wait_ready(Duration::from_secs(1)).await;

@@ -29,7 +29,8 @@ use crate::{FIELD_MANAGER, TestEnvError, etcd, kubeconfig};
 
 const POLL_INTERVAL: Duration = Duration::from_millis(100);
 const ESTABLISH_TIMEOUT: Duration = Duration::from_secs(30);
-const START_ATTEMPTS: usize = 3;
+/// How often startup picks new ports when etcd or kube-apiserver lost the race for one.
+pub const START_ATTEMPTS: usize = 5;
 const LOG_TAIL_LINES: usize = 40;
 
 /// The processes of a control plane, for [`TestEnv::log_tail`], [`TestEnv::kill`] and

@@ -35,7 +35,7 @@ pub use binaries::{
     kubernetes_version,
 };
 pub use certs::WebhookCert;
-pub use env::{Process, TestEnv, TestEnvBuilder, eventually};
+pub use env::{Process, START_ATTEMPTS, TestEnv, TestEnvBuilder, eventually};
 pub use manifests::{WebhookRegistration, parse_yaml_documents, yaml_files};
 pub use process::free_port;
 pub use proxy::ApiProxy;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use poolkeeper_bus::{AuditViolation, Bus, Event};
 use poolkeeper_index::IndexResource;
-use poolkeeper_supervisor::testing::{EventRecorder, spawn};
+use poolkeeper_supervisor::testing::{BusRecorder, spawn};
 use serde_json::json;
 
 use super::{FakePods, cluster, k8s_node, on, pod, settings};
@@ -16,7 +16,7 @@ const INTERVAL: Duration = Duration::from_secs(60);
 
 struct Setup {
     bus: Bus,
-    recorder: EventRecorder,
+    recorder: BusRecorder,
     lister: FakePods,
     index: std::sync::Arc<poolkeeper_index::Index>,
     settings: AuditSettings,
@@ -26,7 +26,7 @@ fn setup() -> Setup {
     let mut settings = settings();
     settings.interval = INTERVAL;
     let bus = Bus::new(64);
-    let recorder = EventRecorder::new(&bus);
+    let recorder = BusRecorder::new(&bus);
     bus.start();
     Setup {
         index: cluster(&settings),
@@ -42,10 +42,10 @@ fn setup() -> Setup {
 
 fn audit(s: &Setup) -> Box<Audit> {
     Box::new(Audit::with_lister(
+        s.settings.clone(),
+        &s.bus,
         s.lister.clone(),
         s.index.clone(),
-        &s.bus,
-        s.settings.clone(),
     ))
 }
 
@@ -54,7 +54,7 @@ fn is_round(event: &Event) -> bool {
 }
 
 /// Waits (on the paused clock) until `n` rounds were published.
-async fn rounds(recorder: &EventRecorder, n: usize) -> Vec<(Duration, Event)> {
+async fn rounds(recorder: &BusRecorder, n: usize) -> Vec<(Duration, Event)> {
     while recorder.count(is_round) < n {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -76,7 +76,7 @@ fn violations(event: &Event) -> Vec<String> {
 }
 
 /// Every violation published as first found, over all rounds so far.
-fn first_found(recorder: &EventRecorder) -> Vec<AuditViolation> {
+fn first_found(recorder: &BusRecorder) -> Vec<AuditViolation> {
     recorder
         .events()
         .into_iter()

@@ -11,7 +11,8 @@ use super::{
 };
 use poolkeeper_placement::{Workload, WorkloadKind};
 
-use crate::{AuditError, PodQuery, RUNNING_OR_PENDING, ReportKey, audit_round};
+use crate::lister::RUNNING_OR_PENDING;
+use crate::{AuditError, PodQuery, ReportKey, audit_round};
 
 fn pods() -> Vec<poolkeeper_placement::PodPlacement> {
     vec![

@@ -9,7 +9,7 @@ use poolkeeper_index::{Index, Secret};
 use tokio::time::Instant;
 
 use super::{Reconciled, Seen, Worker};
-use crate::decision::{Decision, after_write_error};
+use crate::decision::{ClassDecision, after_write_error};
 use crate::secret_decision::{decide_secret, secret_patch};
 use crate::target::Target;
 use crate::writer::{ClassWriter, WriteError};
@@ -95,8 +95,8 @@ impl<W: ClassWriter> Worker<W> {
         &self,
         secret: &Secret,
         finalizer: &str,
-        decision: Decision,
-    ) -> (Decision, Option<WriteError>) {
+        decision: ClassDecision,
+    ) -> (ClassDecision, Option<WriteError>) {
         let Some(patch) = decision
             .patch
             .and_then(|change| secret_patch(secret, change, finalizer))

@@ -17,7 +17,7 @@ use poolkeeper_bus::{
 };
 use poolkeeper_config::Config;
 use poolkeeper_index::{Changed, Index, IndexResource};
-use poolkeeper_supervisor::testing::{EventRecorder, Running, spawn};
+use poolkeeper_supervisor::testing::{BusRecorder, Running, spawn};
 use serde_json::json;
 use tokio::time::Instant;
 
@@ -101,7 +101,7 @@ struct Harness {
     bus: Bus,
     index: Arc<Index>,
     fake: FakeWriter,
-    recorder: EventRecorder,
+    recorder: BusRecorder,
     start: Instant,
     running: Running,
 }
@@ -125,8 +125,8 @@ impl Harness {
         }
         fake.mirror_to(index.clone());
         let bus = Bus::new(setup.capacity);
-        let recorder = EventRecorder::new(&bus);
-        let executor = Executor::new(&bus, index.clone(), fake.clone(), setup.settings);
+        let recorder = BusRecorder::new(&bus);
+        let executor = Executor::new(setup.settings, &bus, index.clone(), fake.clone());
         bus.start();
         let start = Instant::now();
         let running = spawn(Box::new(executor));

@@ -4,7 +4,8 @@
 use serde_json::{Value, json};
 
 use super::{POOL, cluster, expr, labelled_pod, pod, required};
-use crate::{Decision, Mode, PlacementPolicy, Reason, mutate, validate, warn_text};
+use crate::decision::warn_text;
+use crate::{Decision, Mode, PlacementPolicy, Reason, mutate, validate};
 
 const EDGE_OK: &str = r#"[
     {"key": "node-role.kubernetes.io/edge", "operator": "Exists", "effect": "NoSchedule"},

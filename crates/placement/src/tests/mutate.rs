@@ -56,7 +56,7 @@ fn run(
 
 /// The decision the placement annotation of a patched Pod records.
 pub(super) fn annotation_of(patched: &Value) -> Value {
-    let text = patched["metadata"]["annotations"][crate::PLACEMENT_ANNOTATION]
+    let text = patched["metadata"]["annotations"][crate::pod::PLACEMENT_ANNOTATION]
         .as_str()
         .unwrap_or_else(|| panic!("no placement annotation on {patched}"));
     serde_json::from_str(text).unwrap()
@@ -68,7 +68,7 @@ fn strip_annotation(patched: &mut Value, original: &Value) {
     annotations
         .as_object_mut()
         .unwrap()
-        .remove(crate::PLACEMENT_ANNOTATION);
+        .remove(crate::pod::PLACEMENT_ANNOTATION);
     if original["metadata"].get("annotations").is_none() {
         patched["metadata"]
             .as_object_mut()

@@ -229,7 +229,7 @@ fn daemonset_templates_are_narrowed_into_their_pool() {
     );
     assert_eq!(template["spec"]["tolerations"].as_array().unwrap().len(), 2);
     let recorded: Value = serde_json::from_str(
-        template["metadata"]["annotations"][crate::PLACEMENT_ANNOTATION]
+        template["metadata"]["annotations"][crate::pod::PLACEMENT_ANNOTATION]
             .as_str()
             .unwrap(),
     )

@@ -20,7 +20,7 @@ use poolkeeper_api::NodePool;
 use poolkeeper_bus::{AdmissionResult, Bus, Event, ObjectKey, WebhookKind};
 use poolkeeper_config::Config;
 use poolkeeper_index::{Index, IndexResource};
-use poolkeeper_supervisor::testing::EventRecorder;
+use poolkeeper_supervisor::testing::BusRecorder;
 use serde_json::{Value, json};
 
 use crate::handler::AppState;
@@ -105,7 +105,7 @@ fn cluster() -> Arc<Index> {
 struct Fixture {
     router: Admission,
     index: Arc<Index>,
-    recorder: EventRecorder,
+    recorder: BusRecorder,
 }
 
 fn fixture() -> Fixture {
@@ -115,7 +115,7 @@ fn fixture() -> Fixture {
 fn fixture_with(settings: WebhookSettings) -> Fixture {
     let index = cluster();
     let bus = Bus::default();
-    let recorder = EventRecorder::new(&bus);
+    let recorder = BusRecorder::new(&bus);
     bus.start();
     let state = AppState::new(Arc::clone(&index), settings.policy.clone(), bus);
     Fixture {

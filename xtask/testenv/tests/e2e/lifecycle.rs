@@ -154,5 +154,5 @@ async fn a_port_taken_in_the_meantime_is_retried_with_new_ports() {
         "{error}"
     );
     let tried = std::fs::read_to_string(&attempts).unwrap().lines().count();
-    assert_eq!(tried, 3);
+    assert_eq!(tried, poolkeeper_testenv::START_ATTEMPTS);
 }
