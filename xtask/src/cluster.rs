@@ -160,8 +160,9 @@ pub fn command(args: &[String]) -> Result<()> {
     };
     match first {
         "up" => {
-            let binaries = build(&root, false)?;
+            // What the machine lacks is said before the long builds.
             let host = host::check()?;
+            let binaries = build(&root, false)?;
             up(&layout, &host, &binaries)?;
             print_usage(&layout);
             Ok(())
