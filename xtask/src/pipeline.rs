@@ -275,15 +275,6 @@ fn tests(root: &Path, scope: &Scope, pipeline: &mut Pipeline) -> Result<()> {
         }
         Ok(())
     })?;
-    pipeline.step("doc tests", |p| {
-        let counts = cargo_test(
-            cargo(root)
-                .arg("test")
-                .args(scope.selection("--workspace"))
-                .args(["--doc", "-j2"]),
-        );
-        p.add_tests(counts).map(drop)
-    })?;
     Ok(())
 }
 

@@ -341,6 +341,7 @@ fn the_readme_walkthrough_works_against_cargo_xtask_dev() {
         "create deployment",
         "deployment-outside.yaml",
         "daemonset-agent.yaml",
+        "label namespace team-a",
         "explain",
         "audit",
     ] {
@@ -400,6 +401,48 @@ fn check_effect(command: &str, path: &str) {
     }
     if command.contains("daemonset-agent.yaml") {
         daemonset_on_its_pool(path);
+    }
+    if command.contains("label namespace team-a") {
+        // The label reaches the index and the webhook selectors within moments: what a
+        // person typing the next line never notices, this run waits for.
+        eventually(
+            "team-a placed by its label",
+            Duration::from_secs(30),
+            || {
+                let probe = kubectl(
+                    path,
+                    &[
+                        "-n",
+                        "team-a",
+                        "run",
+                        "probe",
+                        "--image=nginx",
+                        "--dry-run=server",
+                        "-o",
+                        "jsonpath={.spec.affinity.nodeAffinity}",
+                    ],
+                );
+                probe.contains("cloud").then_some(())
+            },
+        );
+    }
+    if command.contains("-n team-a run api") {
+        let node = eventually("pod api scheduled", Duration::from_secs(60), || {
+            let node = kubectl(
+                path,
+                &[
+                    "-n",
+                    "team-a",
+                    "get",
+                    "pod",
+                    "api",
+                    "-o",
+                    "jsonpath={.spec.nodeName}",
+                ],
+            );
+            (!node.is_empty()).then_some(node)
+        });
+        assert_eq!(pool_of(path, &node), "cloud", "api runs on {node}");
     }
     if command.contains("create deployment shop") {
         let nodes = eventually(

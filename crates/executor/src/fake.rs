@@ -145,16 +145,7 @@ impl FakeWriter {
     }
 
     pub fn secret_finalizers(&self, key: &ObjectKey) -> Option<Vec<String>> {
-        let state = self.state.lock();
-        let object = state.secrets.get(key)?;
-        Some(
-            object["metadata"]["finalizers"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|f| f.as_str().map(str::to_owned))
-                .collect(),
-        )
+        self.state.lock().secrets.get(key).map(finalizers_of)
     }
 
     /// The Secret's data, which the patches must leave alone.
@@ -181,16 +172,7 @@ impl FakeWriter {
     }
 
     pub fn finalizers(&self, key: &ObjectKey) -> Option<Vec<String>> {
-        let state = self.state.lock();
-        let object = state.objects.get(key)?;
-        Some(
-            object["metadata"]["finalizers"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|f| f.as_str().map(str::to_owned))
-                .collect(),
-        )
+        self.state.lock().objects.get(key).map(finalizers_of)
     }
 
     pub fn resource_version(&self, key: &ObjectKey) -> Option<String> {
@@ -312,4 +294,14 @@ impl ClassWriter for FakeWriter {
         });
         result
     }
+}
+
+/// `metadata.finalizers` of a stored object.
+fn finalizers_of(object: &Value) -> Vec<String> {
+    object["metadata"]["finalizers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|f| f.as_str().map(str::to_owned))
+        .collect()
 }

@@ -257,7 +257,7 @@ fn truncate(text: &str, max: usize) -> &str {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use poolkeeper_bus::{Change, IntoEnumIterator, Requeue, ResourceKind};
     use poolkeeper_config::Config;
 
@@ -281,9 +281,10 @@ mod tests {
     }
 
     /// The type, reason and action of an expected Event.
-    type Expected = Option<(EventType, &'static str, &'static str)>;
+    pub(crate) type Expected = Option<(EventType, &'static str, &'static str)>;
 
-    const OUTCOMES: [(ClassOutcome, Expected); 7] = [
+    /// The Event each outcome calls for, for a class and a Secret alike.
+    pub(crate) const OUTCOMES: [(ClassOutcome, Expected); 7] = [
         (
             ClassOutcome::FinalizerAdded,
             Some((EventType::Normal, "FinalizerAdded", "AddFinalizer")),

@@ -66,7 +66,6 @@ pub fn secret_reference(key: &ObjectKey, uid: Option<String>) -> ObjectReference
 
 #[cfg(test)]
 mod tests {
-    use kube::runtime::events::EventType;
     use poolkeeper_bus::{Event, IntoEnumIterator, Requeue};
     use poolkeeper_config::Config;
 
@@ -92,29 +91,9 @@ mod tests {
         }
     }
 
-    /// The type, reason and action of an expected Event.
-    type Expected = Option<(EventType, &'static str, &'static str)>;
-
     #[test]
     fn each_outcome_maps_to_its_event_or_none() {
-        let cases: [(ClassOutcome, Expected); 7] = [
-            (
-                ClassOutcome::FinalizerAdded,
-                Some((EventType::Normal, "FinalizerAdded", "AddFinalizer")),
-            ),
-            (
-                ClassOutcome::FinalizerRemoved,
-                Some((EventType::Normal, "FinalizerRemoved", "RemoveFinalizer")),
-            ),
-            (
-                ClassOutcome::Error,
-                Some((EventType::Warning, "ReconcileFailed", "UpdateFinalizers")),
-            ),
-            (ClassOutcome::Unchanged, None),
-            (ClassOutcome::Unused, None),
-            (ClassOutcome::Gone, None),
-            (ClassOutcome::Conflict, None),
-        ];
+        let cases = crate::notice::tests::OUTCOMES;
         assert_eq!(cases.len(), ClassOutcome::iter().count(), "every outcome");
         for (outcome, expected) in cases {
             let actual = notices_for(&reconciled(outcome, 1, &["a"]), &settings()).pop();

@@ -169,6 +169,15 @@ pub fn test_config(namespace: &str, cert_dir: &Path) -> Config {
     config
 }
 
+/// [`test_config`] of a controller that does MachineClass protection only,
+/// in [`MACHINE_NAMESPACE`](crate::objects::MACHINE_NAMESPACE).
+pub fn protection_only_config(cert_dir: &Path) -> Config {
+    let mut config = test_config(crate::objects::MACHINE_NAMESPACE, cert_dir);
+    config.placement.enabled = false;
+    config.webhook.enabled = false;
+    config
+}
+
 /// The controller running in a task of the test's runtime.
 pub struct Running {
     pub admin: SocketAddr,

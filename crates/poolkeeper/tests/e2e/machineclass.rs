@@ -20,7 +20,9 @@ use poolkeeper_testenv::TestEnv;
 use serde_json::{Value, json};
 use tempfile::TempDir;
 
-use crate::harness::{Running, TIMEOUT, control_plane, next_event, test_config, wait_until};
+use crate::harness::{
+    Running, TIMEOUT, control_plane, next_event, protection_only_config, wait_until,
+};
 use crate::objects::{
     MACHINE_NAMESPACE, create_class, create_machine, delete_machine, expected_state,
     finalized_classes, finalizers_of, has_finalizer, machine, poolkeeper_events, used_classes,
@@ -53,9 +55,7 @@ impl Cluster {
 
     fn with(env: TestEnv) -> Self {
         let cert_dir = tempfile::tempdir().expect("a temporary directory");
-        let mut config = test_config(MACHINE_NAMESPACE, cert_dir.path());
-        config.placement.enabled = false;
-        config.webhook.enabled = false;
+        let config = protection_only_config(cert_dir.path());
         Self {
             env,
             config,

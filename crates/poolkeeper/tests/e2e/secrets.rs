@@ -15,7 +15,7 @@ use serde_json::json;
 use tempfile::TempDir;
 
 use crate::harness::{
-    Running, control_plane, controller_client, metric_sum, test_config, wait_until,
+    Running, control_plane, controller_client, metric_sum, protection_only_config, wait_until,
 };
 use crate::objects::{MACHINE_NAMESPACE, machine_class, poolkeeper_events};
 use crate::recording::recording;
@@ -34,9 +34,7 @@ impl Cluster {
     pub(crate) async fn start() -> Self {
         let env = control_plane(TestEnv::builder(), &[MACHINE_NAMESPACE, OTHER_NAMESPACE]).await;
         let cert_dir = tempfile::tempdir().expect("a temporary directory");
-        let mut config = test_config(MACHINE_NAMESPACE, cert_dir.path());
-        config.placement.enabled = false;
-        config.webhook.enabled = false;
+        let config = protection_only_config(cert_dir.path());
         Self {
             env,
             config,
