@@ -1,6 +1,7 @@
 //! Building the Go programs xtask needs from the Go modules under xtask/controlplane/:
 //! etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubectl, cached in target/control-plane/<kubernetes version>/,
-//! and kustomize (for `cargo xtask dist`), cached in target/control-plane/kustomize-<version>/.
+//! kustomize (for `cargo xtask dist`), cached in target/control-plane/kustomize-<version>/,
+//! and kwok (for `cargo xtask bench-kwok`), cached in target/control-plane/kwok-<version>/.
 //!
 //! Each Go module has a stamp file next to the binaries holding a hash of its sources (go.mod,
 //! go.sum, *.go) and of the build flags; binaries are rebuilt when the stamp differs.
@@ -106,6 +107,20 @@ const KUSTOMIZE: Toolset = Toolset {
     without_go: "",
 };
 
+const KWOK: Toolset = Toolset {
+    label: "kwok",
+    modules: &[GoModule {
+        name: "kwok",
+        packages: &["sigs.k8s.io/kwok/cmd/kwok"],
+        binaries: &["kwok"],
+        version_package: None,
+    }],
+    pinned_by: ("kwok", "sigs.k8s.io/kwok"),
+    dir_prefix: "kwok-",
+    command: "cargo xtask bench-kwok",
+    without_go: "",
+};
+
 const CONTROL_PLANE_MODULES: [GoModule; 2] = [
     GoModule {
         name: "etcd",
@@ -172,6 +187,11 @@ pub fn ensure(root: &Path, force: bool) -> Result<PathBuf> {
 /// The kustomize executable, built first where missing or stale.
 pub fn kustomize(root: &Path) -> Result<PathBuf> {
     Ok(KUSTOMIZE.ensure(root, false)?.join("kustomize"))
+}
+
+/// The kwok executable, built first where missing or stale.
+pub fn kwok(root: &Path) -> Result<PathBuf> {
+    Ok(KWOK.ensure(root, false)?.join("kwok"))
 }
 
 impl Toolset {
@@ -574,6 +594,8 @@ mod tests {
         assert!(kubernetes.starts_with("v1."), "{kubernetes}");
         let kustomize = KUSTOMIZE.version(&root).unwrap();
         assert!(kustomize.starts_with("v5."), "{kustomize}");
+        let kwok = KWOK.version(&root).unwrap();
+        assert!(kwok.starts_with("v0."), "{kwok}");
     }
 
     #[test]

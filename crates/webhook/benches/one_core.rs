@@ -21,14 +21,19 @@
 //!   rate below it is reported). Server CPU per admission is the server
 //!   process's utime+stime (`/proc/<pid>/stat`) over a run divided by the
 //!   requests of that run.
+//! - Two servers of this build run, run for run side by side: `current`
+//!   (the server as shipped: connections on a single-threaded runtime of
+//!   their own thread, no `date` header) and `previous` (connections on the
+//!   runtime shared with the rest, as before, `WebhookRuntime::Shared`).
+//!   The tables give current / previous at the same rate in parentheses.
 //! - `POOLKEEPER_ONE_CORE_BASELINE=/path/to/an/older/one_core` also runs
-//!   that build's `--serve` server, run for run beside this one, and prints
-//!   the ratios.
+//!   that build's `--serve` server as `baseline`.
 //!
 //! Without `--bench` (as under `cargo test --benches`) it starts the server
 //! in-process and checks both answers, nothing else. `one_core --serve
-//! [SECONDS]` serves for hand-driven load: it prints `pid=.. addr=.. ca=..`
-//! and stops after SECONDS (default 600) or when its stdin closes.
+//! [SECONDS] [--shared]` serves for hand-driven load: it prints `pid=..
+//! addr=.. ca=..` and stops after SECONDS (default 600) or when its stdin
+//! closes; `--shared` serves as `previous` does.
 
 use std::io::{BufRead, BufReader, Read as _, Write as _};
 use std::path::{Path, PathBuf};
@@ -39,6 +44,7 @@ use std::time::{Duration, Instant};
 mod fixtures;
 
 use fixtures::{NODES, POOLS, Pki, check_answers, start_server, stop, webhooks};
+use poolkeeper_webhook::WebhookRuntime;
 
 const NAME: &str = "webhook_one_core";
 const VEGETA_MODULE: &str = "github.com/tsenart/vegeta/v12";
@@ -59,6 +65,8 @@ const DEFAULT_SERVE_SECONDS: u64 = 600;
 const RUN_GRACE: Duration = Duration::from_secs(20);
 const BASELINE_ENV: &str = "POOLKEEPER_ONE_CORE_BASELINE";
 const VEGETA_ENV: &str = "POOLKEEPER_VEGETA";
+/// The server the ratios are taken against.
+const REFERENCE: &str = "previous";
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -67,9 +75,15 @@ fn main() {
             .get(at + 1)
             .and_then(|s| s.parse().ok())
             .unwrap_or(DEFAULT_SERVE_SECONDS);
+        let runtime = if args.iter().any(|a| a == "--shared") {
+            WebhookRuntime::Shared
+        } else {
+            WebhookRuntime::Dedicated
+        };
         serve(
             Duration::from_secs(seconds),
             args.iter().any(|a| a == "--until-stdin-closes"),
+            runtime,
         );
         return;
     }
@@ -80,9 +94,11 @@ fn main() {
     }
     if !benching {
         let pki = Pki::new();
-        let server = start_server(&pki, Some(1));
-        check_answers(&server, &pki);
-        stop(server);
+        for runtime in [WebhookRuntime::Dedicated, WebhookRuntime::Shared] {
+            let server = start_server(&pki, Some(1), runtime);
+            check_answers(&server, &pki);
+            stop(server);
+        }
         println!("{NAME}: server answers both webhooks (run with --bench for the load test)");
         return;
     }
@@ -92,9 +108,9 @@ fn main() {
 /// `--serve`: the server under test, in this process, until `limit` (or
 /// until stdin closes, with `--until-stdin-closes`: the bench holds it open
 /// while it measures, and a bench that dies takes its servers along).
-fn serve(limit: Duration, until_stdin_closes: bool) {
+fn serve(limit: Duration, until_stdin_closes: bool, runtime: WebhookRuntime) {
     let pki = Pki::new();
-    let server = start_server(&pki, None);
+    let server = start_server(&pki, None, runtime);
     check_answers(&server, &pki);
     let ca = std::env::temp_dir().join(format!("{NAME}-{}-ca.pem", std::process::id()));
     std::fs::write(&ca, pki.ca_pem()).expect("writes the CA certificate");
@@ -128,11 +144,12 @@ struct ServerProcess {
 }
 
 impl ServerProcess {
-    fn start(label: &'static str, exe: &Path) -> Self {
+    fn start(label: &'static str, exe: &Path, extra: &[&str]) -> Self {
         let mut child = Command::new("taskset")
             .args(["-c", SERVER_CORE])
             .arg(exe)
             .args(["--serve", "3600", "--until-stdin-closes"])
+            .args(extra)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -450,11 +467,11 @@ fn print_table(
         "| server | rate/s | achieved/s | p50 | p99 | p99.9 | max | server CPU/admission | non-200 | generator CPU |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|");
-    let baseline = results.iter().find(|(label, ..)| *label == "baseline");
+    let baseline = results.iter().find(|(label, ..)| *label == REFERENCE);
     for (label, runs, _) in results {
         for m in runs {
             let before = baseline
-                .filter(|_| *label != "baseline")
+                .filter(|_| *label != REFERENCE)
                 .and_then(|(_, b, _)| b.iter().find(|b| b.rate == m.rate));
             print_run(label, m, before);
         }
@@ -485,9 +502,12 @@ fn load_average() -> String {
 fn bench() {
     let vegeta = vegeta();
     let exe = std::env::current_exe().expect("the bench binary");
-    let mut servers = vec![ServerProcess::start("current", &exe)];
+    let mut servers = vec![
+        ServerProcess::start("current", &exe, &[]),
+        ServerProcess::start(REFERENCE, &exe, &["--shared"]),
+    ];
     if let Some(baseline) = std::env::var_os(BASELINE_ENV) {
-        servers.push(ServerProcess::start("baseline", Path::new(&baseline)));
+        servers.push(ServerProcess::start("baseline", Path::new(&baseline), &[]));
     }
     let dir = tempfile::tempdir().expect("temporary directory");
     println!(

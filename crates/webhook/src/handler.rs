@@ -13,6 +13,7 @@ use poolkeeper_placement::PolicySource;
 use tokio::time::Instant;
 
 use crate::error::WebhookError;
+use crate::outbox::Outbox;
 use crate::policy::PolicyCache;
 use crate::review::{Reviewed, review};
 use crate::service::ResponseBody;
@@ -23,7 +24,7 @@ use crate::service::ResponseBody;
 pub(crate) struct AppState {
     index: Arc<Index>,
     policy: PolicyCache,
-    bus: Bus,
+    outbox: Arc<Outbox>,
 }
 
 impl AppState {
@@ -31,8 +32,13 @@ impl AppState {
         Self {
             index,
             policy: PolicyCache::new(policy),
-            bus,
+            outbox: Arc::new(Outbox::new(bus)),
         }
+    }
+
+    /// Where the decisions go on their way to the bus.
+    pub(crate) fn outbox(&self) -> &Arc<Outbox> {
+        &self.outbox
     }
 
     /// Decides the AdmissionReview in `body` and answers it; a body that is
@@ -102,7 +108,7 @@ impl AppState {
         reason: &'static str,
         started: Instant,
     ) {
-        self.bus.publish(Event::AdmissionDecided {
+        self.outbox.publish(Event::AdmissionDecided {
             webhook,
             result,
             mode,
