@@ -17,10 +17,10 @@
 //!   into `~/.cache/poolkeeper/vegeta-<version>/` (the Go module proxy);
 //!   `POOLKEEPER_VEGETA=/path/to/vegeta` uses another build.
 //! - For each protocol and webhook: 1,000, 2,000 and 5,000 requests/s for
-//!   10 s each, then rising 5 s steps until p99 reaches 1 ms (the highest
-//!   rate below it is reported). Server CPU per admission is the server
-//!   process's utime+stime (`/proc/<pid>/stat`) over a run divided by the
-//!   requests of that run.
+//!   10 s each (each rate run by every server in turn), then rising 5 s
+//!   steps until p99 reaches 1 ms (the highest rate below it is reported).
+//!   Server CPU per admission is the server process's utime+stime
+//!   (`/proc/<pid>/stat`) over a run divided by the requests of that run.
 //! - Two servers of this build run, run for run side by side: `current`
 //!   (the server as shipped: connections on a single-threaded runtime of
 //!   their own thread, no `date` header) and `previous` (connections on the
@@ -401,27 +401,29 @@ fn summarize(vegeta: &Path, results: &Path, rate: u32) -> Measured {
     }
 }
 
-/// The fixed rates, then rising steps until the budget is missed.
-fn measure(attack: &Attack<'_>) -> (Vec<Measured>, Option<Measured>) {
-    let fixed: Vec<Measured> = FIXED_RATES
-        .iter()
-        .map(|rate| attack.run(*rate, FIXED_SECONDS))
-        .collect();
-    let mut steps = Vec::new();
-    let mut rate = FIXED_RATES[FIXED_RATES.len() - 1];
-    while fixed.last().is_some_and(Measured::within_budget) && rate < MAX_RATE {
-        rate += RATE_STEP;
-        let step = attack.run(rate, STEP_SECONDS);
-        let met = step.within_budget();
-        steps.push(step);
-        if !met {
-            break;
+/// The fixed rates, each run by every server in turn (so that a change in the machine's
+/// load falls on all of them alike), then each server's rising steps until it misses the
+/// budget.
+fn measure(attacks: &[Attack<'_>]) -> Vec<(Vec<Measured>, Option<Measured>)> {
+    let mut fixed: Vec<Vec<Measured>> = vec![Vec::new(); attacks.len()];
+    for rate in FIXED_RATES {
+        for (attack, runs) in attacks.iter().zip(&mut fixed) {
+            runs.push(attack.run(rate, FIXED_SECONDS));
         }
     }
-    let mut all = fixed;
-    all.extend(steps.iter().cloned());
-    let first_miss = all.iter().find(|m| !m.within_budget()).cloned();
-    (all, first_miss)
+    attacks
+        .iter()
+        .zip(fixed)
+        .map(|(attack, mut all)| {
+            let mut rate = FIXED_RATES[FIXED_RATES.len() - 1];
+            while all.last().is_some_and(Measured::within_budget) && rate < MAX_RATE {
+                rate += RATE_STEP;
+                all.push(attack.run(rate, STEP_SECONDS));
+            }
+            let first_miss = all.iter().find(|m| !m.within_budget()).cloned();
+            (all, first_miss)
+        })
+        .collect()
 }
 
 fn micros(d: Duration) -> String {
@@ -518,20 +520,25 @@ fn bench() {
         for (webhook, path, body) in webhooks() {
             let body_file = dir.path().join(format!("{webhook}.json"));
             std::fs::write(&body_file, body).expect("writes the body");
-            let mut results = Vec::new();
-            for server in &servers {
-                let attack = Attack {
+            let attacks: Vec<Attack<'_>> = servers
+                .iter()
+                .map(|server| Attack {
                     vegeta: &vegeta,
                     dir: dir.path(),
                     server,
                     path,
                     body: &body_file,
                     protocol,
-                };
+                })
+                .collect();
+            for attack in &attacks {
                 attack.run(FIXED_RATES[0], 2); // warm-up: connections, caches
-                let (runs, miss) = measure(&attack);
-                results.push((server.label, runs, miss));
             }
+            let results: Vec<_> = servers
+                .iter()
+                .zip(measure(&attacks))
+                .map(|(server, (runs, miss))| (server.label, runs, miss))
+                .collect();
             print_table(protocol, webhook, &results);
         }
     }

@@ -5,7 +5,8 @@
 //! another thread, so publishing each `AdmissionDecided` as it is decided
 //! would wake that thread once per admission: at the rates the API server
 //! sends (one request per wake-up) that doubles the context switches of an
-//! admission. While batching, events wait up to [`FLUSH_DELAY`] (or until
+//! admission. The batches are published by a task on the subscribers'
+//! runtime instead, woken by a batch's first event. While batching, events wait up to [`FLUSH_DELAY`] (or until
 //! [`MAX_PENDING`] are waiting) and reach the bus together; each keeps its
 //! own `duration`, measured when it was decided.
 
@@ -71,8 +72,8 @@ impl Outbox {
         }
     }
 
-    /// Batches until dropped (with the runtime it runs on); to be spawned
-    /// on the runtime the decisions are made on.
+    /// Batches until dropped, handing each batch to the bus
+    /// [`FLUSH_DELAY`] after its first event.
     pub(crate) async fn batch(self: Arc<Self>) {
         self.batching.store(true, Ordering::Release);
         loop {

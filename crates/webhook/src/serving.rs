@@ -120,8 +120,9 @@ pub(crate) struct Serving {
 struct OwnThread {
     handle: Handle,
     done: CancellationToken,
-    /// Batching on the thread while it runs.
-    outbox: Option<Arc<Outbox>>,
+    /// Batching while the thread runs, and the task handing the batches
+    /// to the bus.
+    outbox: Option<(Arc<Outbox>, JoinHandle<()>)>,
 }
 
 impl OwnThread {
@@ -144,10 +145,14 @@ impl OwnThread {
         })
     }
 
-    /// Batches `outbox` on the thread until dropped.
+    /// Batches the decisions of the thread's connections until dropped.
+    /// The batches are handed to the bus from the runtime this is called
+    /// on, the one the bus's subscribers run on: from there publishing
+    /// wakes them without waking a thread, and the thread is woken once per
+    /// batch.
     fn batch(&mut self, outbox: Arc<Outbox>) {
-        self.handle.spawn(Arc::clone(&outbox).batch());
-        self.outbox = Some(outbox);
+        let flushing = tokio::spawn(Arc::clone(&outbox).batch());
+        self.outbox = Some((outbox, flushing));
     }
 }
 
@@ -155,7 +160,8 @@ impl Drop for OwnThread {
     fn drop(&mut self) {
         self.done.cancel();
         // What waits for a flush on the ending thread goes out now.
-        if let Some(outbox) = &self.outbox {
+        if let Some((outbox, flushing)) = &self.outbox {
+            flushing.abort();
             outbox.stop_batching();
         }
     }

@@ -375,7 +375,7 @@ impl Counters {
         let api = apiserver_metrics(phases.client).await?;
         let own = poolkeeper.metrics().await?;
         let writes = |resource: &str| {
-            ["PATCH", "UPDATE", "POST"]
+            ["PATCH", "PUT", "POST", "APPLY"]
                 .iter()
                 .map(|verb| {
                     sample::metric(
