@@ -188,7 +188,7 @@ impl KwokFigures {
         );
         let _ = writeln!(
             out,
-            "| API server histogram | count | mean | p50 | p99 |\n|---|---|---|---|---|"
+            "| admission histogram | count | mean | p50 | p99 |\n|---|---|---|---|---|"
         );
         for (name, h) in &c.apiserver {
             let q = |q| {

@@ -13,7 +13,7 @@ use tokio::process::{Child, Command};
 
 use super::report::{AuditFigures, Creation, KwokFigures, Steady};
 use super::{pods, sample, stages};
-use crate::admission::APISERVER_METRIC;
+use crate::admission::{APISERVER_METRIC, POOLKEEPER_METRIC};
 use crate::changes::ClassWatch;
 use crate::error::{Result, ScaleError};
 use crate::objects;
@@ -222,6 +222,7 @@ impl Phases<'_> {
         label: &'static str,
         window: Duration,
     ) -> Result<Steady> {
+        let profile = self.profile(poolkeeper.pid(), label, window);
         let before = Counters::read(self, poolkeeper).await?;
         let started = Instant::now();
         let deadline = started + window;
@@ -233,6 +234,9 @@ impl Phases<'_> {
         }
         let wall = started.elapsed();
         let after = Counters::read(self, poolkeeper).await?;
+        if let Some(mut perf) = profile {
+            let _ = perf.wait().await;
+        }
         Ok(Steady {
             label,
             wall,
@@ -242,10 +246,30 @@ impl Phases<'_> {
         })
     }
 
+    /// `perf record` of poolkeeper over a steady window, where perf is installed, into
+    /// `<out>/<window>.perf.data` (read with `perf report -i`): where the CPU goes.
+    fn profile(&self, pid: u32, label: &str, window: Duration) -> Option<Child> {
+        let name: String = label
+            .chars()
+            .map(|c| if c.is_alphanumeric() { c } else { '-' })
+            .collect();
+        Command::new("perf")
+            .args(["record", "-F", "997", "-g", "-p", &pid.to_string(), "-o"])
+            .arg(self.args.out.join(format!("{name}.perf.data")))
+            .args(["--", "sleep", &window.as_secs().to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .ok()
+    }
+
     async fn create_pods(&self, poolkeeper: &mut Poolkeeper) -> Result<Creation> {
         let args = self.args;
         let before = Counters::read(self, poolkeeper).await?;
         let hist_before = self.admission_histograms().await?;
+        let own_before = histograms(&poolkeeper.metrics().await?, POOLKEEPER_METRIC, "webhook");
         println!(
             "creating {} Pods through {} Deployments, {} clients ...",
             args.running_pods, args.pools, args.parallel
@@ -264,13 +288,11 @@ impl Phases<'_> {
         let wall = started.elapsed();
         let after = Counters::read(self, poolkeeper).await?;
         let hist_after = self.admission_histograms().await?;
-        let apiserver = hist_after
-            .into_iter()
-            .map(|(name, h)| {
-                let earlier = hist_before.get(&name).cloned().unwrap_or_default();
-                (name, h.since(&earlier))
-            })
-            .collect();
+        let own_after = histograms(&poolkeeper.metrics().await?, POOLKEEPER_METRIC, "webhook");
+        let mut apiserver = since(hist_after, &hist_before);
+        for (name, h) in since(own_after, &own_before) {
+            apiserver.insert(format!("poolkeeper's own ({name})"), h);
+        }
         Ok(Creation {
             pods: args.running_pods,
             deployments: args.pools.max(1),
@@ -326,6 +348,19 @@ impl Phases<'_> {
             violations: round["counts"].as_array().map_or(0, Vec::len),
         })
     }
+}
+
+fn since(
+    after: BTreeMap<String, Histogram>,
+    before: &BTreeMap<String, Histogram>,
+) -> BTreeMap<String, Histogram> {
+    after
+        .into_iter()
+        .map(|(name, h)| {
+            let earlier = before.get(&name).cloned().unwrap_or_default();
+            (name, h.since(&earlier))
+        })
+        .collect()
 }
 
 /// A field of `/usr/bin/time -v`'s report.
