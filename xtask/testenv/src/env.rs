@@ -170,15 +170,7 @@ impl TestEnvBuilder {
         let kubeconfig = Kubeconfig::from_yaml(&kubeconfig_text)?;
         let client = client_for(&kubeconfig).await?;
 
-        let rate: Vec<String> = self
-            .client_qps
-            .map(|qps| {
-                vec![
-                    format!("--kube-api-qps={qps}"),
-                    format!("--kube-api-burst={}", qps.saturating_mul(2)),
-                ]
-            })
-            .unwrap_or_default();
+        let rate = client_rate_flags(self.client_qps);
         let scheduler = if self.scheduler {
             Some(spawn_scheduler(
                 &binaries,
@@ -1036,6 +1028,17 @@ async fn wait_until_ready(
         }
         tokio::time::sleep(POLL_INTERVAL).await;
     }
+}
+
+/// `--kube-api-qps` and `--kube-api-burst` (twice the rate) when a rate is set.
+fn client_rate_flags(qps: Option<u32>) -> Vec<String> {
+    qps.map(|qps| {
+        vec![
+            format!("--kube-api-qps={qps}"),
+            format!("--kube-api-burst={}", qps.saturating_mul(2)),
+        ]
+    })
+    .unwrap_or_default()
 }
 
 /// Without leader election (there is one scheduler) and without a serving port (nothing

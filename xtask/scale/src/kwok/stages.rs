@@ -15,19 +15,27 @@ pub const LEASE_SECONDS: u64 = 40;
 /// `nodeStatusUpdateFrequency` 10 s: the interval sets how much the benchmark stresses).
 /// Only `lastHeartbeatTime` changes: nothing poolkeeper projects from a Node moves.
 pub fn config(heartbeat: Duration, pod_cidr: &str) -> String {
+    let options = format!(
+        "apiVersion: config.kwok.x-k8s.io/v1alpha1\n\
+         kind: KwokConfiguration\n\
+         options:\n  \
+           cidr: \"{pod_cidr}\"\n  \
+           nodeLeaseDurationSeconds: {LEASE_SECONDS}\n  \
+           nodeLeaseParallelism: 16\n  \
+           nodePlayStageParallelism: 8\n  \
+           podPlayStageParallelism: 16\n"
+    );
     let half = heartbeat.as_millis() / 2;
     let one_and_a_half = heartbeat.as_millis() * 3 / 2;
-    format!(
-        r#"apiVersion: config.kwok.x-k8s.io/v1alpha1
-kind: KwokConfiguration
-options:
-  cidr: "{pod_cidr}"
-  nodeLeaseDurationSeconds: {LEASE_SECONDS}
-  nodeLeaseParallelism: 16
-  nodePlayStageParallelism: 8
-  podPlayStageParallelism: 16
----
-apiVersion: kwok.x-k8s.io/v1alpha1
+    let heartbeat_stage = NODE_HEARTBEAT
+        .replace("{half}", &half.to_string())
+        .replace("{one_and_a_half}", &one_and_a_half.to_string());
+    format!("{options}---\n{heartbeat_stage}---\n{POD_STAGES}")
+}
+
+/// Re-stamps `lastHeartbeatTime` of every condition a Ready Node has, after a delay
+/// between `{half}` and `{one_and_a_half}` milliseconds (filled in by [`config`]).
+const NODE_HEARTBEAT: &str = r#"apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage
 metadata:
   name: node-heartbeat
@@ -45,18 +53,20 @@ spec:
     jitterDurationMilliseconds: {one_and_a_half}
   next:
     statusTemplate: |
-      {{{{ $now := Now }}}}
+      {{ $now := Now }}
       conditions:
-      {{{{ range .status.conditions }}}}
-      - lastHeartbeatTime: {{{{ $now | Quote }}}}
-        lastTransitionTime: {{{{ .lastTransitionTime | Quote }}}}
-        message: {{{{ .message | Quote }}}}
-        reason: {{{{ .reason | Quote }}}}
-        status: {{{{ .status | Quote }}}}
-        type: {{{{ .type | Quote }}}}
-      {{{{ end }}}}
----
-apiVersion: kwok.x-k8s.io/v1alpha1
+      {{ range .status.conditions }}
+      - lastHeartbeatTime: {{ $now | Quote }}
+        lastTransitionTime: {{ .lastTransitionTime | Quote }}
+        message: {{ .message | Quote }}
+        reason: {{ .reason | Quote }}
+        status: {{ .status | Quote }}
+        type: {{ .type | Quote }}
+      {{ end }}
+"#;
+
+/// A bound Pod becomes Running with its IPs; a Pod being deleted goes at once.
+const POD_STAGES: &str = r#"apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage
 metadata:
   name: pod-running
@@ -72,30 +82,30 @@ spec:
       operator: 'DoesNotExist'
   next:
     statusTemplate: |
-      {{{{ $now := Now }}}}
+      {{ $now := Now }}
       conditions:
-      - {{lastTransitionTime: {{{{ $now | Quote }}}}, status: "True", type: Initialized}}
-      - {{lastTransitionTime: {{{{ $now | Quote }}}}, status: "True", type: Ready}}
-      - {{lastTransitionTime: {{{{ $now | Quote }}}}, status: "True", type: ContainersReady}}
+      - {lastTransitionTime: {{ $now | Quote }}, status: "True", type: Initialized}
+      - {lastTransitionTime: {{ $now | Quote }}, status: "True", type: Ready}
+      - {lastTransitionTime: {{ $now | Quote }}, status: "True", type: ContainersReady}
       containerStatuses:
-      {{{{ range .spec.containers }}}}
-      - image: {{{{ .image | Quote }}}}
-        name: {{{{ .name | Quote }}}}
+      {{ range .spec.containers }}
+      - image: {{ .image | Quote }}
+        name: {{ .name | Quote }}
         ready: true
         restartCount: 0
         started: true
         state:
           running:
-            startedAt: {{{{ $now | Quote }}}}
-      {{{{ end }}}}
-      {{{{ with NodeIPsWith .spec.nodeName }}}}
-      hostIP: {{{{ index . 0 | Quote }}}}
-      {{{{ end }}}}
-      {{{{ with PodIPsWith .spec.nodeName false ( or .metadata.uid "" ) ( or .metadata.name "" ) ( or .metadata.namespace "" ) }}}}
-      podIP: {{{{ index . 0 | Quote }}}}
-      {{{{ end }}}}
+            startedAt: {{ $now | Quote }}
+      {{ end }}
+      {{ with NodeIPsWith .spec.nodeName }}
+      hostIP: {{ index . 0 | Quote }}
+      {{ end }}
+      {{ with PodIPsWith .spec.nodeName false ( or .metadata.uid "" ) ( or .metadata.name "" ) ( or .metadata.namespace "" ) }}
+      podIP: {{ index . 0 | Quote }}
+      {{ end }}
       phase: Running
-      startTime: {{{{ $now | Quote }}}}
+      startTime: {{ $now | Quote }}
 ---
 apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage
@@ -113,9 +123,7 @@ spec:
     finalizers:
       empty: true
     delete: true
-"#
-    )
-}
+"#;
 
 #[cfg(test)]
 mod tests {
