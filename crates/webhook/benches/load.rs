@@ -231,7 +231,7 @@ fn main() {
         std::process::exit(1);
     }
     let pki = Pki::new();
-    let server = start_server(&pki, Some(2), WebhookRuntime::Dedicated);
+    let server = start_server(&pki, Some(2), WebhookRuntime::Shared);
     check_answers(&server, &pki);
     if let Some(seconds) = std::env::var(SERVE_ENV)
         .ok()

@@ -21,19 +21,20 @@
 //!   steps until p99 reaches 1 ms (the highest rate below it is reported).
 //!   Server CPU per admission is the server process's utime+stime
 //!   (`/proc/<pid>/stat`) over a run divided by the requests of that run.
-//! - Two servers of this build run, run for run side by side: `current`
-//!   (the server as shipped: connections on a single-threaded runtime of
-//!   their own thread, no `date` header) and `previous` (connections on the
-//!   runtime shared with the rest, as before, `WebhookRuntime::Shared`).
-//!   The tables give current / previous at the same rate in parentheses.
+//! - Two servers of this build run, run for run side by side: `shared`
+//!   (the server as shipped, `WebhookRuntime::Shared`: connections on the
+//!   runtime shared with the rest) and `dedicated` (`--dedicated`,
+//!   `WebhookRuntime::Dedicated`: connections on a single-threaded runtime
+//!   of their own thread, no `date` header, decisions batched to the bus).
+//!   The tables give dedicated / shared at the same rate in parentheses.
 //! - `POOLKEEPER_ONE_CORE_BASELINE=/path/to/an/older/one_core` also runs
 //!   that build's `--serve` server as `baseline`.
 //!
 //! Without `--bench` (as under `cargo test --benches`) it starts the server
 //! in-process and checks both answers, nothing else. `one_core --serve
-//! [SECONDS] [--shared]` serves for hand-driven load: it prints `pid=..
+//! [SECONDS] [--dedicated]` serves for hand-driven load: it prints `pid=..
 //! addr=.. ca=..` and stops after SECONDS (default 600) or when its stdin
-//! closes; `--shared` serves as `previous` does.
+//! closes; `--dedicated` serves as `dedicated` does.
 
 use std::io::{BufRead, BufReader, Read as _, Write as _};
 use std::path::{Path, PathBuf};
@@ -65,8 +66,8 @@ const DEFAULT_SERVE_SECONDS: u64 = 600;
 const RUN_GRACE: Duration = Duration::from_secs(20);
 const BASELINE_ENV: &str = "POOLKEEPER_ONE_CORE_BASELINE";
 const VEGETA_ENV: &str = "POOLKEEPER_VEGETA";
-/// The server the ratios are taken against.
-const REFERENCE: &str = "previous";
+/// The server the ratios are taken against: the one shipped.
+const REFERENCE: &str = "shared";
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -75,10 +76,10 @@ fn main() {
             .get(at + 1)
             .and_then(|s| s.parse().ok())
             .unwrap_or(DEFAULT_SERVE_SECONDS);
-        let runtime = if args.iter().any(|a| a == "--shared") {
-            WebhookRuntime::Shared
-        } else {
+        let runtime = if args.iter().any(|a| a == "--dedicated") {
             WebhookRuntime::Dedicated
+        } else {
+            WebhookRuntime::Shared
         };
         serve(
             Duration::from_secs(seconds),
@@ -505,8 +506,8 @@ fn bench() {
     let vegeta = vegeta();
     let exe = std::env::current_exe().expect("the bench binary");
     let mut servers = vec![
-        ServerProcess::start("current", &exe, &[]),
-        ServerProcess::start(REFERENCE, &exe, &["--shared"]),
+        ServerProcess::start("dedicated", &exe, &["--dedicated"]),
+        ServerProcess::start(REFERENCE, &exe, &[]),
     ];
     if let Some(baseline) = std::env::var_os(BASELINE_ENV) {
         servers.push(ServerProcess::start("baseline", Path::new(&baseline), &[]));
