@@ -3,6 +3,11 @@
 //! with the repository's CRDs and webhook configurations; ARGS go to `poolkeeper-scale` (for
 //! example `--nodes 500 --machines 2000` for a quick run; `-- --help` lists them). The report
 //! goes to `target/bench-scale/report.md`.
+//!
+//! `cargo xtask bench-kwok [ARGS]`: the same benchmark with the cluster alive — kwok (built
+//! from its pinned Go module) keeps the Nodes heart-beating and moves Deployments' Pods to
+//! Running, with kube-scheduler and kube-controller-manager beside the API server. The report
+//! goes to `target/bench-kwok/report.md`.
 
 use std::process::Command;
 
@@ -10,6 +15,24 @@ use crate::run::{cargo, display};
 use crate::{Result, controlplane, target_dir, workspace_root};
 
 pub fn command(args: &[String]) -> Result<()> {
+    run_bench(args, None)
+}
+
+pub fn kwok_command(args: &[String]) -> Result<()> {
+    let kwok = controlplane::kwok(&workspace_root())?;
+    let mut all = vec![
+        "--kwok".to_owned(),
+        kwok.display().to_string(),
+        "--command".to_owned(),
+        "cargo xtask bench-kwok".to_owned(),
+    ];
+    all.extend(args.iter().cloned());
+    run_bench(&all, Some("bench-kwok"))
+}
+
+/// Builds poolkeeper and the benchmark, then runs it with `args`; the report goes to
+/// target/<`out`, bench-scale by default>.
+fn run_bench(args: &[String], out: Option<&str>) -> Result<()> {
     let root = workspace_root();
     let binaries = controlplane::ensure(&root, false)?;
     let mut build = cargo(&root);
@@ -39,7 +62,7 @@ pub fn command(args: &[String]) -> Result<()> {
         .arg("--webhooks")
         .arg(root.join("deploy/webhooks"))
         .arg("--out")
-        .arg(target.join("bench-scale"))
+        .arg(target.join(out.unwrap_or("bench-scale")))
         .args(args);
     println!("$ {}", display(&bench));
     crate::run::status(&mut bench)

@@ -1,6 +1,7 @@
 //! Building the Go programs xtask needs from the Go modules under xtask/controlplane/:
 //! etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubectl, cached in target/control-plane/<kubernetes version>/,
-//! and kustomize (for `cargo xtask dist`), cached in target/control-plane/kustomize-<version>/.
+//! kustomize (for `cargo xtask dist`), cached in target/control-plane/kustomize-<version>/,
+//! and kwok (for `cargo xtask bench-kwok`), cached in target/control-plane/kwok-<version>/.
 //!
 //! Each Go module has a stamp file next to the binaries holding a hash of its sources (go.mod,
 //! go.sum, *.go) and of the build flags; binaries are rebuilt when the stamp differs.
@@ -140,6 +141,20 @@ const HELM: Toolset = Toolset {
     without_go: "",
 };
 
+const KWOK: Toolset = Toolset {
+    label: "kwok",
+    modules: &[GoModule {
+        name: "kwok",
+        packages: &["sigs.k8s.io/kwok/cmd/kwok"],
+        binaries: &["kwok"],
+        version_package: None,
+    }],
+    pinned_by: ("kwok", "sigs.k8s.io/kwok"),
+    dir_prefix: "kwok-",
+    command: "cargo xtask bench-kwok",
+    without_go: "",
+};
+
 const CONTROL_PLANE_MODULES: [GoModule; 2] = [
     GoModule {
         name: "etcd",
@@ -216,6 +231,11 @@ pub fn node(root: &Path) -> Result<PathBuf> {
 /// The helm executable, built first where missing or stale.
 pub fn helm(root: &Path) -> Result<PathBuf> {
     Ok(HELM.ensure(root, false)?.join("helm"))
+}
+
+/// The kwok executable, built first where missing or stale.
+pub fn kwok(root: &Path) -> Result<PathBuf> {
+    Ok(KWOK.ensure(root, false)?.join("kwok"))
 }
 
 impl Toolset {
@@ -618,6 +638,8 @@ mod tests {
         assert!(kubernetes.starts_with("v1."), "{kubernetes}");
         let kustomize = KUSTOMIZE.version(&root).unwrap();
         assert!(kustomize.starts_with("v5."), "{kustomize}");
+        let kwok = KWOK.version(&root).unwrap();
+        assert!(kwok.starts_with("v0."), "{kwok}");
     }
 
     #[test]

@@ -54,6 +54,10 @@ commands:
                             500 NodePools, 2,000 MachineClasses and 20,000 Machines, then the
                             release binary measured against it (ARGS go to poolkeeper-scale;
                             report in target/bench-scale/report.md)
+  bench-kwok [ARGS]         the living cluster: kwok (built from its Go module) keeps the 5,000
+                            Nodes heart-beating and moves 150,000 Deployment Pods to Running;
+                            steady-state CPU/RSS, Pod creation through the webhooks, an audit
+                            round, a restart and churn (report in target/bench-kwok/report.md)
   fuzz [TARGET]... [--time 10m]
                             run the libFuzzer targets of fuzz/ (all, or those named) one after
                             the other with cargo-fuzz (nightly; installed when missing), then
@@ -126,6 +130,7 @@ fn main() -> ExitCode {
         "bench" => bench(rest),
         "bench-webhook" => bench_webhook(rest),
         "bench-scale" => bench_scale::command(rest),
+        "bench-kwok" => bench_scale::kwok_command(rest),
         "fuzz" => fuzz::command(rest),
         "soak" => soak::command(rest),
         "help" | "-h" | "--help" => {

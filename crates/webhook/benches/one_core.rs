@@ -17,18 +17,24 @@
 //!   into `~/.cache/poolkeeper/vegeta-<version>/` (the Go module proxy);
 //!   `POOLKEEPER_VEGETA=/path/to/vegeta` uses another build.
 //! - For each protocol and webhook: 1,000, 2,000 and 5,000 requests/s for
-//!   10 s each, then rising 5 s steps until p99 reaches 1 ms (the highest
-//!   rate below it is reported). Server CPU per admission is the server
-//!   process's utime+stime (`/proc/<pid>/stat`) over a run divided by the
-//!   requests of that run.
+//!   10 s each (each rate run by every server in turn), then rising 5 s
+//!   steps until p99 reaches 1 ms (the highest rate below it is reported).
+//!   Server CPU per admission is the server process's utime+stime
+//!   (`/proc/<pid>/stat`) over a run divided by the requests of that run.
+//! - Two servers of this build run, run for run side by side: `shared`
+//!   (the server as shipped, `WebhookRuntime::Shared`: connections on the
+//!   runtime shared with the rest) and `dedicated` (`--dedicated`,
+//!   `WebhookRuntime::Dedicated`: connections on a single-threaded runtime
+//!   of their own thread, no `date` header, decisions batched to the bus).
+//!   The tables give dedicated / shared at the same rate in parentheses.
 //! - `POOLKEEPER_ONE_CORE_BASELINE=/path/to/an/older/one_core` also runs
-//!   that build's `--serve` server, run for run beside this one, and prints
-//!   the ratios.
+//!   that build's `--serve` server as `baseline`.
 //!
 //! Without `--bench` (as under `cargo test --benches`) it starts the server
 //! in-process and checks both answers, nothing else. `one_core --serve
-//! [SECONDS]` serves for hand-driven load: it prints `pid=.. addr=.. ca=..`
-//! and stops after SECONDS (default 600) or when its stdin closes.
+//! [SECONDS] [--dedicated]` serves for hand-driven load: it prints `pid=..
+//! addr=.. ca=..` and stops after SECONDS (default 600) or when its stdin
+//! closes; `--dedicated` serves as `dedicated` does.
 
 use std::io::{BufRead, BufReader, Read as _, Write as _};
 use std::path::{Path, PathBuf};
@@ -39,6 +45,7 @@ use std::time::{Duration, Instant};
 mod fixtures;
 
 use fixtures::{NODES, POOLS, Pki, check_answers, start_server, stop, webhooks};
+use poolkeeper_webhook::WebhookRuntime;
 
 const NAME: &str = "webhook_one_core";
 const VEGETA_MODULE: &str = "github.com/tsenart/vegeta/v12";
@@ -59,6 +66,8 @@ const DEFAULT_SERVE_SECONDS: u64 = 600;
 const RUN_GRACE: Duration = Duration::from_secs(20);
 const BASELINE_ENV: &str = "POOLKEEPER_ONE_CORE_BASELINE";
 const VEGETA_ENV: &str = "POOLKEEPER_VEGETA";
+/// The server the ratios are taken against: the one shipped.
+const REFERENCE: &str = "shared";
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -67,9 +76,15 @@ fn main() {
             .get(at + 1)
             .and_then(|s| s.parse().ok())
             .unwrap_or(DEFAULT_SERVE_SECONDS);
+        let runtime = if args.iter().any(|a| a == "--dedicated") {
+            WebhookRuntime::Dedicated
+        } else {
+            WebhookRuntime::Shared
+        };
         serve(
             Duration::from_secs(seconds),
             args.iter().any(|a| a == "--until-stdin-closes"),
+            runtime,
         );
         return;
     }
@@ -80,9 +95,11 @@ fn main() {
     }
     if !benching {
         let pki = Pki::new();
-        let server = start_server(&pki, Some(1));
-        check_answers(&server, &pki);
-        stop(server);
+        for runtime in [WebhookRuntime::Dedicated, WebhookRuntime::Shared] {
+            let server = start_server(&pki, Some(1), runtime);
+            check_answers(&server, &pki);
+            stop(server);
+        }
         println!("{NAME}: server answers both webhooks (run with --bench for the load test)");
         return;
     }
@@ -92,9 +109,9 @@ fn main() {
 /// `--serve`: the server under test, in this process, until `limit` (or
 /// until stdin closes, with `--until-stdin-closes`: the bench holds it open
 /// while it measures, and a bench that dies takes its servers along).
-fn serve(limit: Duration, until_stdin_closes: bool) {
+fn serve(limit: Duration, until_stdin_closes: bool, runtime: WebhookRuntime) {
     let pki = Pki::new();
-    let server = start_server(&pki, None);
+    let server = start_server(&pki, None, runtime);
     check_answers(&server, &pki);
     let ca = std::env::temp_dir().join(format!("{NAME}-{}-ca.pem", std::process::id()));
     std::fs::write(&ca, pki.ca_pem()).expect("writes the CA certificate");
@@ -128,11 +145,12 @@ struct ServerProcess {
 }
 
 impl ServerProcess {
-    fn start(label: &'static str, exe: &Path) -> Self {
+    fn start(label: &'static str, exe: &Path, extra: &[&str]) -> Self {
         let mut child = Command::new("taskset")
             .args(["-c", SERVER_CORE])
             .arg(exe)
             .args(["--serve", "3600", "--until-stdin-closes"])
+            .args(extra)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -384,27 +402,29 @@ fn summarize(vegeta: &Path, results: &Path, rate: u32) -> Measured {
     }
 }
 
-/// The fixed rates, then rising steps until the budget is missed.
-fn measure(attack: &Attack<'_>) -> (Vec<Measured>, Option<Measured>) {
-    let fixed: Vec<Measured> = FIXED_RATES
-        .iter()
-        .map(|rate| attack.run(*rate, FIXED_SECONDS))
-        .collect();
-    let mut steps = Vec::new();
-    let mut rate = FIXED_RATES[FIXED_RATES.len() - 1];
-    while fixed.last().is_some_and(Measured::within_budget) && rate < MAX_RATE {
-        rate += RATE_STEP;
-        let step = attack.run(rate, STEP_SECONDS);
-        let met = step.within_budget();
-        steps.push(step);
-        if !met {
-            break;
+/// The fixed rates, each run by every server in turn (so that a change in the machine's
+/// load falls on all of them alike), then each server's rising steps until it misses the
+/// budget.
+fn measure(attacks: &[Attack<'_>]) -> Vec<(Vec<Measured>, Option<Measured>)> {
+    let mut fixed: Vec<Vec<Measured>> = vec![Vec::new(); attacks.len()];
+    for rate in FIXED_RATES {
+        for (attack, runs) in attacks.iter().zip(&mut fixed) {
+            runs.push(attack.run(rate, FIXED_SECONDS));
         }
     }
-    let mut all = fixed;
-    all.extend(steps.iter().cloned());
-    let first_miss = all.iter().find(|m| !m.within_budget()).cloned();
-    (all, first_miss)
+    attacks
+        .iter()
+        .zip(fixed)
+        .map(|(attack, mut all)| {
+            let mut rate = FIXED_RATES[FIXED_RATES.len() - 1];
+            while all.last().is_some_and(Measured::within_budget) && rate < MAX_RATE {
+                rate += RATE_STEP;
+                all.push(attack.run(rate, STEP_SECONDS));
+            }
+            let first_miss = all.iter().find(|m| !m.within_budget()).cloned();
+            (all, first_miss)
+        })
+        .collect()
 }
 
 fn micros(d: Duration) -> String {
@@ -450,11 +470,11 @@ fn print_table(
         "| server | rate/s | achieved/s | p50 | p99 | p99.9 | max | server CPU/admission | non-200 | generator CPU |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|");
-    let baseline = results.iter().find(|(label, ..)| *label == "baseline");
+    let baseline = results.iter().find(|(label, ..)| *label == REFERENCE);
     for (label, runs, _) in results {
         for m in runs {
             let before = baseline
-                .filter(|_| *label != "baseline")
+                .filter(|_| *label != REFERENCE)
                 .and_then(|(_, b, _)| b.iter().find(|b| b.rate == m.rate));
             print_run(label, m, before);
         }
@@ -485,9 +505,12 @@ fn load_average() -> String {
 fn bench() {
     let vegeta = vegeta();
     let exe = std::env::current_exe().expect("the bench binary");
-    let mut servers = vec![ServerProcess::start("current", &exe)];
+    let mut servers = vec![
+        ServerProcess::start("dedicated", &exe, &["--dedicated"]),
+        ServerProcess::start(REFERENCE, &exe, &[]),
+    ];
     if let Some(baseline) = std::env::var_os(BASELINE_ENV) {
-        servers.push(ServerProcess::start("baseline", Path::new(&baseline)));
+        servers.push(ServerProcess::start("baseline", Path::new(&baseline), &[]));
     }
     let dir = tempfile::tempdir().expect("temporary directory");
     println!(
@@ -498,20 +521,25 @@ fn bench() {
         for (webhook, path, body) in webhooks() {
             let body_file = dir.path().join(format!("{webhook}.json"));
             std::fs::write(&body_file, body).expect("writes the body");
-            let mut results = Vec::new();
-            for server in &servers {
-                let attack = Attack {
+            let attacks: Vec<Attack<'_>> = servers
+                .iter()
+                .map(|server| Attack {
                     vegeta: &vegeta,
                     dir: dir.path(),
                     server,
                     path,
                     body: &body_file,
                     protocol,
-                };
+                })
+                .collect();
+            for attack in &attacks {
                 attack.run(FIXED_RATES[0], 2); // warm-up: connections, caches
-                let (runs, miss) = measure(&attack);
-                results.push((server.label, runs, miss));
             }
+            let results: Vec<_> = servers
+                .iter()
+                .zip(measure(&attacks))
+                .map(|(server, (runs, miss))| (server.label, runs, miss))
+                .collect();
             print_table(protocol, webhook, &results);
         }
     }

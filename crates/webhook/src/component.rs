@@ -91,7 +91,7 @@ impl WebhookServer {
             addr,
             &certificate,
             connections,
-            settings.max_connections,
+            (settings.max_connections, settings.runtime),
         )?;
         ctx.mark_ready();
         tracing::info!(%addr, mutate = %settings.mutate_path, validate = %settings.validate_path, "webhook server listening");

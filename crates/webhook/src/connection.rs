@@ -17,8 +17,9 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
 use crate::activity::{Activity, ConnectionLimits, Verdict, Watched};
+use crate::outbox::Outbox;
 use crate::service::{Admission, for_connection};
-use crate::settings::WebhookSettings;
+use crate::settings::{WebhookRuntime, WebhookSettings};
 
 /// What every connection shares: the service, the protocol builders and
 /// the limits.
@@ -43,6 +44,8 @@ pub(crate) struct Stop {
 
 impl Connections {
     pub(crate) fn new(settings: &WebhookSettings, admission: Admission) -> Self {
+        // The API server reads no `date` from an AdmissionReview answer.
+        let date = settings.runtime == WebhookRuntime::Shared;
         let builder = || {
             let mut builder = auto::Builder::new(TokioExecutor::new());
             // The watchdog enforces the header timeout, apart from the idle one.
@@ -50,8 +53,12 @@ impl Connections {
                 .http1()
                 .timer(TokioTimer::new())
                 .header_read_timeout(None)
-                .keep_alive(true);
-            builder.http2().timer(TokioTimer::new());
+                .keep_alive(true)
+                .auto_date_header(date);
+            builder
+                .http2()
+                .timer(TokioTimer::new())
+                .auto_date_header(date);
             builder
         };
         Self {
@@ -65,6 +72,11 @@ impl Connections {
             http1: builder().http1_only(),
             http2: builder().http2_only(),
         }
+    }
+
+    /// Where the decisions of these connections go on their way to the bus.
+    pub(crate) fn outbox(&self) -> Arc<Outbox> {
+        self.admission.outbox()
     }
 
     /// Serves `tcp` until the client closes it, the watchdog does, or

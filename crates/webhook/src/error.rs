@@ -81,6 +81,12 @@ pub enum WebhookError {
         source: io::Error,
     },
 
+    #[error("cannot start the webhook server's thread: {source}")]
+    Thread {
+        #[source]
+        source: io::Error,
+    },
+
     #[error("the HTTPS server on {addr} stopped before shutdown")]
     ServerEnded { addr: SocketAddr },
 
@@ -129,6 +135,7 @@ impl WebhookError {
             | WebhookError::NoCertificate { .. }
             | WebhookError::UnusableCertificate { .. } => "certificate",
             WebhookError::Listen { .. }
+            | WebhookError::Thread { .. }
             | WebhookError::ServerEnded { .. }
             | WebhookError::ServerTask { .. } => "server",
         }

@@ -13,6 +13,7 @@ use poolkeeper_placement::PolicyCache;
 use tokio::time::Instant;
 
 use crate::error::WebhookError;
+use crate::outbox::Outbox;
 use crate::review::{Reviewed, review};
 use crate::service::ResponseBody;
 
@@ -22,12 +23,21 @@ use crate::service::ResponseBody;
 pub(crate) struct AppState {
     index: Arc<Index>,
     policy: PolicyCache,
-    bus: Bus,
+    outbox: Arc<Outbox>,
 }
 
 impl AppState {
     pub(crate) fn new(index: Arc<Index>, policy: PolicyCache, bus: Bus) -> Self {
-        Self { index, policy, bus }
+        Self {
+            index,
+            policy,
+            outbox: Arc::new(Outbox::new(bus)),
+        }
+    }
+
+    /// Where the decisions go on their way to the bus.
+    pub(crate) fn outbox(&self) -> &Arc<Outbox> {
+        &self.outbox
     }
 
     /// Decides the AdmissionReview in `body` and answers it; a body that is
@@ -97,7 +107,7 @@ impl AppState {
         reason: &'static str,
         started: Instant,
     ) {
-        self.bus.publish(Event::AdmissionDecided {
+        self.outbox.publish(Event::AdmissionDecided {
             webhook,
             result,
             mode,

@@ -12,6 +12,7 @@ mod component;
 mod connection;
 mod error;
 mod handler;
+mod outbox;
 mod review;
 mod service;
 mod serving;
@@ -22,7 +23,7 @@ mod wire;
 pub use component::{COMPONENT_NAME, WebhookServer};
 pub use error::WebhookError;
 pub use review::review_response;
-pub use settings::WebhookSettings;
+pub use settings::{WebhookRuntime, WebhookSettings};
 pub use tls::{CERT_FILE, KEY_FILE};
 
 #[cfg(test)]

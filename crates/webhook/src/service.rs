@@ -16,6 +16,7 @@ use tokio::time::Instant;
 use crate::activity::Activity;
 use crate::error::WebhookError;
 use crate::handler::AppState;
+use crate::outbox::Outbox;
 use crate::settings::WebhookSettings;
 
 pub(crate) type ResponseBody = Full<Bytes>;
@@ -50,6 +51,11 @@ impl Admission {
                 body_read_timeout: settings.body_read_timeout,
             }),
         }
+    }
+
+    /// Where the decisions go on their way to the bus.
+    pub(crate) fn outbox(&self) -> Arc<Outbox> {
+        Arc::clone(self.inner.state.outbox())
     }
 
     fn route(&self, path: &str) -> Option<WebhookKind> {

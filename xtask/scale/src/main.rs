@@ -6,6 +6,7 @@
 mod admission;
 mod changes;
 mod error;
+mod kwok;
 mod lists;
 mod load;
 mod objects;
@@ -93,6 +94,31 @@ struct Args {
     /// The command line to name in the report.
     #[arg(long, default_value = "cargo xtask bench-scale")]
     command: String,
+    /// Run the living cluster instead (`cargo xtask bench-kwok`): kwok keeps the Nodes
+    /// heart-beating and moves the Pods of Deployments to Running.
+    #[arg(long, value_name = "FILE")]
+    kwok: Option<PathBuf>,
+    /// kwok: the mean interval of a Node's status heartbeat, in seconds.
+    #[arg(long, default_value_t = 60)]
+    heartbeat_seconds: u64,
+    /// kwok: Pods created through Deployments and moved to Running.
+    #[arg(long, default_value_t = 150_000)]
+    running_pods: usize,
+    /// kwok: Deployment creates in flight.
+    #[arg(long, default_value_t = 8)]
+    parallel: usize,
+    /// kwok: how long each steady-state window lasts, in seconds.
+    #[arg(long, default_value_t = 120)]
+    steady_seconds: u64,
+    /// kwok: the churn window after the restart, in seconds.
+    #[arg(long, default_value_t = 600)]
+    churn_seconds: u64,
+    /// kwok: how long the Pods may take to be Running, in seconds.
+    #[arg(long, default_value_t = 3_600)]
+    pod_timeout_seconds: u64,
+    /// kwok: the request rate of kube-scheduler and kube-controller-manager.
+    #[arg(long, default_value_t = 1_000)]
+    client_qps: u32,
 }
 
 impl Args {
@@ -112,9 +138,16 @@ impl Args {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> ExitCode {
     let args = Args::parse();
-    match run(&args).await {
-        Ok(figures) => {
-            let text = figures.render();
+    if let Some(kwok) = args.kwok.clone() {
+        return report(&args, kwok::run(&args, &kwok).await.map(|f| f.render()));
+    }
+    report(&args, run(&args).await.map(|f| f.render()))
+}
+
+/// Prints the report and writes it to `report.md`.
+fn report(args: &Args, rendered: Result<String>) -> ExitCode {
+    match rendered {
+        Ok(text) => {
             println!("\n{text}");
             let path = args.out.join("report.md");
             match std::fs::write(&path, &text) {

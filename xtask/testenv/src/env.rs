@@ -53,6 +53,7 @@ pub struct TestEnvBuilder {
     startup_timeout: Duration,
     binaries: Option<Binaries>,
     watch_cache: bool,
+    client_qps: Option<u32>,
 }
 
 impl Default for TestEnvBuilder {
@@ -65,6 +66,7 @@ impl Default for TestEnvBuilder {
             startup_timeout: Duration::from_secs(60),
             binaries: None,
             watch_cache: true,
+            client_qps: None,
         }
     }
 }
@@ -73,6 +75,14 @@ impl TestEnvBuilder {
     /// Also run kube-scheduler (off by default), so Pods get bound to Ready nodes.
     pub fn scheduler(mut self, enabled: bool) -> Self {
         self.scheduler = enabled;
+        self
+    }
+
+    /// The request rate kube-scheduler and kube-controller-manager may send (their defaults:
+    /// 50 and 20 per second), with twice that as burst: a scale run creating Pods by the
+    /// hundred thousand is otherwise paced by these clients, not by what it measures.
+    pub fn client_qps(mut self, qps: u32) -> Self {
+        self.client_qps = Some(qps);
         self
     }
 
@@ -161,8 +171,14 @@ impl TestEnvBuilder {
         let kubeconfig = Kubeconfig::from_yaml(&kubeconfig_text)?;
         let client = client_for(&kubeconfig).await?;
 
+        let rate = client_rate_flags(self.client_qps);
         let scheduler = if self.scheduler {
-            Some(spawn_scheduler(&binaries, dir.path(), &kubeconfig_path)?)
+            Some(spawn_scheduler(
+                &binaries,
+                dir.path(),
+                &kubeconfig_path,
+                &rate,
+            )?)
         } else {
             None
         };
@@ -170,8 +186,8 @@ impl TestEnvBuilder {
             Some(spawn_controller_manager(
                 &binaries,
                 dir.path(),
-                &files,
-                &kubeconfig_path,
+                (&files, &kubeconfig_path),
+                &rate,
             )?)
         } else {
             None
@@ -1015,22 +1031,36 @@ async fn wait_until_ready(
     }
 }
 
+/// `--kube-api-qps` and `--kube-api-burst` (twice the rate) when a rate is set.
+fn client_rate_flags(qps: Option<u32>) -> Vec<String> {
+    qps.map(|qps| {
+        vec![
+            format!("--kube-api-qps={qps}"),
+            format!("--kube-api-burst={}", qps.saturating_mul(2)),
+        ]
+    })
+    .unwrap_or_default()
+}
+
 /// Without leader election (there is one scheduler) and without a serving port (nothing
 /// scrapes it, and a fixed one would clash between parallel tests).
 fn spawn_scheduler(
     binaries: &Binaries,
     dir: &Path,
     kubeconfig: &Path,
+    rate: &[String],
 ) -> Result<ManagedProcess, TestEnvError> {
+    let mut flags = args([
+        format!("--kubeconfig={}", kubeconfig.display()),
+        "--leader-elect=false".to_owned(),
+        "--bind-address=127.0.0.1".to_owned(),
+        "--secure-port=0".to_owned(),
+    ]);
+    flags.extend(rate.iter().map(Into::into));
     ManagedProcess::spawn(
         "kube-scheduler",
         &binaries.kube_scheduler,
-        args([
-            format!("--kubeconfig={}", kubeconfig.display()),
-            "--leader-elect=false".to_owned(),
-            "--bind-address=127.0.0.1".to_owned(),
-            "--secure-port=0".to_owned(),
-        ]),
+        flags,
         dir.join("kube-scheduler.log"),
     )
 }
@@ -1043,26 +1073,28 @@ fn spawn_scheduler(
 fn spawn_controller_manager(
     binaries: &Binaries,
     dir: &Path,
-    files: &PkiFiles,
-    kubeconfig: &Path,
+    (files, kubeconfig): (&PkiFiles, &Path),
+    rate: &[String],
 ) -> Result<ManagedProcess, TestEnvError> {
+    let mut flags = args([
+        format!("--kubeconfig={}", kubeconfig.display()),
+        "--leader-elect=false".to_owned(),
+        "--bind-address=127.0.0.1".to_owned(),
+        "--secure-port=0".to_owned(),
+        format!("--controllers={CONTROLLERS}"),
+        format!(
+            "--service-account-private-key-file={}",
+            files.service_account_private.display()
+        ),
+        format!("--root-ca-file={}", files.ca.display()),
+        "--service-cluster-ip-range=10.0.0.0/24".to_owned(),
+        "--use-service-account-credentials=false".to_owned(),
+    ]);
+    flags.extend(rate.iter().map(Into::into));
     ManagedProcess::spawn(
         "kube-controller-manager",
         &binaries.kube_controller_manager,
-        args([
-            format!("--kubeconfig={}", kubeconfig.display()),
-            "--leader-elect=false".to_owned(),
-            "--bind-address=127.0.0.1".to_owned(),
-            "--secure-port=0".to_owned(),
-            format!("--controllers={CONTROLLERS}"),
-            format!(
-                "--service-account-private-key-file={}",
-                files.service_account_private.display()
-            ),
-            format!("--root-ca-file={}", files.ca.display()),
-            "--service-cluster-ip-range=10.0.0.0/24".to_owned(),
-            "--use-service-account-credentials=false".to_owned(),
-        ]),
+        flags,
         dir.join("kube-controller-manager.log"),
     )
 }

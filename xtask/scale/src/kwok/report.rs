@@ -1,0 +1,285 @@
+//! The kwok run's figures and their Markdown report, against the goals.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use super::pods::{self, Reading};
+use super::run::Counters;
+use super::sample::share;
+use crate::Args;
+use crate::process::Memory;
+use crate::report::Figures;
+use crate::startup::Startup;
+use crate::stats::Histogram;
+
+/// Goals: steady-state CPU under heartbeats, RSS with every Pod, audit round.
+const CPU_GOAL: f64 = 0.05;
+const RSS_GOAL_MIB: f64 = 120.0;
+const AUDIT_GOAL: Duration = Duration::from_secs(10);
+
+/// One window of poolkeeper under heartbeats.
+#[derive(Clone, Debug)]
+pub struct Steady {
+    pub label: &'static str,
+    pub wall: Duration,
+    pub rss_kib: u64,
+    pub peak_rss_kib: u64,
+    pub delta: Counters,
+}
+
+/// The Pods' creation.
+#[derive(Clone, Debug)]
+pub struct Creation {
+    pub pods: usize,
+    pub deployments: usize,
+    pub parallel: usize,
+    /// The Deployment creates themselves.
+    pub requests: Duration,
+    /// Until every Pod was ready (or the timeout).
+    pub wall: Duration,
+    pub readings: Vec<Reading>,
+    pub apiserver: BTreeMap<String, Histogram>,
+    pub delta: Counters,
+    pub rss_kib: u64,
+}
+
+#[derive(Clone, Debug)]
+pub struct AuditFigures {
+    pub wall: Duration,
+    pub pods: u64,
+    pub round_duration: String,
+    pub peak_rss_kib: u64,
+    pub apiserver_cpu: Option<Duration>,
+    pub violations: usize,
+}
+
+/// Everything the kwok run measured.
+pub struct KwokFigures {
+    /// The cluster's load and LISTs, as the static run records them.
+    pub base: Figures,
+    pub heartbeat: Duration,
+    pub leases_after: Duration,
+    pub first_start: Startup,
+    pub steady: Vec<Steady>,
+    pub creation: Option<Creation>,
+    pub audit: Option<AuditFigures>,
+    pub restart: Startup,
+    pub memory: Vec<(&'static str, Memory)>,
+    pub total: Duration,
+}
+
+impl KwokFigures {
+    pub fn new(base: Figures, args: &Args) -> Self {
+        Self {
+            base,
+            heartbeat: Duration::from_secs(args.heartbeat_seconds),
+            leases_after: Duration::ZERO,
+            first_start: Startup::default(),
+            steady: Vec::new(),
+            creation: None,
+            audit: None,
+            restart: Startup::default(),
+            memory: Vec::new(),
+            total: Duration::ZERO,
+        }
+    }
+
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let b = &self.base;
+        let _ = writeln!(
+            out,
+            "## Scale with kwok ({})\n\n`{}`; {}; {} Nodes in {} pools, {} MachineClasses, {} Machines; \
+             kwok Node status heartbeat every {}s on average, Leases of {}s; load averages {:?}; \
+             total {:.0}s.\n",
+            b.started_at,
+            b.command,
+            b.machine,
+            b.sizes.nodes,
+            b.sizes.pools,
+            b.sizes.classes,
+            b.sizes.machines,
+            self.heartbeat.as_secs(),
+            super::stages::LEASE_SECONDS,
+            b.load_averages,
+            self.total.as_secs_f64()
+        );
+        for phase in &b.load {
+            let _ = writeln!(
+                out,
+                "- loaded {} {} in {:.1}s",
+                phase.objects,
+                phase.what,
+                phase.duration.as_secs_f64()
+            );
+        }
+        let _ = writeln!(
+            out,
+            "- kwok held a Lease for every Node {:.1}s after it started\n",
+            self.leases_after.as_secs_f64()
+        );
+        self.render_steady(&mut out);
+        self.render_creation(&mut out);
+        self.render_audit(&mut out);
+        self.render_starts(&mut out);
+        out
+    }
+
+    fn render_steady(&self, out: &mut String) {
+        let _ = writeln!(
+            out,
+            "| window | wall | poolkeeper CPU (% of a core) | RSS / peak | Node writes | Node changes in the index | writes per change | Lease writes | Pod writes | all index changes | watch failures | lagged | API server CPU |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+        );
+        for s in &self.steady {
+            let d = &s.delta;
+            let cpu = share(d.poolkeeper_cpu, s.wall);
+            let _ = writeln!(
+                out,
+                "| {} | {:.0}s | {:.2} % {} | {} / {} | {:.0} | {:.0} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} % |",
+                s.label,
+                s.wall.as_secs_f64(),
+                cpu * 100.0,
+                goal(cpu < CPU_GOAL),
+                mib(s.rss_kib),
+                mib(s.peak_rss_kib),
+                d.node_writes,
+                d.node_changes,
+                ratio(d.node_writes, d.node_changes),
+                d.lease_writes,
+                d.pod_writes,
+                d.all_changes,
+                d.watch_failures,
+                d.lagged,
+                share(d.apiserver_cpu, s.wall) * 100.0
+            );
+        }
+        out.push('\n');
+    }
+
+    fn render_creation(&self, out: &mut String) {
+        let Some(c) = &self.creation else { return };
+        let (created, ready) = pods::reached(&c.readings, c.pods as i64);
+        let last = c.readings.last().map(|r| r.progress).unwrap_or_default();
+        let cpu_per_admission = c.delta.poolkeeper_cpu.as_secs_f64() / c.delta.admissions.max(1.0);
+        let _ = writeln!(
+            out,
+            "Pods: {} through {} Deployments (created by {} clients in {:.1}s); all created after {}, all Running after {} \
+             (last reading: {} created, {} ready); peak creation {:.0} Pods/s over 30 s, mean {:.0}/s. \
+             {:.0} admissions, poolkeeper CPU {:.1}s over the creation = {:.0} µs per admission; \
+             API server CPU {:.0} % of a core; RSS after it {}; {:.0} watch failures, {:.0} lagged.\n",
+            c.pods,
+            c.deployments,
+            c.parallel,
+            c.requests.as_secs_f64(),
+            created.map_or("n/a".into(), |d| format!("{:.0}s", d.as_secs_f64())),
+            ready.map_or("n/a".into(), |d| format!("{:.0}s", d.as_secs_f64())),
+            last.created,
+            last.ready,
+            pods::peak_rate(&c.readings, Duration::from_secs(30)),
+            last.created as f64 / created.unwrap_or(c.wall).as_secs_f64().max(1e-9),
+            c.delta.admissions,
+            c.delta.poolkeeper_cpu.as_secs_f64(),
+            cpu_per_admission * 1e6,
+            share(c.delta.apiserver_cpu, c.wall) * 100.0,
+            mib(c.rss_kib),
+            c.delta.watch_failures,
+            c.delta.lagged
+        );
+        let _ = writeln!(
+            out,
+            "| admission histogram | count | mean | p50 | p99 |\n|---|---|---|---|---|"
+        );
+        for (name, h) in &c.apiserver {
+            let q = |q| {
+                h.quantile(q)
+                    .map_or("n/a".into(), |v| format!("{:.2} ms", v * 1000.0))
+            };
+            let mean = h
+                .mean()
+                .map_or("n/a".into(), |m| format!("{:.2} ms", m * 1000.0));
+            let _ = writeln!(
+                out,
+                "| {name} | {:.0} | {mean} | {} | {} |",
+                h.count,
+                q(0.5),
+                q(0.99)
+            );
+        }
+        out.push('\n');
+    }
+
+    fn render_audit(&self, out: &mut String) {
+        let Some(a) = &self.audit else { return };
+        let api = a.apiserver_cpu.map_or("n/a".into(), |c| {
+            format!(
+                "{:.1}s ({:.0} % of a core)",
+                c.as_secs_f64(),
+                share(c, a.wall) * 100.0
+            )
+        });
+        let _ = writeln!(
+            out,
+            "Audit (`poolkeeper audit`, a process of its own): {} Pods, round {} (process {:.2}s wall) {}, \
+             peak RSS {}, {} violation groups; API server CPU during it {api}.\n",
+            a.pods,
+            a.round_duration,
+            a.wall.as_secs_f64(),
+            goal(a.wall < AUDIT_GOAL),
+            mib(a.peak_rss_kib),
+            a.violations
+        );
+    }
+
+    fn render_starts(&self, out: &mut String) {
+        let _ = writeln!(
+            out,
+            "| start | ready | LIST (watchers → index synchronized) | the rest |\n|---|---|---|---|"
+        );
+        for (label, s) in [
+            ("first, no Pods", &self.first_start),
+            ("restart, every Pod Running", &self.restart),
+        ] {
+            let list = s
+                .watchers_started
+                .zip(s.synchronized)
+                .map(|(a, b)| b.saturating_sub(a));
+            let _ = writeln!(
+                out,
+                "| {label} | {:.2}s | {} | {} |",
+                s.ready.as_secs_f64(),
+                list.map_or("n/a".into(), |d| format!("{:.2}s", d.as_secs_f64())),
+                list.map_or("n/a".into(), |d| format!(
+                    "{:.2}s",
+                    s.ready.saturating_sub(d).as_secs_f64()
+                ))
+            );
+        }
+        out.push('\n');
+        for (when, m) in &self.memory {
+            let rss = m.rss_kib as f64 / 1024.0;
+            let _ = writeln!(
+                out,
+                "- RSS {when}: {rss:.1} MiB {} (peak {})",
+                goal(rss < RSS_GOAL_MIB),
+                mib(m.peak_kib)
+            );
+        }
+    }
+}
+
+fn mib(kib: u64) -> String {
+    format!("{:.1} MiB", kib as f64 / 1024.0)
+}
+
+fn ratio(writes: f64, changes: f64) -> String {
+    if changes > 0.0 {
+        format!("{:.0}", writes / changes)
+    } else {
+        "∞ (no change)".to_owned()
+    }
+}
+
+fn goal(met: bool) -> &'static str {
+    if met { "(goal met)" } else { "(goal missed)" }
+}
