@@ -12,7 +12,7 @@ use crate::process::Memory;
 use crate::startup::Startup;
 use crate::stats::{Histogram, percentile};
 
-/// Goals of issue 13.
+/// The goals of the scale benchmark (BENCHMARKS.md).
 pub const READY_AFTER_LISTS_GOAL: Duration = Duration::from_secs(3);
 pub const RSS_GOAL_MIB: f64 = 80.0;
 pub const LATENCY_MARGIN: Duration = Duration::from_millis(100);
