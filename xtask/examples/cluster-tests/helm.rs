@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use crate::scenario;
 use crate::support::{
-    Cluster, NAMESPACE, REGISTRY_IMAGE, eventually, fresh_start, no_webhook_configuration_left,
-    readme_block, serial, wait_for_replicas, work_dir,
+    Cluster, NAMESPACE, REGISTRY_IMAGE, deployment_image, eventually, fresh_start,
+    no_webhook_configuration_left, readme_block, serial, wait_for_replicas, work_dir,
 };
 
 /// What a release puts into its namespace.
@@ -23,15 +23,7 @@ fn helm_install_as_the_readme_says() {
     crate::kustomize::prerequisites(&cluster, &work);
     cluster.bash_ok(&work, &readme_block("helm-install"));
     wait_for_replicas(&cluster, "app.kubernetes.io/instance=poolkeeper");
-    let image = cluster.kubectl_ok(&[
-        "-n",
-        NAMESPACE,
-        "get",
-        "deployment",
-        "poolkeeper",
-        "-o",
-        "jsonpath={.spec.template.spec.containers[0].image}",
-    ]);
+    let image = deployment_image(&cluster);
     assert_eq!(image, REGISTRY_IMAGE);
     same_rules_as_deploy(&cluster, &work);
     scenario::set_up(&cluster, "poolkeeper-placement");

@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 
 use crate::scenario;
 use crate::support::{
-    Cluster, NAMESPACE, REGISTRY_IMAGE, fresh_start, no_webhook_configuration_left, readme_block,
-    serial, wait_for_replicas, work_dir,
+    Cluster, NAMESPACE, REGISTRY_IMAGE, deployment_image, fresh_start,
+    no_webhook_configuration_left, readme_block, serial, wait_for_replicas, work_dir,
 };
 
 const SELECTOR: &str = "app.kubernetes.io/name=poolkeeper";
@@ -30,15 +30,7 @@ pub fn install(cluster: &Cluster, test: &str) -> (PathBuf, Vec<String>) {
         "the overlay swaps the image: {overlay}"
     );
     let replicas = wait_for_replicas(cluster, SELECTOR);
-    let image = cluster.kubectl_ok(&[
-        "-n",
-        NAMESPACE,
-        "get",
-        "deployment",
-        "poolkeeper",
-        "-o",
-        "jsonpath={.spec.template.spec.containers[0].image}",
-    ]);
+    let image = deployment_image(cluster);
     assert_eq!(image, REGISTRY_IMAGE, "the overlay's image runs");
     (work, replicas)
 }

@@ -317,6 +317,19 @@ pub fn wait_for_replicas(cluster: &Cluster, selector: &str) -> Vec<String> {
 }
 
 /// Neither webhook configuration exists: nothing blocks Pod creation after an uninstall.
+/// The image poolkeeper's Deployment runs.
+pub fn deployment_image(cluster: &Cluster) -> String {
+    cluster.kubectl_ok(&[
+        "-n",
+        NAMESPACE,
+        "get",
+        "deployment",
+        "poolkeeper",
+        "-o",
+        "jsonpath={.spec.template.spec.containers[0].image}",
+    ])
+}
+
 pub fn no_webhook_configuration_left(cluster: &Cluster) {
     for kind in [
         "mutatingwebhookconfigurations",

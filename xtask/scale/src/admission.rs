@@ -87,7 +87,7 @@ async fn scrape(
     Ok((apiserver, own))
 }
 
-fn since(
+pub(crate) fn since(
     after: BTreeMap<String, Histogram>,
     before: &BTreeMap<String, Histogram>,
 ) -> BTreeMap<String, Histogram> {

@@ -13,7 +13,7 @@ use tokio::process::{Child, Command};
 
 use super::report::{AuditFigures, Creation, KwokFigures, Steady};
 use super::{pods, sample, stages};
-use crate::admission::{APISERVER_METRIC, POOLKEEPER_METRIC};
+use crate::admission::{APISERVER_METRIC, POOLKEEPER_METRIC, since};
 use crate::changes::ClassWatch;
 use crate::error::{Result, ScaleError};
 use crate::objects;
@@ -348,19 +348,6 @@ impl Phases<'_> {
             violations: round["counts"].as_array().map_or(0, Vec::len),
         })
     }
-}
-
-fn since(
-    after: BTreeMap<String, Histogram>,
-    before: &BTreeMap<String, Histogram>,
-) -> BTreeMap<String, Histogram> {
-    after
-        .into_iter()
-        .map(|(name, h)| {
-            let earlier = before.get(&name).cloned().unwrap_or_default();
-            (name, h.since(&earlier))
-        })
-        .collect()
 }
 
 /// A field of `/usr/bin/time -v`'s report.
