@@ -283,26 +283,34 @@ impl PlacementPolicy {
         labels: &NamespaceLabels,
     ) -> Option<Result<Binding, String>> {
         let value = namespace.labels.get(&labels.pool)?;
-        let parsed = (|| {
-            let pools = PoolSet::from_label_value(value)
-                .ok_or_else(|| format!("label {}={value:?} names no node pool", labels.pool))?;
-            let mode = label_choice(namespace, &labels.mode, Mode::iter(), Mode::as_str)?
-                .unwrap_or(self.default_mode);
-            let constraints = label_choice(
-                namespace,
-                &labels.constraints,
-                Constraints::iter(),
-                Constraints::as_str,
-            )?
-            .unwrap_or(self.default_constraints);
-            Ok(Binding {
-                pools,
-                mode,
-                constraints,
-                origin: BindingOrigin::NamespaceLabel,
-            })
-        })();
-        Some(parsed)
+        Some(self.read_label_binding(namespace, value, labels))
+    }
+
+    /// The binding of a Namespace whose pool label is `value`, or why its
+    /// labels make none.
+    fn read_label_binding(
+        &self,
+        namespace: &Namespace,
+        value: &str,
+        labels: &NamespaceLabels,
+    ) -> Result<Binding, String> {
+        let pools = PoolSet::from_label_value(value)
+            .ok_or_else(|| format!("label {}={value:?} names no node pool", labels.pool))?;
+        let mode = label_choice(namespace, &labels.mode, Mode::iter(), Mode::as_str)?
+            .unwrap_or(self.default_mode);
+        let constraints = label_choice(
+            namespace,
+            &labels.constraints,
+            Constraints::iter(),
+            Constraints::as_str,
+        )?
+        .unwrap_or(self.default_constraints);
+        Ok(Binding {
+            pools,
+            mode,
+            constraints,
+            origin: BindingOrigin::NamespaceLabel,
+        })
     }
 
     /// Namespace label bindings that take no effect, in namespace order.

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::core::v1::{Namespace, ObjectReference};
 use kube::Resource;
 use kube::runtime::events::{Event as KubeEvent, EventType};
 use poolkeeper_api::MachineClass;
@@ -171,8 +171,8 @@ pub fn notices_for(event: &Event, settings: &RecorderSettings) -> Vec<(ObjectRef
 /// Namespace itself, where `kubectl describe namespace` finds it.
 pub fn namespace_reference(rejected: &RejectedBinding) -> ObjectReference {
     ObjectReference {
-        api_version: Some("v1".to_owned()),
-        kind: Some("Namespace".to_owned()),
+        api_version: Some(Namespace::api_version(&()).into_owned()),
+        kind: Some(Namespace::kind(&()).into_owned()),
         namespace: Some(rejected.namespace.clone()),
         name: Some(rejected.namespace.clone()),
         uid: Some(rejected.uid.clone()).filter(|uid| !uid.is_empty()),

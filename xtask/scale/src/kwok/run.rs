@@ -167,8 +167,7 @@ impl Phases<'_> {
         poolkeeper: &mut Poolkeeper,
         figures: &mut KwokFigures,
     ) -> Result<()> {
-        let ready = poolkeeper.wait_ready(READY_TIMEOUT).await?;
-        println!("  ready after {:.2}s", ready.as_secs_f64());
+        let ready = wait_ready(poolkeeper).await?;
         settle(self.args, poolkeeper, self.classes, &mut figures.base).await?;
         figures.first_start = Startup::from_log(&poolkeeper.log(), ready);
         figures
@@ -197,8 +196,7 @@ impl Phases<'_> {
         poolkeeper: &mut Poolkeeper,
         figures: &mut KwokFigures,
     ) -> Result<()> {
-        let ready = poolkeeper.wait_ready(READY_TIMEOUT).await?;
-        println!("  ready after {:.2}s", ready.as_secs_f64());
+        let ready = wait_ready(poolkeeper).await?;
         figures.restart = Startup::from_log(&poolkeeper.log(), ready);
         figures
             .memory
@@ -447,4 +445,11 @@ impl Counters {
             lagged: self.lagged - before.lagged,
         }
     }
+}
+
+/// Waits until poolkeeper reports ready and says after how long.
+async fn wait_ready(poolkeeper: &mut Poolkeeper) -> Result<Duration> {
+    let ready = poolkeeper.wait_ready(READY_TIMEOUT).await?;
+    println!("  ready after {:.2}s", ready.as_secs_f64());
+    Ok(ready)
 }
