@@ -5,9 +5,10 @@
 //! goes to `target/bench-scale/report.md`.
 //!
 //! `cargo xtask bench-kwok [ARGS]`: the same benchmark with the cluster alive — kwok (built
-//! from its pinned Go module) keeps the Nodes heart-beating and moves Deployments' Pods to
-//! Running, with kube-scheduler and kube-controller-manager beside the API server. The report
-//! goes to `target/bench-kwok/report.md`.
+//! from its pinned Go module) keeps the Nodes heart-beating and moves the Pods to Running
+//! (some from Deployments, through kube-controller-manager and kube-scheduler; the rest
+//! created bound to a Node of their pool by parallel clients). The report goes to
+//! `target/bench-kwok/report.md`.
 
 use std::process::Command;
 

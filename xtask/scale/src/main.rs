@@ -101,15 +101,24 @@ struct Args {
     /// kwok: the mean interval of a Node's status heartbeat, in seconds.
     #[arg(long, default_value_t = 60)]
     heartbeat_seconds: u64,
-    /// kwok: Pods created through Deployments and moved to Running.
+    /// kwok: Pods created through the webhooks and moved to Running, in all.
     #[arg(long, default_value_t = 150_000)]
     running_pods: usize,
-    /// kwok: Deployment creates in flight.
-    #[arg(long, default_value_t = 8)]
+    /// kwok: how many of them come from Deployments (kube-controller-manager creates them,
+    /// kube-scheduler binds them); the rest are created bound to a Node of their pool by
+    /// `--parallel` clients, at the highest rate the API server takes.
+    #[arg(long, default_value_t = 10_000)]
+    scheduled_pods: usize,
+    /// kwok: Deployment and Pod creates in flight.
+    #[arg(long, default_value_t = 16)]
     parallel: usize,
     /// kwok: how long each steady-state window lasts, in seconds.
     #[arg(long, default_value_t = 120)]
     steady_seconds: u64,
+    /// kwok: bound Pods replaced per second during the churn window (the oldest deleted, a
+    /// new one created through the webhooks): Pods that finish and start.
+    #[arg(long, default_value_t = 10)]
+    churn_pods_per_second: u32,
     /// kwok: the churn window after the restart, in seconds.
     #[arg(long, default_value_t = 600)]
     churn_seconds: u64,

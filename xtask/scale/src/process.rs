@@ -200,11 +200,7 @@ impl Poolkeeper {
     }
 
     pub fn memory(&self) -> Result<Memory> {
-        let path = format!("/proc/{}/status", self.pid);
-        let status = std::fs::read_to_string(&path)
-            .map_err(|e| ScaleError::io(format!("reading {path}"), e))?;
-        parse_memory(&status)
-            .ok_or_else(|| ScaleError::Unexpected(format!("no VmRSS/VmHWM in {path}")))
+        memory_of(self.pid)
     }
 
     /// SIGTERM (by PID, with the kill utility: the workspace forbids the unsafe libc call),
@@ -247,6 +243,14 @@ async fn follow_log(
         }
         log.lock().expect("log lock").push(LogLine { at, text });
     }
+}
+
+/// RSS and peak RSS of process `pid`.
+pub fn memory_of(pid: u32) -> Result<Memory> {
+    let path = format!("/proc/{pid}/status");
+    let status =
+        std::fs::read_to_string(&path).map_err(|e| ScaleError::io(format!("reading {path}"), e))?;
+    parse_memory(&status).ok_or_else(|| ScaleError::Unexpected(format!("no VmRSS/VmHWM in {path}")))
 }
 
 fn parse_memory(status: &str) -> Option<Memory> {

@@ -935,6 +935,9 @@ fn spawn_etcd(
             format!("--initial-advertise-peer-urls={peer_url}"),
             format!("--initial-cluster=default={peer_url}"),
             "--unsafe-no-fsync=true".to_owned(),
+            // The default 2 GiB fills up under a scale run's 150,000 Pods and Node
+            // heartbeats between two compactions; a quota only caps, it reserves nothing.
+            "--quota-backend-bytes=8589934592".to_owned(),
             "--log-level=warn".to_owned(),
         ]),
         dir.join(format!("etcd-{attempt}.log")),

@@ -1,23 +1,34 @@
-//! Pods as a cluster gets them: one Deployment per bound tenant namespace, created by
-//! `parallel` clients at once; kube-controller-manager creates the Pods (each through both
-//! webhooks), kube-scheduler binds them, kwok moves them to Running. Progress is read from
-//! the Deployments' status (a LIST of a few hundred objects), never from a LIST of the Pods.
+//! Pods as a cluster gets them, two ways. One Deployment per bound tenant namespace, created
+//! by `parallel` clients at once: kube-controller-manager creates the Pods (each through both
+//! webhooks), kube-scheduler binds them, kwok moves them to Running; progress is read from
+//! the Deployments' status (a LIST of a few hundred objects). And Pods bound to a Node of
+//! their pool at creation (`spec.nodeName`, as a DaemonSet's or a static Pod's), created
+//! straight by `parallel` clients at the highest rate the API server takes them: each goes
+//! through both webhooks, none waits for kube-scheduler; progress is the count of creates and
+//! of kwok's status writes, never a LIST of the Pods.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ListParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
 
 use crate::error::{Result, ScaleError};
-use crate::objects;
+use crate::objects::{self, Sizes};
 
 /// The label of the benchmark's Deployments.
 const APP: &str = "kwok-scale";
+/// The label of the Pods created bound to a Node.
+const BOUND_APP: &str = "kwok-scale-bound";
+/// Attempts per bound Pod: an API server at its limit answers 429 or times a webhook out.
+const CREATE_ATTEMPTS: u32 = 4;
 /// How often progress is read.
-const POLL: Duration = Duration::from_secs(5);
+pub const POLL: Duration = Duration::from_secs(5);
 
 /// Replicas created and ready, summed over the Deployments.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -50,6 +61,151 @@ fn deployment(pool: usize, replicas: usize) -> serde_json::Value {
             },
         },
     })
+}
+
+/// Bound Pod `index`: in the tenant namespace of pool `index % pools`, on the pool's Node
+/// `index / pools` (modulo the pool's Nodes), so that every pool and every Node gets its share.
+pub fn bound_pod(index: usize, sizes: &Sizes) -> serde_json::Value {
+    let pools = sizes.pools.max(1);
+    let pool = index % pools;
+    let nodes_in_pool = (sizes.nodes / pools).max(1);
+    let node = pool + (index / pools % nodes_in_pool) * pools;
+    let mut pod = objects::pod(index);
+    pod["metadata"]["name"] = json!(format!("bound-{index:06}"));
+    pod["metadata"]["namespace"] = json!(objects::tenant_namespace(pool));
+    pod["metadata"]["labels"]["app"] = json!(BOUND_APP);
+    pod["spec"]["nodeName"] = json!(objects::node_name(node));
+    pod
+}
+
+/// Bound Pods `first..first + count`, `parallel` creates in flight; `created` counts those
+/// the API server accepted. A create refused `CREATE_ATTEMPTS` times fails the run.
+pub async fn create_bound(
+    client: &Client,
+    sizes: &Sizes,
+    pods: std::ops::Range<usize>,
+    parallel: usize,
+    created: Arc<AtomicUsize>,
+) -> Result<BoundCreates> {
+    let retries = Arc::new(AtomicUsize::new(0));
+    futures::stream::iter(pods)
+        .map(|index| {
+            let object = bound_pod(index, sizes);
+            let namespace = object["metadata"]["namespace"].as_str().unwrap_or_default();
+            let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+            let (created, retries) = (created.clone(), retries.clone());
+            async move {
+                let pod: Pod = serde_json::from_value(object)
+                    .map_err(|e| ScaleError::json("building a Pod", e))?;
+                create_with_retries(&api, &pod, &retries).await?;
+                created.fetch_add(1, Ordering::Relaxed);
+                Ok::<(), ScaleError>(())
+            }
+        })
+        .buffer_unordered(parallel.max(1))
+        .try_collect::<Vec<()>>()
+        .await?;
+    Ok(BoundCreates {
+        retries: retries.load(Ordering::Relaxed),
+    })
+}
+
+/// What the bound creates met on the way.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BoundCreates {
+    /// Creates the API server refused once and took on a later attempt.
+    pub retries: usize,
+}
+
+async fn create_with_retries(api: &Api<Pod>, pod: &Pod, retries: &AtomicUsize) -> Result<()> {
+    let mut attempt = 1;
+    loop {
+        match api.create(&PostParams::default(), pod).await {
+            Ok(_) => return Ok(()),
+            // An earlier attempt that timed out on the client's side may have been stored.
+            Err(kube::Error::Api(status)) if status.code == 409 && attempt > 1 => return Ok(()),
+            Err(error) if attempt < CREATE_ATTEMPTS => {
+                retries.fetch_add(1, Ordering::Relaxed);
+                backoff(attempt, &error).await;
+                attempt += 1;
+            }
+            Err(error) => {
+                let name = pod.metadata.name.clone().unwrap_or_default();
+                return Err(ScaleError::kube(format!("creating Pod {name}"), error));
+            }
+        }
+    }
+}
+
+/// 0.5 s, 1 s, 2 s before the next attempt.
+async fn backoff(attempt: u32, error: &kube::Error) {
+    if attempt == 1 {
+        println!("  a create was refused, retrying: {error}");
+    }
+    tokio::time::sleep(Duration::from_millis(500 << (attempt - 1))).await;
+}
+
+/// Replaces bound Pods for `window`, `per_second` at a time evenly spaced: the oldest of
+/// `existing` is deleted (kwok removes it) and the next bound Pod after `existing` created.
+/// Returns how many were replaced; stops at the window's end or when `existing` runs out.
+pub async fn churn_bound(
+    client: &Client,
+    sizes: &Sizes,
+    existing: std::ops::Range<usize>,
+    per_second: u32,
+    window: Duration,
+) -> Result<usize> {
+    if per_second == 0 {
+        return Ok(0);
+    }
+    let deadline = Instant::now() + window;
+    let mut ticker = tokio::time::interval(Duration::from_secs(1) / per_second);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let retries = AtomicUsize::new(0);
+    let mut replaced = 0;
+    for (old, new) in existing.clone().zip(existing.end..) {
+        ticker.tick().await;
+        if Instant::now() >= deadline {
+            break;
+        }
+        let gone = bound_pod(old, sizes);
+        let name = gone["metadata"]["name"].as_str().unwrap_or_default();
+        let namespace = gone["metadata"]["namespace"].as_str().unwrap_or_default();
+        let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+        match api.delete(name, &Default::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(e) => return Err(ScaleError::kube(format!("deleting Pod {name}"), e)),
+        }
+        let pod: Pod = serde_json::from_value(bound_pod(new, sizes))
+            .map_err(|e| ScaleError::json("building a Pod", e))?;
+        let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+        create_with_retries(&Api::namespaced(client.clone(), &namespace), &pod, &retries).await?;
+        replaced += 1;
+    }
+    Ok(replaced)
+}
+
+/// The bound Pods not Running yet: one paginated LIST of their metadata, selected by label and
+/// phase on the API server's side.
+pub async fn bound_not_running(client: &Client) -> Result<usize> {
+    let api: Api<Pod> = Api::all(client.clone());
+    let mut params = ListParams::default()
+        .labels(&format!("app={BOUND_APP}"))
+        .fields("status.phase!=Running")
+        .limit(5_000);
+    let mut count = 0;
+    loop {
+        let page = api
+            .list_metadata(&params)
+            .await
+            .map_err(|e| ScaleError::kube("listing the bound Pods not Running", e))?;
+        count += page.items.len();
+        match page.metadata.continue_.filter(|token| !token.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => return Ok(count),
+        }
+    }
 }
 
 /// Creates the Deployments of `pools` tenants, `parallel` requests at a time, holding
@@ -100,10 +256,11 @@ pub async fn wait_ready(client: &Client, pods: usize, timeout: Duration) -> Resu
     let mut last_print = Instant::now();
     loop {
         let progress = progress(client).await?;
-        readings.push(Reading {
+        let reading = Reading {
             at: started.elapsed(),
             progress,
-        });
+        };
+        readings.push(reading);
         if progress.ready >= pods as i64 {
             return Ok(readings);
         }
@@ -112,26 +269,32 @@ pub async fn wait_ready(client: &Client, pods: usize, timeout: Duration) -> Resu
             return Ok(readings);
         }
         if last_print.elapsed() >= Duration::from_secs(30) {
-            println!(
-                "  {:>5.0}s: {} created, {} ready",
-                started.elapsed().as_secs_f64(),
-                progress.created,
-                progress.ready
-            );
+            print(&reading);
             last_print = Instant::now();
         }
         tokio::time::sleep(POLL).await;
     }
 }
 
-/// The highest creation rate over any window of at least `window` between readings.
-pub fn peak_rate(readings: &[Reading], window: Duration) -> f64 {
-    let mut best = 0.0f64;
+/// A progress line on the console.
+pub fn print(reading: &Reading) {
+    println!(
+        "  {:>5.0}s: {} created, {} ready",
+        reading.at.as_secs_f64(),
+        reading.progress.created,
+        reading.progress.ready
+    );
+}
+
+/// The highest creation rate over any window of at least `window` between readings; `None`
+/// when the readings span no such window.
+pub fn peak_rate(readings: &[Reading], window: Duration) -> Option<f64> {
+    let mut best = None::<f64>;
     for (i, early) in readings.iter().enumerate() {
         if let Some(late) = readings[i..].iter().find(|r| r.at >= early.at + window) {
             let seconds = (late.at - early.at).as_secs_f64();
             let created = (late.progress.created - early.progress.created) as f64;
-            best = best.max(created / seconds);
+            best = Some(best.unwrap_or(0.0).max(created / seconds));
         }
     }
     best
@@ -169,11 +332,39 @@ mod tests {
             reading(20, 3_000, 2_500),
             reading(30, 3_000, 3_000),
         ];
-        assert!((peak_rate(&readings, Duration::from_secs(10)) - 200.0).abs() < 1e-9);
+        let peak = peak_rate(&readings, Duration::from_secs(10)).unwrap();
+        assert!((peak - 200.0).abs() < 1e-9);
+        assert_eq!(peak_rate(&readings, Duration::from_secs(60)), None);
         assert_eq!(
             reached(&readings, 3_000),
             (Some(Duration::from_secs(20)), Some(Duration::from_secs(30)))
         );
+    }
+
+    #[test]
+    fn a_bound_pod_runs_on_a_node_of_its_own_pool() {
+        let sizes = Sizes {
+            nodes: 50,
+            pools: 5,
+            classes: 20,
+            unused_classes: 4,
+            machines: 100,
+        };
+        let mut nodes = std::collections::BTreeSet::new();
+        for index in 0..100 {
+            let pod = bound_pod(index, &sizes);
+            let node = pod["spec"]["nodeName"].as_str().unwrap().to_owned();
+            let number: usize = (0..sizes.nodes)
+                .find(|&n| objects::node_name(n) == node)
+                .expect("a Node of the cluster");
+            assert_eq!(objects::pool_of_node(number, &sizes), index % 5);
+            assert_eq!(
+                pod["metadata"]["namespace"],
+                objects::tenant_namespace(index % 5)
+            );
+            nodes.insert(node);
+        }
+        assert_eq!(nodes.len(), 50, "every Node gets Pods");
     }
 
     #[test]

@@ -28,14 +28,17 @@ pub struct Steady {
     pub delta: Counters,
 }
 
-/// The Pods' creation.
+/// One way the Pods were created.
 #[derive(Clone, Debug)]
 pub struct Creation {
+    /// How, in words: "through 500 Deployments", "bound to a Node of their pool".
+    pub how: String,
     pub pods: usize,
-    pub deployments: usize,
     pub parallel: usize,
-    /// The Deployment creates themselves.
+    /// The creates themselves (the Deployments', or every bound Pod's).
     pub requests: Duration,
+    /// Creates refused once and taken on a later attempt.
+    pub retries: usize,
     /// Until every Pod was ready (or the timeout).
     pub wall: Duration,
     pub readings: Vec<Reading>,
@@ -62,9 +65,13 @@ pub struct KwokFigures {
     pub leases_after: Duration,
     pub first_start: Startup,
     pub steady: Vec<Steady>,
-    pub creation: Option<Creation>,
+    pub creations: Vec<Creation>,
     pub audit: Option<AuditFigures>,
     pub restart: Startup,
+    /// Bound Pods replaced (deleted, and a new one created) during the churn window.
+    pub churned_pods: usize,
+    /// The cluster's processes once every Pod ran.
+    pub cluster_memory: Vec<(&'static str, Memory)>,
     pub memory: Vec<(&'static str, Memory)>,
     pub total: Duration,
 }
@@ -77,9 +84,11 @@ impl KwokFigures {
             leases_after: Duration::ZERO,
             first_start: Startup::default(),
             steady: Vec::new(),
-            creation: None,
+            creations: Vec::new(),
             audit: None,
             restart: Startup::default(),
+            churned_pods: 0,
+            cluster_memory: Vec::new(),
             memory: Vec::new(),
             total: Duration::ZERO,
         }
@@ -120,7 +129,29 @@ impl KwokFigures {
             self.leases_after.as_secs_f64()
         );
         self.render_steady(&mut out);
-        self.render_creation(&mut out);
+        let _ = writeln!(
+            out,
+            "During the churn window {} bound Pods were replaced (deleted, a new one created).\n",
+            self.churned_pods
+        );
+        // What the heartbeats alone cost, to take out of the CPU per admission.
+        let idle = self
+            .steady
+            .first()
+            .map(|s| share(s.delta.poolkeeper_cpu, s.wall));
+        for creation in &self.creations {
+            render_creation(creation, idle, &mut out);
+        }
+        let cluster: Vec<String> = self
+            .cluster_memory
+            .iter()
+            .map(|(name, m)| format!("{name} {}", mib(m.rss_kib)))
+            .collect();
+        let _ = writeln!(
+            out,
+            "RSS of the cluster's processes with every Pod Running: {}.\n",
+            cluster.join(", ")
+        );
         self.render_audit(&mut out);
         self.render_starts(&mut out);
         out
@@ -152,58 +183,6 @@ impl KwokFigures {
                 d.watch_failures,
                 d.lagged,
                 share(d.apiserver_cpu, s.wall) * 100.0
-            );
-        }
-        out.push('\n');
-    }
-
-    fn render_creation(&self, out: &mut String) {
-        let Some(c) = &self.creation else { return };
-        let (created, ready) = pods::reached(&c.readings, c.pods as i64);
-        let last = c.readings.last().map(|r| r.progress).unwrap_or_default();
-        let cpu_per_admission = c.delta.poolkeeper_cpu.as_secs_f64() / c.delta.admissions.max(1.0);
-        let _ = writeln!(
-            out,
-            "Pods: {} through {} Deployments (created by {} clients in {:.1}s); all created after {}, all Running after {} \
-             (last reading: {} created, {} ready); peak creation {:.0} Pods/s over 30 s, mean {:.0}/s. \
-             {:.0} admissions, poolkeeper CPU {:.1}s over the creation = {:.0} µs per admission; \
-             API server CPU {:.0} % of a core; RSS after it {}; {:.0} watch failures, {:.0} lagged.\n",
-            c.pods,
-            c.deployments,
-            c.parallel,
-            c.requests.as_secs_f64(),
-            created.map_or("n/a".into(), |d| format!("{:.0}s", d.as_secs_f64())),
-            ready.map_or("n/a".into(), |d| format!("{:.0}s", d.as_secs_f64())),
-            last.created,
-            last.ready,
-            pods::peak_rate(&c.readings, Duration::from_secs(30)),
-            last.created as f64 / created.unwrap_or(c.wall).as_secs_f64().max(1e-9),
-            c.delta.admissions,
-            c.delta.poolkeeper_cpu.as_secs_f64(),
-            cpu_per_admission * 1e6,
-            share(c.delta.apiserver_cpu, c.wall) * 100.0,
-            mib(c.rss_kib),
-            c.delta.watch_failures,
-            c.delta.lagged
-        );
-        let _ = writeln!(
-            out,
-            "| admission histogram | count | mean | p50 | p99 |\n|---|---|---|---|---|"
-        );
-        for (name, h) in &c.apiserver {
-            let q = |q| {
-                h.quantile(q)
-                    .map_or("n/a".into(), |v| format!("{:.2} ms", v * 1000.0))
-            };
-            let mean = h
-                .mean()
-                .map_or("n/a".into(), |m| format!("{:.2} ms", m * 1000.0));
-            let _ = writeln!(
-                out,
-                "| {name} | {:.0} | {mean} | {} | {} |",
-                h.count,
-                q(0.5),
-                q(0.99)
             );
         }
         out.push('\n');
@@ -266,6 +245,67 @@ impl KwokFigures {
             );
         }
     }
+}
+
+/// `idle`: poolkeeper's CPU share under heartbeats alone, taken out of the CPU per admission.
+fn render_creation(c: &Creation, idle: Option<f64>, out: &mut String) {
+    let (created, ready) = pods::reached(&c.readings, c.pods as i64);
+    let last = c.readings.last().map(|r| r.progress).unwrap_or_default();
+    let admissions = c.delta.admissions.max(1.0);
+    let cpu_per_admission = c.delta.poolkeeper_cpu.as_secs_f64() / admissions;
+    let net = idle.map_or("n/a".into(), |idle| {
+        let heartbeats = idle * c.wall.as_secs_f64();
+        let net = (c.delta.poolkeeper_cpu.as_secs_f64() - heartbeats).max(0.0) / admissions;
+        format!("{:.0} µs", net * 1e6)
+    });
+    let _ = writeln!(
+        out,
+        "Pods: {} {} (creates by {} clients in {:.1}s, {} retried); all created after {}, all Running after {} \
+         (last reading: {} created, {} Running); peak creation {} Pods/s over 30 s, mean {:.0}/s. \
+         {:.0} admissions, poolkeeper CPU {:.1}s over the creation = {:.0} µs per admission \
+         ({net} without what the heartbeats cost in the window); \
+         API server CPU {:.0} % of a core; RSS after it {}; {:.0} watch failures, {:.0} lagged.\n",
+        c.pods,
+        c.how,
+        c.parallel,
+        c.requests.as_secs_f64(),
+        c.retries,
+        created.map_or("n/a".into(), |d| format!("{:.0}s", d.as_secs_f64())),
+        ready.map_or("n/a".into(), |d| format!("{:.0}s", d.as_secs_f64())),
+        last.created,
+        last.ready,
+        pods::peak_rate(&c.readings, Duration::from_secs(30))
+            .map_or("n/a".into(), |r| format!("{r:.0}")),
+        last.created as f64 / created.unwrap_or(c.wall).as_secs_f64().max(1e-9),
+        c.delta.admissions,
+        c.delta.poolkeeper_cpu.as_secs_f64(),
+        cpu_per_admission * 1e6,
+        share(c.delta.apiserver_cpu, c.wall) * 100.0,
+        mib(c.rss_kib),
+        c.delta.watch_failures,
+        c.delta.lagged
+    );
+    let _ = writeln!(
+        out,
+        "| admission histogram | count | mean | p50 | p99 |\n|---|---|---|---|---|"
+    );
+    for (name, h) in &c.apiserver {
+        let q = |q| {
+            h.quantile(q)
+                .map_or("n/a".into(), |v| format!("{:.2} ms", v * 1000.0))
+        };
+        let mean = h
+            .mean()
+            .map_or("n/a".into(), |m| format!("{:.2} ms", m * 1000.0));
+        let _ = writeln!(
+            out,
+            "| {name} | {:.0} | {mean} | {} | {} |",
+            h.count,
+            q(0.5),
+            q(0.99)
+        );
+    }
+    out.push('\n');
 }
 
 fn mib(kib: u64) -> String {

@@ -3,6 +3,8 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
@@ -17,7 +19,7 @@ use crate::admission::{APISERVER_METRIC, POOLKEEPER_METRIC, since};
 use crate::changes::ClassWatch;
 use crate::error::{Result, ScaleError};
 use crate::objects;
-use crate::process::{self, Launch, Poolkeeper};
+use crate::process::{self, Launch, Memory, Poolkeeper};
 use crate::startup::Startup;
 use crate::stats::{Histogram, histograms};
 use crate::{
@@ -65,6 +67,7 @@ pub async fn run(args: &Args, kwok: &Path) -> Result<KwokFigures> {
         classes: &classes,
         launch: &launch,
         webhooks: &webhooks,
+        kwok: kwok.id(),
     };
     let result = phases.run_poolkeeper(&mut figures, false).await;
     let restarted = match result {
@@ -144,6 +147,7 @@ struct Phases<'a> {
     classes: &'a ClassWatch,
     launch: &'a Launch,
     webhooks: &'a [String],
+    kwok: Option<u32>,
 }
 
 impl Phases<'_> {
@@ -179,8 +183,21 @@ impl Phases<'_> {
             self.steady(poolkeeper, "heartbeats, no Pods", window)
                 .await?,
         );
-        figures.creation = Some(self.create_pods(poolkeeper).await?);
+        let scheduled = self.args.scheduled_pods.min(self.args.running_pods);
+        if scheduled > 0 {
+            figures
+                .creations
+                .push(self.create_pods(poolkeeper, scheduled).await?);
+            record_load_average(&mut figures.base, "Deployments' Pods Running");
+        }
+        if scheduled < self.args.running_pods {
+            let bound = scheduled..self.args.running_pods;
+            figures
+                .creations
+                .push(self.create_bound(poolkeeper, bound).await?);
+        }
         record_load_average(&mut figures.base, "all Pods Running");
+        figures.cluster_memory = self.cluster_memory();
         println!("steady state with the Pods ({}s) ...", window.as_secs());
         figures.steady.push(
             self.steady(poolkeeper, "heartbeats, all Pods Running", window)
@@ -202,11 +219,25 @@ impl Phases<'_> {
             .memory
             .push(("after the restart, ready", poolkeeper.memory()?));
         let churn = Duration::from_secs(self.args.churn_seconds);
-        println!("churn ({}s) ...", churn.as_secs());
-        figures.steady.push(
-            self.steady(poolkeeper, "churn (heartbeats), after the restart", churn)
-                .await?,
+        let args = self.args;
+        println!(
+            "churn ({}s, {} bound Pods replaced per second) ...",
+            churn.as_secs(),
+            args.churn_pods_per_second
         );
+        let sizes = args.sizes();
+        let bound = args.scheduled_pods.min(args.running_pods)..args.running_pods;
+        let replace = pods::churn_bound(
+            self.client,
+            &sizes,
+            bound,
+            args.churn_pods_per_second,
+            churn,
+        );
+        let label = "churn (heartbeats, Pods replaced), after the restart";
+        let (steady, replaced) = tokio::join!(self.steady(poolkeeper, label, churn), replace);
+        figures.steady.push(steady?);
+        figures.churned_pods = replaced?;
         figures
             .memory
             .push(("after the churn", poolkeeper.memory()?));
@@ -244,6 +275,24 @@ impl Phases<'_> {
         })
     }
 
+    /// The RSS of the control plane's processes and kwok, where they can be read.
+    fn cluster_memory(&self) -> Vec<(&'static str, Memory)> {
+        let processes = [
+            ("etcd", self.env.pid(Process::Etcd)),
+            ("kube-apiserver", self.env.pid(Process::ApiServer)),
+            ("kube-scheduler", self.env.pid(Process::Scheduler)),
+            (
+                "kube-controller-manager",
+                self.env.pid(Process::ControllerManager),
+            ),
+            ("kwok", self.kwok),
+        ];
+        processes
+            .into_iter()
+            .filter_map(|(name, pid)| Some((name, process::memory_of(pid?).ok()?)))
+            .collect()
+    }
+
     /// `perf record` of poolkeeper over a steady window, where perf is installed, into
     /// `<out>/<window>.perf.data` (read with `perf report -i`): where the CPU goes.
     fn profile(&self, pid: u32, label: &str, window: Duration) -> Option<Child> {
@@ -263,26 +312,83 @@ impl Phases<'_> {
             .ok()
     }
 
-    async fn create_pods(&self, poolkeeper: &mut Poolkeeper) -> Result<Creation> {
+    /// `count` Pods through one Deployment per tenant namespace, until they are Running.
+    async fn create_pods(&self, poolkeeper: &mut Poolkeeper, count: usize) -> Result<Creation> {
         let args = self.args;
+        let deployments = args.pools.max(1);
+        println!(
+            "creating {count} Pods through {deployments} Deployments, {} clients ...",
+            args.parallel
+        );
+        let how = format!("through {deployments} Deployments");
+        let mut creation = self
+            .measure_creation(poolkeeper, how, count, async {
+                let started = Instant::now();
+                pods::create(self.client, deployments, count, args.parallel).await?;
+                let requests = started.elapsed();
+                let timeout = Duration::from_secs(args.pod_timeout_seconds);
+                let readings = pods::wait_ready(self.client, count, timeout).await?;
+                Ok((requests, 0, readings))
+            })
+            .await?;
+        creation.parallel = args.parallel;
+        Ok(creation)
+    }
+
+    /// The Pods `bound`, each created bound to a Node of its pool by `--parallel` clients,
+    /// until kwok has moved them to Running.
+    async fn create_bound(
+        &self,
+        poolkeeper: &mut Poolkeeper,
+        bound: std::ops::Range<usize>,
+    ) -> Result<Creation> {
+        let args = self.args;
+        let count = bound.len();
+        println!(
+            "creating {count} Pods bound to a Node of their pool, {} clients ...",
+            args.parallel
+        );
+        let how = "bound to a Node of their pool at creation".to_owned();
+        let mut creation = self
+            .measure_creation(poolkeeper, how, count, async {
+                let progress = BoundProgress::start(self.client).await?;
+                let sizes = args.sizes();
+                let started = Instant::now();
+                let creates = pods::create_bound(
+                    self.client,
+                    &sizes,
+                    bound,
+                    args.parallel,
+                    progress.created.clone(),
+                );
+                let (creates, mut readings) = progress.follow(creates, started).await;
+                let creates = creates?;
+                let requests = started.elapsed();
+                let timeout = Duration::from_secs(args.pod_timeout_seconds);
+                progress
+                    .until_running(count, started, timeout, &mut readings)
+                    .await?;
+                Ok((requests, creates.retries, readings))
+            })
+            .await?;
+        creation.parallel = args.parallel;
+        Ok(creation)
+    }
+
+    /// Counters and admission histograms around `create`, which returns how long its creates
+    /// took, how many were retried and its progress readings.
+    async fn measure_creation(
+        &self,
+        poolkeeper: &mut Poolkeeper,
+        how: String,
+        pods: usize,
+        create: impl Future<Output = Result<(Duration, usize, Vec<pods::Reading>)>>,
+    ) -> Result<Creation> {
         let before = Counters::read(self, poolkeeper).await?;
         let hist_before = self.admission_histograms().await?;
         let own_before = histograms(&poolkeeper.metrics().await?, POOLKEEPER_METRIC, "webhook");
-        println!(
-            "creating {} Pods through {} Deployments, {} clients ...",
-            args.running_pods, args.pools, args.parallel
-        );
         let started = Instant::now();
-        pods::create(
-            self.client,
-            args.pools.max(1),
-            args.running_pods,
-            args.parallel,
-        )
-        .await?;
-        let requests = started.elapsed();
-        let timeout = Duration::from_secs(args.pod_timeout_seconds);
-        let readings = pods::wait_ready(self.client, args.running_pods, timeout).await?;
+        let (requests, retries, readings) = create.await?;
         let wall = started.elapsed();
         let after = Counters::read(self, poolkeeper).await?;
         let hist_after = self.admission_histograms().await?;
@@ -292,10 +398,11 @@ impl Phases<'_> {
             apiserver.insert(format!("poolkeeper's own ({name})"), h);
         }
         Ok(Creation {
-            pods: args.running_pods,
-            deployments: args.pools.max(1),
-            parallel: args.parallel,
+            how,
+            pods,
+            parallel: 0,
             requests,
+            retries,
             wall,
             readings,
             apiserver,
@@ -445,6 +552,102 @@ impl Counters {
             lagged: self.lagged - before.lagged,
         }
     }
+}
+
+/// Progress of the bound Pods without listing them: creates counted as they return, Running
+/// counted as kwok's status writes to Pods since the start (nothing else writes a Pod's
+/// status once the scheduled Pods are Running), checked at the end by one LIST of those not
+/// Running.
+struct BoundProgress<'a> {
+    client: &'a Client,
+    created: Arc<AtomicUsize>,
+    status_writes_before: f64,
+}
+
+impl<'a> BoundProgress<'a> {
+    async fn start(client: &'a Client) -> Result<Self> {
+        Ok(Self {
+            client,
+            created: Arc::new(AtomicUsize::new(0)),
+            status_writes_before: pod_status_writes(client).await?,
+        })
+    }
+
+    async fn reading(&self, started: Instant) -> Result<pods::Reading> {
+        let running = pod_status_writes(self.client).await? - self.status_writes_before;
+        Ok(pods::Reading {
+            at: started.elapsed(),
+            progress: pods::Progress {
+                created: self.created.load(Ordering::Relaxed) as i64,
+                ready: running as i64,
+            },
+        })
+    }
+
+    /// Readings every few seconds while `creates` runs; its result and the readings.
+    async fn follow<T>(
+        &self,
+        creates: impl Future<Output = T>,
+        started: Instant,
+    ) -> (T, Vec<pods::Reading>) {
+        let mut readings = Vec::new();
+        let mut creates = std::pin::pin!(creates);
+        let mut last_print = Instant::now();
+        loop {
+            tokio::select! {
+                result = &mut creates => return (result, readings),
+                () = tokio::time::sleep(pods::POLL) => {}
+            }
+            if let Ok(reading) = self.reading(started).await {
+                if last_print.elapsed() >= Duration::from_secs(30) {
+                    pods::print(&reading);
+                    last_print = Instant::now();
+                }
+                readings.push(reading);
+            }
+        }
+    }
+
+    /// Readings until `count` are Running by the status writes and the LIST agrees, or
+    /// `timeout` after `started`.
+    async fn until_running(
+        &self,
+        count: usize,
+        started: Instant,
+        timeout: Duration,
+        readings: &mut Vec<pods::Reading>,
+    ) -> Result<()> {
+        loop {
+            let reading = self.reading(started).await?;
+            readings.push(reading);
+            let written = reading.progress.ready >= count as i64;
+            if written && pods::bound_not_running(self.client).await? == 0 {
+                return Ok(());
+            }
+            if started.elapsed() > timeout {
+                println!(
+                    "  not all Running within {timeout:?}: {:?}",
+                    reading.progress
+                );
+                return Ok(());
+            }
+            tokio::time::sleep(pods::POLL).await;
+        }
+    }
+}
+
+/// Writes to Pods' status the API server answered so far.
+async fn pod_status_writes(client: &Client) -> Result<f64> {
+    let text = apiserver_metrics(client).await?;
+    Ok(sample::metric(
+        &text,
+        "apiserver_request_total",
+        &[
+            "resource=\"pods\"",
+            "subresource=\"status\"",
+            "verb=\"PATCH\"",
+        ],
+    ))
 }
 
 /// Waits until poolkeeper reports ready and says after how long.
