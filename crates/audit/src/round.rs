@@ -1,7 +1,8 @@
 //! One audit round: every Pod of the bound namespaces and every Pod with
 //! the pool label, read a page at a time and judged against the index as
 //! it is now by [`poolkeeper_placement::audit`]. Nothing of a Pod is kept
-//! beyond its page but the violations to report.
+//! beyond its page but the violations to report. Several LISTs run at once
+//! (`audit.concurrency`), their results merged in the order of the LISTs.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::time::Duration;
