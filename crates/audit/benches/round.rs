@@ -20,7 +20,13 @@
 //! result and after dropping it. Figures are
 //! bytes above the live heap before the round.
 //!
-//! `cargo bench -p poolkeeper-audit --bench round` prints the table;
+//! Then the paced round: 200 bound namespaces of 300 Pods (one page each),
+//! every page answered after 20 ms as from a busy API server, then decoded
+//! as `KubePods` decodes it: wall time per round with 1, 4, 8 and 16 LISTs
+//! in flight (`audit.concurrency`), and with no latency (the round's own
+//! work).
+//!
+//! `cargo bench -p poolkeeper-audit --bench round` prints the tables;
 //! without `--bench` (as under `cargo test --benches`) a small smoke run.
 
 use std::alloc::System;
@@ -53,6 +59,8 @@ const PAGE_SIZE: u32 = 500;
 #[derive(Clone, Copy)]
 struct Scale {
     nodes: usize,
+    /// Bound namespaces, namespace `team-b` to pool `b % POOLS`.
+    bound: usize,
     pods_per_bound_namespace: usize,
     labelled_pods: usize,
     rounds: usize,
@@ -60,6 +68,7 @@ struct Scale {
 
 const FULL: Scale = Scale {
     nodes: 1_000,
+    bound: BOUND,
     pods_per_bound_namespace: 450,
     labelled_pods: 1_000,
     rounds: 7,
@@ -67,6 +76,7 @@ const FULL: Scale = Scale {
 
 const SMOKE: Scale = Scale {
     nodes: 100,
+    bound: BOUND,
     pods_per_bound_namespace: 10,
     labelled_pods: 20,
     rounds: 1,
@@ -115,8 +125,8 @@ fn index(scale: Scale, settings: &AuditSettings) -> Arc<Index> {
         })
         .collect();
     index.reset(pools);
-    let bindings: Vec<Value> = (0..BOUND)
-        .map(|b| json!({"namespace": format!("team-{b}"), "nodePool": format!("pool-{b}")}))
+    let bindings: Vec<Value> = (0..scale.bound)
+        .map(|b| json!({"namespace": format!("team-{b}"), "nodePool": format!("pool-{}", b % POOLS)}))
         .collect();
     let policy = serde_json::to_string(&json!({"bindings": bindings})).expect("policy");
     let source = settings.policy.source();
@@ -203,7 +213,7 @@ fn node_of(pool: usize, i: usize, scale: Scale) -> String {
 /// would send them.
 fn pages(scale: Scale) -> Vec<(PodQuery, Vec<Vec<u8>>)> {
     let mut out = Vec::new();
-    for b in 0..BOUND {
+    for b in 0..scale.bound {
         let namespace = format!("team-{b}");
         let pods: Vec<Value> = (0..scale.pods_per_bound_namespace)
             .map(|i| {
@@ -223,7 +233,13 @@ fn pages(scale: Scale) -> Vec<(PodQuery, Vec<Vec<u8>>)> {
                         labels,
                         json!({"nodeSelector": {"topology.kubernetes.io/zone": "eu-west-1a"}}),
                     ),
-                    _ => pod(&namespace, i, Some(node_of(b, i, scale)), labels, json!({})),
+                    _ => pod(
+                        &namespace,
+                        i,
+                        Some(node_of(b % POOLS, i, scale)),
+                        labels,
+                        json!({}),
+                    ),
                 }
             })
             .collect();
@@ -231,7 +247,12 @@ fn pages(scale: Scale) -> Vec<(PodQuery, Vec<Vec<u8>>)> {
     }
     let labelled: Vec<Value> = (0..scale.labelled_pods)
         .map(|i| {
-            let pool = BOUND + i % (POOLS - BOUND);
+            // Pools no namespace is bound to, while there are some.
+            let pool = if scale.bound < POOLS {
+                scale.bound + i % (POOLS - scale.bound)
+            } else {
+                i % POOLS
+            };
             let labels = json!({"app": "edge-agent", POOL_LABEL: format!("pool-{pool}")});
             let namespace = format!("edge-{}", i % UNBOUND_NAMESPACES);
             pod(
@@ -320,6 +341,9 @@ impl Drop for Sampled {
 struct BytesLister {
     pages: Vec<(PodQuery, Vec<Vec<u8>>)>,
     decode: Decode,
+    /// Each page is answered after this long (tokio's clock), as an API
+    /// server would, then decoded.
+    latency: Duration,
     /// The most live bytes seen while a page was received and decoded.
     peak: Arc<AtomicI64>,
 }
@@ -363,13 +387,8 @@ impl BytesLister {
     }
 }
 
-impl PodLister for BytesLister {
-    fn page<'a>(
-        &'a self,
-        query: &'a PodQuery,
-        _limit: u32,
-        continue_token: Option<&'a str>,
-    ) -> BoxFuture<'a, Result<PodPage, kube::Error>> {
+impl BytesLister {
+    fn serve(&self, query: &PodQuery, continue_token: Option<&str>) -> PodPage {
         let page: usize = continue_token.map_or(0, |t| t.parse().expect("token"));
         let pages = self
             .pages
@@ -377,7 +396,7 @@ impl PodLister for BytesLister {
             .find(|(q, _)| q == query)
             .map(|(_, pages)| pages.as_slice())
             .unwrap_or_default();
-        let result = match pages.get(page) {
+        match pages.get(page) {
             None => PodPage::default(),
             Some(sent) => {
                 let list = self.receive(sent);
@@ -387,8 +406,23 @@ impl PodLister for BytesLister {
                     continue_token: list.metadata.continue_.filter(|t| !t.is_empty()),
                 }
             }
-        };
-        Box::pin(async move { Ok(result) })
+        }
+    }
+}
+
+impl PodLister for BytesLister {
+    fn page<'a>(
+        &'a self,
+        query: &'a PodQuery,
+        _limit: u32,
+        continue_token: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<PodPage, kube::Error>> {
+        Box::pin(async move {
+            if !self.latency.is_zero() {
+                tokio::time::sleep(self.latency).await;
+            }
+            Ok(self.serve(query, continue_token))
+        })
     }
 }
 
@@ -419,6 +453,7 @@ fn measure(scale: Scale, decode: Decode) -> Measured {
     let lister = BytesLister {
         pages,
         decode,
+        latency: Duration::ZERO,
         peak: peak.clone(),
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -463,7 +498,7 @@ fn measure(scale: Scale, decode: Decode) -> Measured {
 fn print(rows: &[Measured], scale: Scale) {
     println!(
         "audit round: {} Pods ({} namespaces bound, {} labelled Pods elsewhere), {} Nodes in {POOLS} pools, pages of {PAGE_SIZE}, {} rounds",
-        rows[0].pods, BOUND, scale.labelled_pods, scale.nodes, scale.rounds
+        rows[0].pods, scale.bound, scale.labelled_pods, scale.nodes, scale.rounds
     );
     println!("largest page body: {} bytes", rows[0].page_bytes);
     println!(
@@ -486,6 +521,108 @@ fn print(rows: &[Measured], scale: Scale) {
     }
 }
 
+/// The paced case: many bound namespaces, every page answered after a fixed
+/// latency, as from a busy API server.
+struct Paced {
+    scale: Scale,
+    latency: Duration,
+    concurrency: &'static [usize],
+}
+
+const PACED_FULL: Paced = Paced {
+    scale: Scale {
+        nodes: 1_000,
+        bound: 200,
+        pods_per_bound_namespace: 300,
+        labelled_pods: 1_000,
+        rounds: 3,
+    },
+    latency: Duration::from_millis(20),
+    concurrency: &[1, 4, 8, 16],
+};
+
+const PACED_SMOKE: Paced = Paced {
+    scale: Scale {
+        nodes: 100,
+        bound: 10,
+        pods_per_bound_namespace: 5,
+        labelled_pods: 20,
+        rounds: 1,
+    },
+    latency: Duration::from_millis(1),
+    concurrency: &[1, 4],
+};
+
+/// Wall time per round (median, min) for each concurrency, and with no
+/// latency at all (the round's own work, one LIST at a time).
+fn paced(paced: &Paced) {
+    let scale = paced.scale;
+    let mut settings = AuditSettings::from(&Config::default());
+    settings.page_size = PAGE_SIZE;
+    let index = index(scale, &settings);
+    let mut lister = BytesLister {
+        pages: pages(scale),
+        decode: Decode::Chunks,
+        latency: Duration::ZERO,
+        peak: Arc::new(AtomicI64::new(0)),
+    };
+    let requests: usize = lister.pages.iter().map(|(_, pages)| pages.len()).sum();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("runtime");
+    println!(
+        "paced audit round: {} namespaces bound x {} Pods, {} labelled Pods elsewhere, {requests} Pod LISTs (pages of {PAGE_SIZE}), {} ms per page, {} rounds",
+        scale.bound,
+        scale.pods_per_bound_namespace,
+        scale.labelled_pods,
+        paced.latency.as_millis(),
+        scale.rounds,
+    );
+    println!(
+        "{:<24} {:>10} {:>10} {:>10}",
+        "LISTs in flight", "median", "min", "vs 1"
+    );
+    let runs = std::iter::once((1, Duration::ZERO))
+        .chain(paced.concurrency.iter().map(|&c| (c, paced.latency)));
+    let mut sequential = None;
+    for (concurrency, latency) in runs {
+        settings.concurrency = concurrency;
+        lister.latency = latency;
+        let mut times: Vec<Duration> = (0..scale.rounds)
+            .map(|_| {
+                let started = Instant::now();
+                let round = runtime
+                    .block_on(audit_round(&lister, &index, &settings, &HashSet::new()))
+                    .expect("round");
+                assert!(round.violations() > 0, "the layout has violations");
+                started.elapsed()
+            })
+            .collect();
+        times.sort();
+        let median = times[times.len() / 2];
+        let label = if latency.is_zero() {
+            "1, no latency".to_owned()
+        } else {
+            concurrency.to_string()
+        };
+        let ratio = match sequential {
+            Some(base) if !latency.is_zero() => {
+                format!("{:.2}x", median.as_secs_f64() / f64::max(base, 1e-9))
+            }
+            _ => String::new(),
+        };
+        if !latency.is_zero() && concurrency == 1 {
+            sequential = Some(median.as_secs_f64());
+        }
+        println!(
+            "{label:<24} {:>8.0}ms {:>8.0}ms {ratio:>10}",
+            median.as_secs_f64() * 1e3,
+            times[0].as_secs_f64() * 1e3,
+        );
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let benching = args.iter().any(|a| a == "--bench");
@@ -504,4 +641,5 @@ fn main() {
         "the layout has violations"
     );
     print(&rows, scale);
+    paced(if benching { &PACED_FULL } else { &PACED_SMOKE });
 }

@@ -7,7 +7,8 @@
 //!   carrying the pool label ([`PodLister`], [`KubePods`]), each projected
 //!   ([`poolkeeper_placement::PodPlacement`]) and judged at once against
 //!   the index by [`poolkeeper_placement::audit`]; nothing is kept between
-//!   rounds and nothing is watched. It publishes
+//!   rounds and nothing is watched. At most `audit.concurrency` LISTs are
+//!   in flight, each one's pages read in turn, the result in LIST order. It publishes
 //!   [`poolkeeper_bus::Event::AuditCompleted`] and queues one Warning Event
 //!   per violating Pod and reason, the first time it is found.
 //! - [`cluster_index`], [`cluster_pod`]: the placement state of a cluster

@@ -1,11 +1,13 @@
 //! One audit round: every Pod of the bound namespaces and every Pod with
 //! the pool label, read a page at a time and judged against the index as
 //! it is now by [`poolkeeper_placement::audit`]. Nothing of a Pod is kept
-//! beyond its page but the violations to report.
+//! beyond its page but the violations to report. Several LISTs run at once
+//! (`audit.concurrency`), their results merged in the order of the LISTs.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::time::Duration;
 
+use futures::StreamExt;
 use poolkeeper_bus::{AuditCount, AuditViolation, Event};
 use poolkeeper_index::{Index, PlacementView};
 use poolkeeper_placement::{
@@ -204,6 +206,20 @@ impl<'r> Tally<'r> {
         });
     }
 
+    /// Adds the tally of a later LIST: its violations follow this one's,
+    /// so the findings stay the first `max_reported` in LIST order.
+    fn absorb(&mut self, part: Tally<'_>) {
+        self.pods += part.pods;
+        self.workloads += part.workloads;
+        for (key, pods) in part.counts {
+            *self.counts.entry(key).or_default() += pods;
+        }
+        self.still_reported.extend(part.still_reported);
+        let room = self.max_reported.saturating_sub(self.findings.len());
+        self.truncated |= part.truncated || part.findings.len() > room;
+        self.findings.extend(part.findings.into_iter().take(room));
+    }
+
     fn finish(self, duration: Duration) -> Round {
         Round {
             pods: self.pods,
@@ -238,9 +254,33 @@ pub fn queries(policy: &PlacementPolicy, pool_label: &str) -> Vec<PodQuery> {
         .collect()
 }
 
+/// One LIST of a round, read a page at a time: the Pods of a query, or one
+/// workload kind across namespaces.
+enum Job {
+    Pods(PodQuery),
+    Workloads(WorkloadKind),
+}
+
+/// What every LIST of a round reads and judges against.
+#[derive(Clone, Copy)]
+struct Scope<'r> {
+    lister: &'r dyn PodLister,
+    index: &'r Index,
+    settings: &'r AuditSettings,
+    policy: &'r PlacementPolicy,
+    /// Namespaces whose Pods their own LIST judges.
+    bound: &'r BTreeSet<&'r str>,
+    previous: &'r HashSet<ReportKey>,
+}
+
 /// Runs one round. `previous` holds the keys reported so far; the round
 /// says which of them are still violations. A failed LIST or an invalid
 /// policy fails the round.
+///
+/// At most `settings.concurrency` LISTs are in flight, each reading its
+/// pages one after another into its own tally; the tallies are merged in
+/// the order of the LISTs, so the round finds what a sequential one would,
+/// in the same order, holding no more than one page per LIST in flight.
 pub async fn audit_round(
     lister: &dyn PodLister,
     index: &Index,
@@ -254,70 +294,101 @@ pub async fn audit_round(
         .as_ref()
         .map_err(|error| AuditError::Policy(error.to_string()))?;
     let bound: BTreeSet<&str> = policy.bindings().map(|(namespace, _)| namespace).collect();
+    let scope = Scope {
+        lister,
+        index,
+        settings,
+        policy,
+        bound: &bound,
+        previous,
+    };
+    let jobs = queries(policy, index.pool_label())
+        .into_iter()
+        .map(Job::Pods)
+        .chain(WorkloadKind::ALL.into_iter().map(Job::Workloads));
+    let mut parts = futures::stream::iter(jobs)
+        .map(|job| run(scope, job))
+        .buffered(settings.concurrency.max(1));
     let mut tally = Tally::new(settings.max_reported, previous);
-    for query in queries(policy, index.pool_label()) {
-        let mut token: Option<String> = None;
-        loop {
-            let page = lister
-                .page(&query, settings.page_size, token.as_deref())
-                .await
-                .map_err(|source| AuditError::ListPods {
-                    query: query.to_string(),
-                    source,
-                })?;
-            // Pods of bound namespaces were judged by their namespace's LIST.
-            let labelled = matches!(query, PodQuery::Labelled { .. });
-            let view = index.placement();
-            for pod in &page.pods {
-                if !(labelled && bound.contains(pod.namespace.as_str())) {
-                    tally.judge(pod, &view, policy);
-                }
-            }
-            drop(view);
-            token = page.continue_token;
-            if token.is_none() {
-                break;
-            }
-        }
+    while let Some(part) = parts.next().await {
+        tally.absorb(part?);
     }
-    audit_workloads(lister, index, settings, (policy, &bound), &mut tally).await?;
     Ok(tally.finish(started.elapsed()))
 }
 
-/// The workloads of the bound namespaces, and those whose template carries
-/// the pool label: each kind LISTed once across namespaces, a page at a time.
-async fn audit_workloads(
-    lister: &dyn PodLister,
-    index: &Index,
-    settings: &AuditSettings,
-    (policy, bound): (&PlacementPolicy, &BTreeSet<&str>),
+/// One LIST, every page of it, judged into a tally of its own.
+async fn run<'r>(scope: Scope<'r>, job: Job) -> Result<Tally<'r>, AuditError> {
+    let mut tally = Tally::new(scope.settings.max_reported, scope.previous);
+    match job {
+        Job::Pods(query) => audit_pods(scope, &query, &mut tally).await?,
+        Job::Workloads(kind) => audit_workloads(scope, kind, &mut tally).await?,
+    }
+    Ok(tally)
+}
+
+/// The Pods `query` selects, a page at a time.
+async fn audit_pods(
+    scope: Scope<'_>,
+    query: &PodQuery,
     tally: &mut Tally<'_>,
 ) -> Result<(), AuditError> {
-    let pool_label = index.pool_label();
-    for kind in WorkloadKind::ALL {
-        let mut token: Option<String> = None;
-        loop {
-            let page = lister
-                .workloads(kind, settings.page_size, token.as_deref())
-                .await
-                .map_err(|source| AuditError::ListPods {
-                    query: format!("the {kind}s of every namespace"),
-                    source,
-                })?;
-            let view = index.placement();
-            for workload in &page.workloads {
-                let placed = bound.contains(workload.namespace.as_str())
-                    || workload.template.labels.contains_key(pool_label);
-                if placed {
-                    tally.judge_workload(workload, &view, policy);
-                }
-            }
-            drop(view);
-            token = page.continue_token;
-            if token.is_none() {
-                break;
+    // Pods of bound namespaces were judged by their namespace's LIST.
+    let labelled = matches!(query, PodQuery::Labelled { .. });
+    let mut token: Option<String> = None;
+    loop {
+        let page = scope
+            .lister
+            .page(query, scope.settings.page_size, token.as_deref())
+            .await
+            .map_err(|source| AuditError::ListPods {
+                query: query.to_string(),
+                source,
+            })?;
+        // The view is a lock guard: taken per page, never held across a LIST.
+        let view = scope.index.placement();
+        for pod in &page.pods {
+            if !(labelled && scope.bound.contains(pod.namespace.as_str())) {
+                tally.judge(pod, &view, scope.policy);
             }
         }
+        drop(view);
+        token = page.continue_token;
+        if token.is_none() {
+            return Ok(());
+        }
     }
-    Ok(())
+}
+
+/// The workloads of `kind` in the bound namespaces, and those whose template
+/// carries the pool label: LISTed once across namespaces, a page at a time.
+async fn audit_workloads(
+    scope: Scope<'_>,
+    kind: WorkloadKind,
+    tally: &mut Tally<'_>,
+) -> Result<(), AuditError> {
+    let pool_label = scope.index.pool_label();
+    let mut token: Option<String> = None;
+    loop {
+        let page = scope
+            .lister
+            .workloads(kind, scope.settings.page_size, token.as_deref())
+            .await
+            .map_err(|source| AuditError::ListPods {
+                query: format!("the {kind}s of every namespace"),
+                source,
+            })?;
+        let view = scope.index.placement();
+        for workload in &page.workloads {
+            let placed = scope.bound.contains(workload.namespace.as_str())
+                || workload.template.labels.contains_key(pool_label);
+            if placed {
+                tally.judge_workload(workload, &view, scope.policy);
+            }
+        }
+        drop(view);
+        token = page.continue_token;
+        if token.is_none() {
+            return Ok(());
+        }
+    }
 }

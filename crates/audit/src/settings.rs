@@ -12,6 +12,9 @@ pub struct AuditSettings {
     pub interval: Duration,
     /// Pods per page of each LIST.
     pub page_size: u32,
+    /// LISTs of a round in flight at once (`audit.concurrency`); the pages
+    /// of one LIST are read one after another.
+    pub concurrency: usize,
     /// Violations kept in detail per round (`AuditCompleted.violations`,
     /// Warning Events); every one is counted.
     pub max_reported: usize,
@@ -25,6 +28,7 @@ impl From<&Config> for AuditSettings {
         Self {
             interval: config.audit.interval,
             page_size: config.audit.page_size,
+            concurrency: config.audit.concurrency,
             max_reported: config.audit.max_reported,
             policy: PolicyCache::from(&config.placement),
         }

@@ -174,6 +174,7 @@ mod tests {
         webhook.idle_timeout = Duration::ZERO;
         webhook.max_connections = 0;
         config.audit.page_size = 0;
+        config.audit.concurrency = 0;
         config.audit.max_reported = 0;
         config.shutdown.drain_delay = Duration::from_secs(100);
         config.health.listen = "0.0.0.0:0".parse().unwrap();

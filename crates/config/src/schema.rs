@@ -360,6 +360,10 @@ pub struct AuditConfig {
     pub interval: Duration,
     /// Pods per page of the audit's LIST.
     pub page_size: u32,
+    /// LISTs of a round in flight at once (each namespace's pages one
+    /// after another); a few keep the round short without making the audit
+    /// the API server's heaviest client.
+    pub concurrency: usize,
     /// Violations kept in detail per round (`/debug/audit`, Events); the
     /// gauges count every one.
     pub max_reported: usize,
@@ -370,6 +374,7 @@ impl Default for AuditConfig {
         Self {
             interval: Duration::from_secs(60),
             page_size: 500,
+            concurrency: 4,
             max_reported: 100,
         }
     }

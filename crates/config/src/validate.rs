@@ -25,6 +25,9 @@ const MIN_BODY_BYTES: usize = 1024;
 const MIN_BUS_CAPACITY: usize = 16;
 const MAX_BUS_CAPACITY: usize = 1 << 20;
 const MAX_DEBUG_EVENTS: usize = 1 << 16;
+/// More audit LISTs in flight than this would make the audit one of the API
+/// server's heaviest clients for a gain the round no longer needs.
+const MAX_AUDIT_CONCURRENCY: usize = 32;
 
 pub(crate) fn validate(config: &Config) -> Vec<Violation> {
     let mut v = Rules::default();
@@ -239,6 +242,12 @@ fn audit(v: &mut Rules, config: &Config) {
     if audit.page_size == 0 {
         v.fail("audit.pageSize", "must be at least 1".to_owned());
     }
+    v.range(
+        "audit.concurrency",
+        audit.concurrency,
+        1,
+        MAX_AUDIT_CONCURRENCY,
+    );
     v.range("audit.maxReported", audit.max_reported, 1, MAX_DEBUG_EVENTS);
 }
 

@@ -289,6 +289,16 @@ fn each_mistake_is_reported_at_its_path() {
             "must be at least 1, got 0",
         ),
         (
+            "audit: {concurrency: 0}",
+            "audit.concurrency",
+            "must be at least 1, got 0",
+        ),
+        (
+            "audit: {concurrency: 33}",
+            "audit.concurrency",
+            "must be at most 32, got 33",
+        ),
+        (
             "executor: {concurrency: 5000}",
             "executor.concurrency",
             "must be at most 1024",

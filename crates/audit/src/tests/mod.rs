@@ -2,12 +2,14 @@
 //! on a paused clock.
 
 mod component;
+mod concurrency;
 mod lister;
 mod round;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
@@ -91,6 +93,9 @@ pub(crate) fn on(node: &str) -> Value {
 /// One LIST call: the query, its limit and its continue token.
 pub(crate) type Call = (PodQuery, u32, Option<String>);
 
+/// How long the fake takes to answer a page of a query (from a token).
+pub(crate) type Latency = Arc<dyn Fn(&PodQuery, Option<&str>) -> Duration + Send + Sync>;
+
 /// Pods served a page at a time, as the API server would select them; the
 /// continue token is the offset of the next page.
 #[derive(Clone, Default)]
@@ -99,12 +104,45 @@ pub(crate) struct FakePods {
     pub(crate) workloads: Arc<Mutex<Vec<Workload>>>,
     pub(crate) calls: Arc<Mutex<Vec<Call>>>,
     pub(crate) failing: Arc<AtomicBool>,
+    /// Only this query fails (every one does while `failing`).
+    pub(crate) failing_query: Arc<Mutex<Option<PodQuery>>>,
+    /// Each page's answer waits this long (on tokio's clock); none without.
+    pub(crate) latency: Option<Latency>,
+    /// Pages being answered now, and the most ever at once.
+    pub(crate) in_flight: Arc<AtomicUsize>,
+    pub(crate) max_in_flight: Arc<AtomicUsize>,
+}
+
+/// One page being answered: counted in flight until it is dropped.
+struct InFlight(Arc<AtomicUsize>);
+
+impl InFlight {
+    fn new(fake: &FakePods) -> Self {
+        let now = fake.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        fake.max_in_flight.fetch_max(now, Ordering::SeqCst);
+        Self(fake.in_flight.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl FakePods {
     /// Workloads of every namespace, listed in one page per kind.
     pub(crate) fn with_workloads(self, workloads: Vec<Workload>) -> Self {
         *self.workloads.lock() = workloads;
+        self
+    }
+
+    /// Every page answered after `latency` of tokio's clock.
+    pub(crate) fn with_latency(
+        mut self,
+        latency: impl Fn(&PodQuery, Option<&str>) -> Duration + Send + Sync + 'static,
+    ) -> Self {
+        self.latency = Some(Arc::new(latency));
         self
     }
 
@@ -137,7 +175,9 @@ impl PodLister for FakePods {
         self.calls
             .lock()
             .push((query.clone(), limit, continue_token.map(str::to_owned)));
-        let result = if self.failing.load(Ordering::SeqCst) {
+        let fails = self.failing.load(Ordering::SeqCst)
+            || self.failing_query.lock().as_ref() == Some(query);
+        let result = if fails {
             Err(kube::Error::Api(Box::new(kube::core::Status::failure(
                 "etcd is down",
                 "InternalError",
@@ -151,7 +191,18 @@ impl PodLister for FakePods {
                 continue_token: (end < selected.len()).then(|| end.to_string()),
             })
         };
-        Box::pin(async move { result })
+        let latency = self
+            .latency
+            .as_ref()
+            .map_or(Duration::ZERO, |latency| latency(query, continue_token));
+        let in_flight = InFlight::new(self);
+        Box::pin(async move {
+            if !latency.is_zero() {
+                tokio::time::sleep(latency).await;
+            }
+            drop(in_flight);
+            result
+        })
     }
 
     fn workloads<'a>(

@@ -107,7 +107,9 @@ async fn judges_bound_namespaces_and_labelled_pods_once_each() {
 
 #[tokio::test]
 async fn reads_every_page_with_the_configured_size() {
-    let settings = settings();
+    let mut settings = settings();
+    // One LIST at a time: the calls in the order of the LISTs.
+    settings.concurrency = 1;
     let index = cluster(&settings);
     let lister = FakePods::new(pods());
     audit_round(&lister, &index, &settings, &HashSet::new())
