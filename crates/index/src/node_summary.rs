@@ -47,7 +47,7 @@ pub struct NodeConditionSummary {
 
 impl NodeSummary {
     /// The summary's metadata: what the index and the watch read of it.
-    fn metadata(
+    fn kept_metadata(
         name: Option<String>,
         resource_version: Option<String>,
         labels: Option<BTreeMap<String, String>>,
@@ -79,7 +79,7 @@ impl From<core::Node> for NodeSummary {
             })
             .collect();
         Self {
-            metadata: Self::metadata(metadata.name, metadata.resource_version, metadata.labels),
+            metadata: Self::kept_metadata(metadata.name, metadata.resource_version, metadata.labels),
             taints: spec.and_then(|spec| spec.taints).unwrap_or_default(),
             conditions,
         }
@@ -154,7 +154,7 @@ mod wire {
     impl From<Node> for super::NodeSummary {
         fn from(node: Node) -> Self {
             let metadata = node.metadata.map_or_else(ObjectMeta::default, |meta| {
-                Self::metadata(meta.name, meta.resource_version, meta.labels)
+                Self::kept_metadata(meta.name, meta.resource_version, meta.labels)
             });
             let conditions = node
                 .status
