@@ -79,7 +79,11 @@ impl From<core::Node> for NodeSummary {
             })
             .collect();
         Self {
-            metadata: Self::kept_metadata(metadata.name, metadata.resource_version, metadata.labels),
+            metadata: Self::kept_metadata(
+                metadata.name,
+                metadata.resource_version,
+                metadata.labels,
+            ),
             taints: spec.and_then(|spec| spec.taints).unwrap_or_default(),
             conditions,
         }
