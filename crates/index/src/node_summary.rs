@@ -1,7 +1,7 @@
 //! The Node as the watchers decode it: only what the index projects.
 //!
 //! A kubelet rewrites its Node's status every few seconds (heartbeats,
-//! images, nodeInfo, addresses, capacity, managedFields: some 9 KB of JSON),
+//! images, nodeInfo, addresses, capacity, managedFields: some 10 KB of JSON),
 //! and every such write is a watch event whose projection is unchanged.
 //! Decoding those into k8s-openapi's full `Node` allocates every string and
 //! every managedFields tree only to drop them; [`NodeSummary`] names just the
