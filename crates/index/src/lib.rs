@@ -20,6 +20,7 @@
 mod labels;
 mod machines;
 mod nested_sets;
+mod node_summary;
 mod placement;
 mod projection;
 mod resource;
@@ -34,6 +35,7 @@ use poolkeeper_bus::IntoEnumIterator;
 
 pub use labels::Labels;
 pub use machines::MachinesView;
+pub use node_summary::{NodeConditionSummary, NodeSummary};
 pub use placement::PlacementView;
 pub use poolkeeper_bus::{Change, ObjectKey, ResourceKind};
 pub use projection::object_key;

@@ -12,7 +12,7 @@ use poolkeeper_api as api;
 use poolkeeper_bus::ObjectKey;
 use serde_json::Value;
 
-use crate::{Machine, MachineClass, Namespace, Node, NodePool, PoolType, Taint};
+use crate::{Machine, MachineClass, Namespace, Node, NodePool, NodeSummary, PoolType, Taint};
 
 /// `namespace/name` of a namespaced object, `name` of a cluster-scoped one.
 pub fn object_key<K: Resource>(object: &K) -> ObjectKey {
@@ -34,25 +34,21 @@ impl From<&core::Taint> for Taint {
     }
 }
 
-/// Name, labels, taints and whether the `Ready` condition is `True`.
-impl From<&core::Node> for Node {
-    fn from(node: &core::Node) -> Self {
+/// Name, labels, taints and whether the first `Ready` condition is `True`.
+/// Takes the summary by value: its name and label strings move into the
+/// projection. A full Node converts into the summary first, so both take
+/// this one path.
+impl From<NodeSummary> for Node {
+    fn from(node: NodeSummary) -> Self {
         let ready = node
-            .status
-            .as_ref()
-            .and_then(|status| status.conditions.as_ref())
-            .and_then(|conditions| conditions.iter().find(|c| c.type_ == "Ready"))
+            .conditions
+            .iter()
+            .find(|condition| condition.type_ == "Ready")
             .is_some_and(|ready| ready.status == "True");
-        let taints = node
-            .spec
-            .as_ref()
-            .and_then(|spec| spec.taints.as_ref())
-            .map(|taints| taints.iter().map(Taint::from).collect())
-            .unwrap_or_default();
         Self {
-            name: node.metadata.name.clone().unwrap_or_default().into(),
-            labels: node.metadata.labels.clone().unwrap_or_default().into(),
-            taints,
+            name: node.metadata.name.unwrap_or_default().into(),
+            labels: node.metadata.labels.unwrap_or_default().into(),
+            taints: node.taints.iter().map(Taint::from).collect(),
             ready,
         }
     }

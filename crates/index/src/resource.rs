@@ -14,7 +14,7 @@ use poolkeeper_bus::{ObjectKey, ResourceKind};
 
 use crate::projection::{config_map_data, object_key};
 use crate::secrets::secret_references;
-use crate::{Changed, Index, Machine, MachineClass, Namespace, Node, NodePool};
+use crate::{Changed, Index, Machine, MachineClass, Namespace, Node, NodePool, NodeSummary};
 
 /// Writes objects of kind `K` into the index, in the shape of kubert's
 /// `index` module: `apply` for an add or update, `delete` for a removal,
@@ -49,11 +49,12 @@ pub trait IndexResource<K: Resource> {
     }
 }
 
-impl IndexResource<core::Node> for Index {
+/// The watchers' Nodes.
+impl IndexResource<NodeSummary> for Index {
     const KIND: ResourceKind = ResourceKind::Node;
 
-    fn apply(&self, node: core::Node) -> Option<Changed> {
-        let node = Node::from(&node);
+    fn apply(&self, node: NodeSummary) -> Option<Changed> {
+        let node = Node::from(node);
         self.placement.write().upsert_node(node)
     }
 
@@ -63,6 +64,24 @@ impl IndexResource<core::Node> for Index {
 
     fn retain(&self, keep: &HashSet<ObjectKey>) -> Vec<Changed> {
         self.placement.write().retain_nodes(keep)
+    }
+}
+
+/// Full Nodes (the offline objects file, a one-off list): written as their
+/// summaries.
+impl IndexResource<core::Node> for Index {
+    const KIND: ResourceKind = ResourceKind::Node;
+
+    fn apply(&self, node: core::Node) -> Option<Changed> {
+        self.apply(NodeSummary::from(node))
+    }
+
+    fn delete(&self, key: &ObjectKey) -> Option<Changed> {
+        IndexResource::<NodeSummary>::delete(self, key)
+    }
+
+    fn retain(&self, keep: &HashSet<ObjectKey>) -> Vec<Changed> {
+        IndexResource::<NodeSummary>::retain(self, keep)
     }
 }
 

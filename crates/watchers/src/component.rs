@@ -254,10 +254,10 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use futures::stream::BoxStream;
-    use k8s_openapi::api::core::v1::Node;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
     use kube::core::Status;
     use poolkeeper_bus::{Change, Event, ObjectKey};
+    use poolkeeper_index::NodeSummary as Node;
     use poolkeeper_supervisor::testing::{BusRecorder, spawn};
 
     use super::*;

@@ -24,13 +24,13 @@ mod sync;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kube::Client;
 use kube::core::PartialObjectMeta;
 use poolkeeper_api::{Machine, MachineClass, NodePool};
 use poolkeeper_bus::{Bus, ResourceKind};
 use poolkeeper_config::Config;
-use poolkeeper_index::Index;
+use poolkeeper_index::{Index, NodeSummary};
 use poolkeeper_supervisor::Component;
 
 use component::{KindWatcher, Shared};
@@ -156,7 +156,11 @@ fn watcher(
         ResourceKind::NodePool => {
             Box::new(KindWatcher::<NodePool>::cluster(client, page_size, shared))
         }
-        ResourceKind::Node => Box::new(KindWatcher::<Node>::cluster(client, page_size, shared)),
+        // Every kubelet heartbeat is a watch event: decoded into only what the
+        // index projects, it allocates next to nothing (see `NodeSummary`).
+        ResourceKind::Node => Box::new(KindWatcher::<NodeSummary>::cluster(
+            client, page_size, shared,
+        )),
         ResourceKind::ConfigMap => Box::new(KindWatcher::<ConfigMap>::single(
             client,
             &settings.config_map_namespace,

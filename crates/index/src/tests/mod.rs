@@ -5,6 +5,7 @@ mod config_maps;
 mod counts;
 mod machines;
 mod namespaces;
+mod node_summary;
 mod nodes;
 mod projection;
 mod reset;

@@ -8,14 +8,14 @@ use poolkeeper_api as api;
 use serde_json::{Value, json};
 
 use crate::{
-    Index, IndexResource, Machine, MachineClass, Node, NodePool, ObjectKey, PoolType, Taint,
-    object_key,
+    Index, IndexResource, Machine, MachineClass, Node, NodePool, NodeSummary, ObjectKey, PoolType,
+    Taint, object_key,
 };
 
 use super::{POOL, parse};
 
 fn node_from(value: Value) -> Node {
-    Node::from(&parse::<core::Node>(value))
+    Node::from(NodeSummary::from(parse::<core::Node>(value)))
 }
 
 #[test]
