@@ -351,7 +351,7 @@ impl Phases<'_> {
         let how = "bound to a Node of their pool at creation".to_owned();
         let mut creation = self
             .measure_creation(poolkeeper, how, count, async {
-                let progress = BoundProgress::start(self.client).await?;
+                let progress = BoundProgress::new(self.client);
                 let sizes = args.sizes();
                 let started = Instant::now();
                 let creates = pods::create_bound(
@@ -422,6 +422,7 @@ impl Phases<'_> {
     /// `poolkeeper audit` as a separate process under GNU time (wall time, peak RSS), with the
     /// API server's CPU over it.
     async fn audit(&self) -> Result<AuditFigures> {
+        let lists_before = pod_lists(self.client).await?;
         let api_before = self.env.pid(Process::ApiServer).and_then(sample::cpu_time);
         let started = Instant::now();
         let output = Command::new("/usr/bin/time")
@@ -439,6 +440,7 @@ impl Phases<'_> {
             .map_err(|e| ScaleError::io("running poolkeeper audit", e))?;
         let wall = started.elapsed();
         let api_after = self.env.pid(Process::ApiServer).and_then(sample::cpu_time);
+        let pod_lists = pod_lists(self.client).await? - lists_before;
         let stderr = String::from_utf8_lossy(&output.stderr);
         let round: serde_json::Value = serde_json::from_slice(&output.stdout).map_err(|e| {
             ScaleError::json(format!("reading the audit's output (stderr: {stderr})"), e)
@@ -446,17 +448,33 @@ impl Phases<'_> {
         Ok(AuditFigures {
             wall,
             pods: round["pods"].as_u64().unwrap_or_default(),
-            round_duration: round["duration"].as_str().unwrap_or_default().to_owned(),
+            round: round["duration"]
+                .as_str()
+                .and_then(|text| humantime::parse_duration(text).ok()),
             peak_rss_kib: gnu_time_field(&stderr, "Maximum resident set size (kbytes)")
-                .unwrap_or_default(),
+                .map_or(0, |kib| kib as u64),
+            cpu: gnu_time_field(&stderr, "User time (seconds)")
+                .zip(gnu_time_field(&stderr, "System time (seconds)"))
+                .map(|(user, system)| Duration::from_secs_f64(user + system)),
             apiserver_cpu: api_after.zip(api_before).map(|(a, b)| a.saturating_sub(b)),
+            pod_lists,
             violations: round["counts"].as_array().map_or(0, Vec::len),
         })
     }
 }
 
-/// A field of `/usr/bin/time -v`'s report.
-fn gnu_time_field(report: &str, name: &str) -> Option<u64> {
+/// The LISTs of Pods the API server answered so far (each page is one).
+async fn pod_lists(client: &Client) -> Result<f64> {
+    let text = apiserver_metrics(client).await?;
+    Ok(sample::metric(
+        &text,
+        "apiserver_request_total",
+        &["resource=\"pods\"", "verb=\"LIST\""],
+    ))
+}
+
+/// A number of `/usr/bin/time -v`'s report.
+fn gnu_time_field(report: &str, name: &str) -> Option<f64> {
     report.lines().find_map(|line| {
         line.trim()
             .strip_prefix(name)?
@@ -495,6 +513,8 @@ pub struct Counters {
     pub admissions: f64,
     pub watch_failures: f64,
     pub lagged: f64,
+    /// Audit rounds poolkeeper completed (the leader audits every `audit.interval`).
+    pub audit_rounds: f64,
 }
 
 impl Counters {
@@ -535,6 +555,7 @@ impl Counters {
             admissions: sample::metric(&own, "poolkeeper_webhook_admissions_total", &[]),
             watch_failures: sample::metric(&own, "poolkeeper_watch_failures_total", &[]),
             lagged: sample::metric(&own, "poolkeeper_bus_events_lagged_total", &[]),
+            audit_rounds: sample::metric(&own, "poolkeeper_audit_rounds_total", &[]),
         })
     }
 
@@ -550,36 +571,36 @@ impl Counters {
             admissions: self.admissions - before.admissions,
             watch_failures: self.watch_failures - before.watch_failures,
             lagged: self.lagged - before.lagged,
+            audit_rounds: self.audit_rounds - before.audit_rounds,
         }
     }
 }
 
-/// Progress of the bound Pods without listing them: creates counted as they return, Running
-/// counted as kwok's status writes to Pods since the start (nothing else writes a Pod's
-/// status once the scheduled Pods are Running), checked at the end by one LIST of those not
-/// Running.
+/// Progress of the bound Pods: creates counted as they return, Running as those created less
+/// those a LIST selects as not Running (the API server filters them out of its watch cache;
+/// the LIST returns only the few not Running yet).
 struct BoundProgress<'a> {
     client: &'a Client,
     created: Arc<AtomicUsize>,
-    status_writes_before: f64,
 }
 
 impl<'a> BoundProgress<'a> {
-    async fn start(client: &'a Client) -> Result<Self> {
-        Ok(Self {
+    fn new(client: &'a Client) -> Self {
+        Self {
             client,
             created: Arc::new(AtomicUsize::new(0)),
-            status_writes_before: pod_status_writes(client).await?,
-        })
+        }
     }
 
+    /// A Pod created while the LIST runs counts as not Running: the reading errs low.
     async fn reading(&self, started: Instant) -> Result<pods::Reading> {
-        let running = pod_status_writes(self.client).await? - self.status_writes_before;
+        let created = self.created.load(Ordering::Relaxed);
+        let not_running = pods::bound_not_running(self.client).await?;
         Ok(pods::Reading {
             at: started.elapsed(),
             progress: pods::Progress {
-                created: self.created.load(Ordering::Relaxed) as i64,
-                ready: running as i64,
+                created: created as i64,
+                ready: created.saturating_sub(not_running) as i64,
             },
         })
     }
@@ -608,8 +629,7 @@ impl<'a> BoundProgress<'a> {
         }
     }
 
-    /// Readings until `count` are Running by the status writes and the LIST agrees, or
-    /// `timeout` after `started`.
+    /// Readings until `count` are Running, or `timeout` after `started`.
     async fn until_running(
         &self,
         count: usize,
@@ -620,8 +640,7 @@ impl<'a> BoundProgress<'a> {
         loop {
             let reading = self.reading(started).await?;
             readings.push(reading);
-            let written = reading.progress.ready >= count as i64;
-            if written && pods::bound_not_running(self.client).await? == 0 {
+            if reading.progress.ready >= count as i64 {
                 return Ok(());
             }
             if started.elapsed() > timeout {
@@ -634,20 +653,6 @@ impl<'a> BoundProgress<'a> {
             tokio::time::sleep(pods::POLL).await;
         }
     }
-}
-
-/// Writes to Pods' status the API server answered so far.
-async fn pod_status_writes(client: &Client) -> Result<f64> {
-    let text = apiserver_metrics(client).await?;
-    Ok(sample::metric(
-        &text,
-        "apiserver_request_total",
-        &[
-            "resource=\"pods\"",
-            "subresource=\"status\"",
-            "verb=\"PATCH\"",
-        ],
-    ))
 }
 
 /// Waits until poolkeeper reports ready and says after how long.
