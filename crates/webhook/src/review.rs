@@ -280,7 +280,37 @@ enum Operation {
     Connect,
 }
 
+/// The AdmissionReview read in one pass, for a body that is what the API
+/// server sends; anything else goes through [`Envelope`] to tell what is
+/// wrong with it.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Review<'a> {
+    #[serde(default, borrow)]
+    api_version: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    kind: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    request: Option<Request<'a>>,
+}
+
 fn parse_request(body: &[u8]) -> Result<Request<'_>, WebhookError> {
+    if let Ok(Review {
+        api_version: Some(api_version),
+        kind: Some(kind),
+        request: Some(request),
+    }) = serde_json::from_slice::<Review<'_>>(body)
+        && api_version.0 == ADMISSION_API_VERSION
+        && kind.0 == ADMISSION_REVIEW_KIND
+    {
+        return Ok(request);
+    }
+    parse_envelope_first(body)
+}
+
+/// The type fields checked before the request is read, so that a body of
+/// another type is refused as such whatever its `request` holds.
+fn parse_envelope_first(body: &[u8]) -> Result<Request<'_>, WebhookError> {
     let text = |field: Option<Value>| match field {
         Some(Value::String(text)) => text,
         _ => String::new(),
