@@ -347,3 +347,56 @@ fn policy_invalid(webhook: WebhookKind, error: &PlacementError) -> Decision {
         ),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The one-pass read answers exactly as reading the type fields first.
+    #[test]
+    fn one_pass_and_envelope_first_agree() {
+        let request = r#"{"uid":"u-1","kind":{"group":"","version":"v1","kind":"Pod"},"operation":"CREATE","object":{"metadata":{}}}"#;
+        let bodies = [
+            format!(
+                r#"{{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{request}}}"#
+            ),
+            format!(
+                r#"{{"request":{request},"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1"}}"#
+            ),
+            format!(
+                r#"{{"apiVersion":"admission.k8s.io\/v1","kind":"Admission\u0052eview","request":{request}}}"#
+            ),
+            format!(
+                r#"{{"apiVersion":"admission.k8s.io/v1beta1","kind":"AdmissionReview","request":{request}}}"#
+            ),
+            format!(r#"{{"apiVersion":1,"kind":"AdmissionReview","request":{request}}}"#),
+            format!(r#"{{"kind":"AdmissionReview","request":{request}}}"#),
+            r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":null}"#
+                .to_owned(),
+            r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#.to_owned(),
+            r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":1}}"#
+                .to_owned(),
+            r#"{"apiVersion":"v1","kind":"Pod","request":{"uid":1}}"#.to_owned(),
+            format!(
+                r#"{{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{request},"request":{request}}}"#
+            ),
+            r#"[1,2]"#.to_owned(),
+            r#"{"apiVersion":"#.to_owned(),
+        ];
+        let outcome = |read: Result<Request<'_>, WebhookError>| {
+            read.map(|request| request.uid.0.into_owned())
+                .map_err(|error| error.to_string())
+        };
+        for body in &bodies {
+            assert_eq!(
+                outcome(parse_request(body.as_bytes())),
+                outcome(parse_envelope_first(body.as_bytes())),
+                "{body}"
+            );
+        }
+        assert_eq!(
+            outcome(parse_request(bodies[1].as_bytes())),
+            Ok("u-1".to_owned())
+        );
+    }
+}
