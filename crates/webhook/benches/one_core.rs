@@ -9,7 +9,9 @@
 //!   `taskset -c 0`: the real `WebhookServer` as a supervisor component on
 //!   127.0.0.1, on a tokio runtime sized by the CPUs it may use (one), with
 //!   the shared fixtures (1,000 nodes in 50 Edge pools, a policy with
-//!   bindings and edge tolerations) and a subscriber draining the bus.
+//!   bindings and edge tolerations) and a subscriber draining the bus; as
+//!   in the controller, memory comes from mimalloc and logs go to stderr at
+//!   `info`.
 //! - The generator is vegeta (open loop: requests leave at the fixed rate
 //!   whether or not earlier ones were answered; it adds workers, and so
 //!   connections, when answers are late) under `taskset -c 1`, over HTTPS
@@ -46,6 +48,10 @@ mod fixtures;
 
 use fixtures::{NODES, POOLS, Pki, check_answers, start_server, stop, webhooks};
 use poolkeeper_webhook::WebhookRuntime;
+
+// As in the poolkeeper binary: the server measured is the one shipped.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 const NAME: &str = "webhook_one_core";
 const VEGETA_MODULE: &str = "github.com/tsenart/vegeta/v12";
@@ -110,6 +116,13 @@ fn main() {
 /// until stdin closes, with `--until-stdin-closes`: the bench holds it open
 /// while it measures, and a bench that dies takes its servers along).
 fn serve(limit: Duration, until_stdin_closes: bool, runtime: WebhookRuntime) {
+    // As the controller logs by default. Without a subscriber every span of
+    // h2 and hyper is built and handed to `log` (kube enables `tracing/log`),
+    // which the shipped server never does.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new("info"))
+        .with_writer(std::io::stderr)
+        .try_init();
     let pki = Pki::new();
     let server = start_server(&pki, None, runtime);
     check_answers(&server, &pki);

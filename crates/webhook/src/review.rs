@@ -280,7 +280,37 @@ enum Operation {
     Connect,
 }
 
+/// The AdmissionReview read in one pass, for a body that is what the API
+/// server sends; anything else goes through [`Envelope`] to tell what is
+/// wrong with it.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Review<'a> {
+    #[serde(default, borrow)]
+    api_version: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    kind: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    request: Option<Request<'a>>,
+}
+
 fn parse_request(body: &[u8]) -> Result<Request<'_>, WebhookError> {
+    if let Ok(Review {
+        api_version: Some(api_version),
+        kind: Some(kind),
+        request: Some(request),
+    }) = serde_json::from_slice::<Review<'_>>(body)
+        && api_version.0 == ADMISSION_API_VERSION
+        && kind.0 == ADMISSION_REVIEW_KIND
+    {
+        return Ok(request);
+    }
+    parse_envelope_first(body)
+}
+
+/// The type fields checked before the request is read, so that a body of
+/// another type is refused as such whatever its `request` holds.
+fn parse_envelope_first(body: &[u8]) -> Result<Request<'_>, WebhookError> {
     let text = |field: Option<Value>| match field {
         Some(Value::String(text)) => text,
         _ => String::new(),
@@ -315,5 +345,58 @@ fn policy_invalid(webhook: WebhookKind, error: &PlacementError) -> Decision {
             Reason::PolicyInvalid,
             format!("pods cannot be admitted while the placement policy is invalid: {error}"),
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The one-pass read answers exactly as reading the type fields first.
+    #[test]
+    fn one_pass_and_envelope_first_agree() {
+        let request = r#"{"uid":"u-1","kind":{"group":"","version":"v1","kind":"Pod"},"operation":"CREATE","object":{"metadata":{}}}"#;
+        let bodies = [
+            format!(
+                r#"{{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{request}}}"#
+            ),
+            format!(
+                r#"{{"request":{request},"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1"}}"#
+            ),
+            format!(
+                r#"{{"apiVersion":"admission.k8s.io\/v1","kind":"Admission\u0052eview","request":{request}}}"#
+            ),
+            format!(
+                r#"{{"apiVersion":"admission.k8s.io/v1beta1","kind":"AdmissionReview","request":{request}}}"#
+            ),
+            format!(r#"{{"apiVersion":1,"kind":"AdmissionReview","request":{request}}}"#),
+            format!(r#"{{"kind":"AdmissionReview","request":{request}}}"#),
+            r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":null}"#
+                .to_owned(),
+            r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#.to_owned(),
+            r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":1}}"#
+                .to_owned(),
+            r#"{"apiVersion":"v1","kind":"Pod","request":{"uid":1}}"#.to_owned(),
+            format!(
+                r#"{{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{request},"request":{request}}}"#
+            ),
+            r#"[1,2]"#.to_owned(),
+            r#"{"apiVersion":"#.to_owned(),
+        ];
+        let outcome = |read: Result<Request<'_>, WebhookError>| {
+            read.map(|request| request.uid.0.into_owned())
+                .map_err(|error| error.to_string())
+        };
+        for body in &bodies {
+            assert_eq!(
+                outcome(parse_request(body.as_bytes())),
+                outcome(parse_envelope_first(body.as_bytes())),
+                "{body}"
+            );
+        }
+        assert_eq!(
+            outcome(parse_request(bodies[1].as_bytes())),
+            Ok("u-1".to_owned())
+        );
     }
 }
