@@ -24,7 +24,9 @@ mod snapshot;
 
 pub use component::Audit;
 pub use error::AuditError;
-pub use lister::{KubePods, PodLister, PodPage, PodQuery, WorkloadPage, decode_chunks};
+pub use lister::{
+    KubePods, PodLister, PodPage, PodQuery, WorkloadPage, decode_chunks, join_chunks,
+};
 pub use round::{ReportKey, Round, audit_round, queries};
 pub use settings::AuditSettings;
 pub use snapshot::{cluster_index, cluster_pod};
