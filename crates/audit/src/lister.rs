@@ -160,10 +160,11 @@ pub fn decode_chunks<T: DeserializeOwned, B: AsRef<[u8]>>(
 }
 
 /// The body that arrived in `chunks`, in one buffer; each chunk is freed as
-/// soon as it is copied, so the body is never held twice.
+/// soon as it is copied. The buffer grows as the chunks are copied rather
+/// than being sized for the whole body up front, so the chunks not yet
+/// copied and the buffer together stay under two copies of the body.
 pub fn join_chunks<B: AsRef<[u8]>>(chunks: impl IntoIterator<Item = B>) -> Vec<u8> {
-    let chunks: Vec<B> = chunks.into_iter().collect();
-    let mut body = Vec::with_capacity(chunks.iter().map(|c| c.as_ref().len()).sum());
+    let mut body = Vec::new();
     for chunk in chunks {
         body.extend_from_slice(chunk.as_ref());
     }
