@@ -227,6 +227,16 @@ impl PodLister for FakePods {
     }
 }
 
+/// The round failed on the LIST of `namespace`'s Pods, and says so.
+pub(crate) fn assert_failed_listing(error: &crate::AuditError, namespace: &str) {
+    assert!(
+        matches!(error, crate::AuditError::ListPods { .. }),
+        "{error}"
+    );
+    let expected = format!("listing the Pods of namespace {namespace} failed");
+    assert!(error.to_string().starts_with(&expected), "{error}");
+}
+
 pub(crate) fn labels(pairs: &[(&str, &str)]) -> Value {
     Value::Object(
         pairs

@@ -256,9 +256,12 @@ fn spawn_command(command: &[String], kubeconfig: &Path) -> Result<Option<Child>,
         .map(|arg| arg.replace(KUBECONFIG_PLACEHOLDER, &kubeconfig.to_string_lossy()))
         .collect();
     println!("running {program} {}", rest.join(" "));
+    // A process group of its own: a terminal's Ctrl-C reaches only this process, which then
+    // asks the command once to stop (a second signal would make it skip its graceful stop).
     let child = Command::new(program)
         .args(&rest)
         .env("KUBECONFIG", kubeconfig)
+        .process_group(0)
         .kill_on_drop(true)
         .spawn()
         .map_err(|e| io(format!("starting {program}"), e))?;
@@ -276,8 +279,7 @@ async fn wait(command: &mut Option<Child>) -> String {
     }
 }
 
-/// SIGTERM (a terminal's Ctrl-C has also sent it SIGINT), then SIGKILL after the grace period
-/// or on a second Ctrl-C.
+/// SIGTERM, then SIGKILL after the grace period or on a second Ctrl-C.
 async fn stop_command(mut child: Child, interrupt: &mut tokio::signal::unix::Signal) {
     if let Some(pid) = child.id() {
         // std offers no SIGTERM; the kill utility does, and a failure just leads to SIGKILL below.
