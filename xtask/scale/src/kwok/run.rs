@@ -321,7 +321,7 @@ impl Phases<'_> {
             args.parallel
         );
         let how = format!("through {deployments} Deployments");
-        let mut creation = self
+        let creation = self
             .measure_creation(poolkeeper, how, count, async {
                 let started = Instant::now();
                 pods::create(self.client, deployments, count, args.parallel).await?;
@@ -331,7 +331,6 @@ impl Phases<'_> {
                 Ok((requests, 0, readings))
             })
             .await?;
-        creation.parallel = args.parallel;
         Ok(creation)
     }
 
@@ -349,7 +348,7 @@ impl Phases<'_> {
             args.parallel
         );
         let how = "bound to a Node of their pool at creation".to_owned();
-        let mut creation = self
+        let creation = self
             .measure_creation(poolkeeper, how, count, async {
                 let progress = BoundProgress::new(self.client);
                 let sizes = args.sizes();
@@ -371,7 +370,6 @@ impl Phases<'_> {
                 Ok((requests, creates.retries, readings))
             })
             .await?;
-        creation.parallel = args.parallel;
         Ok(creation)
     }
 
@@ -400,7 +398,7 @@ impl Phases<'_> {
         Ok(Creation {
             how,
             pods,
-            parallel: 0,
+            parallel: self.args.parallel,
             requests,
             retries,
             wall,
