@@ -9,7 +9,7 @@
 //!
 //! Each page is received as its real path receives it: `KubePods` joins the
 //! body's chunks, freeing each once copied, and decodes the one copy into
-//! projections (`decode_chunks`, the crate's own function); beside it, kube's `Client::request` (the body
+//! projections (`join_chunks` and the JSON decoding of `decode_page`, the crate's own); beside it, kube's `Client::request` (the body
 //! collected, then copied into a String) decoded into projections, and
 //! `Api::<Pod>::list` (the same, decoded into full Pods, then projected).
 //!
@@ -307,7 +307,7 @@ enum Decode {
     Projections,
     /// `KubePods`: the body's chunks as they arrived (16 KiB here), joined
     /// (each chunk freed once copied) and decoded into projections, as
-    /// `decode_chunks` does.
+    /// `join_chunks` and `decode_page` do with a JSON body.
     Chunks,
 }
 
@@ -382,7 +382,7 @@ impl BytesLister {
                     })
                     .collect();
                 sample(&self.peak);
-                // `decode_chunks` in two steps, to sample the height between them.
+                // `join_chunks`, then the decoding, sampling the height between them.
                 let body = join_chunks(chunks);
                 let list = serde_json::from_slice(&body).expect("page decodes");
                 sample(&self.peak);

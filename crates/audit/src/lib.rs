@@ -18,6 +18,7 @@
 mod component;
 mod error;
 mod lister;
+pub mod protobuf;
 mod round;
 mod settings;
 mod snapshot;
@@ -25,7 +26,8 @@ mod snapshot;
 pub use component::Audit;
 pub use error::AuditError;
 pub use lister::{
-    KubePods, PodLister, PodPage, PodQuery, WorkloadPage, decode_chunks, join_chunks,
+    KubePods, PodLister, PodPage, PodQuery, RUNNING_OR_PENDING, WorkloadPage, decode_page,
+    join_chunks,
 };
 pub use round::{ReportKey, Round, audit_round, queries};
 pub use settings::AuditSettings;

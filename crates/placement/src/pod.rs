@@ -55,6 +55,16 @@ pub struct Annotations {
 /// The annotation the kubelet gives the mirror Pod of a static Pod.
 pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
 
+impl Annotations {
+    /// What placement reads of a Pod's `metadata.annotations`.
+    pub fn of(all: &BTreeMap<String, String>) -> Self {
+        Self {
+            placement: all.get(PLACEMENT_ANNOTATION).cloned(),
+            mirror: all.contains_key(MIRROR_ANNOTATION),
+        }
+    }
+}
+
 impl<'de> Deserialize<'de> for Annotations {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         struct Visit;
@@ -187,10 +197,7 @@ impl From<Pod> for PodPlacement {
             generate_name: metadata.generate_name.unwrap_or_default(),
             uid: metadata.uid.unwrap_or_default(),
             labels: metadata.labels.unwrap_or_default(),
-            annotations: metadata.annotations.map(|all| Annotations {
-                placement: all.get(PLACEMENT_ANNOTATION).cloned(),
-                mirror: all.contains_key(MIRROR_ANNOTATION),
-            }),
+            annotations: metadata.annotations.as_ref().map(Annotations::of),
             spec,
         }
     }

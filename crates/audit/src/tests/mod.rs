@@ -4,6 +4,7 @@
 mod component;
 mod concurrency;
 mod lister;
+mod protobuf;
 mod round;
 
 use std::collections::BTreeMap;

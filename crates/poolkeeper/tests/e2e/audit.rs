@@ -17,8 +17,10 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use poolkeeper_api::NodePoolType;
+use poolkeeper_audit::{KubePods, PodLister, PodQuery, RUNNING_OR_PENDING};
 use poolkeeper_bus::{Delivery, Event};
 use poolkeeper_config::Config;
+use poolkeeper_placement::PodPlacement;
 use poolkeeper_testenv::{TestEnv, eventually};
 use serde_json::{Value, json};
 
@@ -374,4 +376,55 @@ async fn workloads_whose_template_reaches_outside_are_reported_on_the_workload()
     assert!(!table.contains("Deployment/fine"), "{table}");
     assert!(table.contains("0 pods and 2 workloads checked"), "{table}");
     running.stop().await;
+}
+
+/// The Pods of every shape placement reads, listed by the audit in the protobuf encoding a page
+/// at a time, project exactly what kube's JSON LIST of the full Pods projects; a LIST the API
+/// server refuses is its `Status`, decoded from protobuf.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_audits_protobuf_lists_read_what_json_reads() {
+    const FIXTURE: &str = "fixture";
+    let env = control_plane(TestEnv::builder().scheduler(false), &[FIXTURE]).await;
+    let client = env.client();
+    let manifest = include_str!("../../../audit/src/tests/data/pods.yaml");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), FIXTURE);
+    for document in poolkeeper_testenv::parse_yaml_documents(manifest, "pods.yaml").unwrap() {
+        let pod: Pod = serde_json::from_value(document).unwrap();
+        pods.create(&PostParams::default(), &pod).await.unwrap();
+    }
+    let lister = KubePods::new(client.clone());
+    let query = PodQuery::Namespace(FIXTURE.to_owned());
+    let (mut listed, mut pages, mut token) = (Vec::new(), 0, None::<String>);
+    loop {
+        let page = lister.page(&query, 4, token.as_deref()).await.unwrap();
+        listed.extend(page.pods);
+        pages += 1;
+        token = page.continue_token;
+        if token.is_none() {
+            break;
+        }
+    }
+    let params = ListParams::default().fields(RUNNING_OR_PENDING);
+    let json: Vec<PodPlacement> = pods
+        .list(&params)
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(PodPlacement::from)
+        .collect();
+    assert_eq!(json.len(), 6);
+    assert_eq!(pages, 2);
+    assert_eq!(listed, json);
+
+    let invalid = PodQuery::Labelled {
+        pool_label: "no spaces allowed".to_owned(),
+    };
+    match lister.page(&invalid, 4, None).await {
+        Err(kube::Error::Api(status)) => {
+            assert_eq!((status.code, status.reason.as_str()), (400, "BadRequest"));
+            assert!(status.message.starts_with("unable to parse requirement"), "{status:?}");
+        }
+        other => panic!("{other:?}"),
+    }
 }

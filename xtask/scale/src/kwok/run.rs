@@ -203,7 +203,8 @@ impl Phases<'_> {
             self.steady(poolkeeper, "heartbeats, all Pods Running", window)
                 .await?,
         );
-        println!("audit round ...");
+        println!("audit round, once the leader's next round is over ...");
+        after_leader_round(poolkeeper).await?;
         figures.audit = Some(self.audit().await?);
         poolkeeper.check_running("the audit round")
     }
@@ -459,6 +460,22 @@ impl Phases<'_> {
             violations: round["counts"].as_array().map_or(0, Vec::len),
         })
     }
+}
+
+/// Returns once the leader completes an audit round, so the measured round does not share the
+/// API server with one of the leader's (a round is shorter than `audit.interval`).
+async fn after_leader_round(poolkeeper: &Poolkeeper) -> Result<()> {
+    const WAIT: Duration = Duration::from_secs(300);
+    let rounds = |text: &str| sample::metric(text, "poolkeeper_audit_rounds_total", &[]);
+    let before = rounds(&poolkeeper.metrics().await?);
+    let started = Instant::now();
+    while started.elapsed() < WAIT {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        if rounds(&poolkeeper.metrics().await?) > before {
+            return Ok(());
+        }
+    }
+    Err(ScaleError::timeout("the leader's next audit round", WAIT))
 }
 
 /// The LISTs of Pods the API server answered so far (each page is one).
