@@ -14,11 +14,12 @@ use crate::run::{display, elapsed};
 use crate::{Error, Result, target_dir, workspace_root};
 
 /// The targets of `fuzz/fuzz_targets/`, in the order they run.
-pub const TARGETS: [&str; 4] = [
+pub const TARGETS: [&str; 5] = [
     "admission_review",
     "placement_policy",
     "config_yaml",
     "objects_file",
+    "pod_list_protobuf",
 ];
 
 /// Longest input libFuzzer makes: room for a large AdmissionReview or objects file.

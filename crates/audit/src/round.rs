@@ -277,10 +277,11 @@ struct Scope<'r> {
 /// says which of them are still violations. A failed LIST or an invalid
 /// policy fails the round.
 ///
-/// At most `settings.concurrency` LISTs are in flight, each reading its
-/// pages one after another into its own tally; the tallies are merged in
-/// the order of the LISTs, so the round finds what a sequential one would,
-/// in the same order, holding no more than one page per LIST in flight.
+/// `settings.concurrency` LISTs are in flight as long as any are left, each
+/// reading its pages one after another into its own tally; the tallies are
+/// merged in the order of the LISTs, so the round finds what a sequential
+/// one would, in the same order, holding no more than one page per LIST in
+/// flight.
 pub async fn audit_round(
     lister: &dyn PodLister,
     index: &Index,
@@ -306,14 +307,43 @@ pub async fn audit_round(
         .into_iter()
         .map(Job::Pods)
         .chain(WorkloadKind::ALL.into_iter().map(Job::Workloads));
-    let mut parts = futures::stream::iter(jobs)
-        .map(|job| run(scope, job))
-        .buffered(settings.concurrency.max(1));
-    let mut tally = Tally::new(settings.max_reported, previous);
+    // Unordered, so that a slow LIST holds back no other: `buffered` counts
+    // the finished LISTs that wait for an earlier one against the limit.
+    let mut parts = futures::stream::iter(jobs.enumerate())
+        .map(|(order, job)| async move { Ok::<_, AuditError>((order, run(scope, job).await?)) })
+        .buffer_unordered(settings.concurrency.max(1));
+    let mut merged = InOrder::new(Tally::new(settings.max_reported, previous));
     while let Some(part) = parts.next().await {
-        tally.absorb(part?);
+        let (order, tally) = part?;
+        merged.add(order, tally);
     }
-    Ok(tally.finish(started.elapsed()))
+    Ok(merged.tally.finish(started.elapsed()))
+}
+
+/// The tallies of a round's LISTs merged in the order of the LISTs, each one
+/// as soon as every earlier one is in; those that finished early wait here.
+struct InOrder<'r> {
+    tally: Tally<'r>,
+    next: usize,
+    early: BTreeMap<usize, Tally<'r>>,
+}
+
+impl<'r> InOrder<'r> {
+    fn new(tally: Tally<'r>) -> Self {
+        Self {
+            tally,
+            next: 0,
+            early: BTreeMap::new(),
+        }
+    }
+
+    fn add(&mut self, order: usize, part: Tally<'r>) {
+        self.early.insert(order, part);
+        while let Some(part) = self.early.remove(&self.next) {
+            self.tally.absorb(part);
+            self.next += 1;
+        }
+    }
 }
 
 /// One LIST, every page of it, judged into a tally of its own.

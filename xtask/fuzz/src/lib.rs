@@ -10,7 +10,9 @@ mod fixture;
 mod targets;
 
 pub use fixture::{Fixture, POOL_LABEL, fixture};
-pub use targets::{admission_review, config_yaml, objects_file, placement_policy};
+pub use targets::{
+    admission_review, config_yaml, objects_file, placement_policy, pod_list_protobuf,
+};
 
 /// A fuzz target: its name (the directory of its corpus) and its function.
 pub type Target = (&'static str, fn(&[u8]));
@@ -21,4 +23,5 @@ pub const TARGETS: &[Target] = &[
     ("placement_policy", placement_policy),
     ("config_yaml", config_yaml),
     ("objects_file", objects_file),
+    ("pod_list_protobuf", pod_list_protobuf),
 ];

@@ -1,4 +1,4 @@
-//! The four targets and the invariants they check.
+//! The five targets and the invariants they check.
 //!
 //! A target returns quietly for input its parser rejects with an error, and
 //! panics (a crash to libFuzzer, a failure to the replay test) when a parser
@@ -16,6 +16,9 @@
 //!   configuration that loads, written out, loads as the same configuration.
 //! - Objects file: decisions over the index it builds keep the AdmissionReview
 //!   invariants.
+//! - Pod LIST in protobuf: the audit's decoding answers a page or an error,
+//!   a page's continue token is never empty, and every Pod on it is judged
+//!   by the audit's decision, which never patches.
 
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
@@ -317,4 +320,24 @@ fn pod_review(namespace: &str, labels: Value, spec: Value) -> Value {
             }
         }
     })
+}
+
+/// The body of a Pod LIST in the Kubernetes protobuf encoding (any bytes), as
+/// the audit decodes it, each Pod judged over the fixture; the same bytes as
+/// a failed request's `Status`.
+pub fn pod_list_protobuf(data: &[u8]) {
+    let f = fixture();
+    let _ = poolkeeper_audit::protobuf::decode_status(data.to_vec().into(), 500);
+    let Ok(page) = poolkeeper_audit::decode_page(data.to_vec(), true) else {
+        return;
+    };
+    assert_ne!(page.continue_token.as_deref(), Some(""));
+    let view = f.index.placement();
+    for pod in &page.pods {
+        let decision = poolkeeper_placement::audit(pod, &view, &f.policy);
+        assert!(
+            decision.patch.is_none() && decision.withheld_patch.is_none(),
+            "the audit patched {pod:?}"
+        );
+    }
 }

@@ -84,7 +84,8 @@ fn every_target_has_a_replay_test() {
             "admission_review",
             "placement_policy",
             "config_yaml",
-            "objects_file"
+            "objects_file",
+            "pod_list_protobuf"
         ]
     );
 }
@@ -117,4 +118,9 @@ fn config_yaml_inputs_replay() {
 #[test]
 fn objects_file_inputs_replay() {
     replay("objects_file");
+}
+
+#[test]
+fn pod_list_protobuf_inputs_replay() {
+    replay("pod_list_protobuf");
 }

@@ -77,6 +77,9 @@ struct Args {
     /// poolkeeper's watchers.pageSize, also the plain LIST's page size.
     #[arg(long, default_value_t = 500)]
     page_size: u32,
+    /// poolkeeper's audit.concurrency (the configuration's default without it).
+    #[arg(long)]
+    audit_concurrency: Option<usize>,
     /// poolkeeper's reconciler.debounceInterval, in milliseconds.
     #[arg(long, default_value_t = 500)]
     debounce_ms: u64,
@@ -259,6 +262,7 @@ fn launch(args: &Args, env: &TestEnv, cert_dir: PathBuf) -> Result<Launch> {
         lease_namespace: CONTROLLER_NAMESPACE.to_owned(),
         page_size: args.page_size,
         debounce: Duration::from_millis(args.debounce_ms),
+        audit_concurrency: args.audit_concurrency,
         cert_dir,
         admin: free_addr()?,
         webhook: free_addr()?,

@@ -27,6 +27,8 @@ pub struct Launch {
     pub lease_namespace: String,
     pub page_size: u32,
     pub debounce: Duration,
+    /// `audit.concurrency`, where not the configuration's default.
+    pub audit_concurrency: Option<usize>,
     pub cert_dir: PathBuf,
     pub admin: SocketAddr,
     pub webhook: SocketAddr,
@@ -73,9 +75,9 @@ pub fn free_addr() -> Result<SocketAddr> {
 
 /// The configuration file: defaults, except what a local run needs (addresses, certificate
 /// directory, JSON logs for the timeline) and the figures the benchmark compares with
-/// (page size, debounce), written out so the report can name them.
+/// (page size, debounce, the audit's concurrency), written out so the report can name them.
 pub fn config_yaml(launch: &Launch) -> String {
-    format!(
+    let config = format!(
         "namespace: {namespace}\n\
          leaderElection: {{enabled: true, leaseNamespace: {lease}}}\n\
          watchers: {{pageSize: {page}}}\n\
@@ -91,7 +93,11 @@ pub fn config_yaml(launch: &Launch) -> String {
         webhook = launch.webhook,
         certs = launch.cert_dir.display(),
         admin = launch.admin,
-    )
+    );
+    match launch.audit_concurrency {
+        Some(concurrency) => format!("{config}audit: {{concurrency: {concurrency}}}\n"),
+        None => config,
+    }
 }
 
 impl Poolkeeper {
@@ -328,6 +334,7 @@ mod tests {
             lease_namespace: "poolkeeper-system".to_owned(),
             page_size: 500,
             debounce: Duration::from_millis(500),
+            audit_concurrency: Some(8),
             cert_dir: PathBuf::from("/tmp/certs"),
             admin: SocketAddr::from(([127, 0, 0, 1], 8081)),
             webhook: SocketAddr::from(([127, 0, 0, 1], 9443)),
@@ -342,6 +349,7 @@ mod tests {
             "webhook: {listen: \"127.0.0.1:9443\", certDir: \"/tmp/certs\"}",
             "health: {listen: \"127.0.0.1:8081\"}",
             "logging: {level: info, format: json}",
+            "audit: {concurrency: 8}",
         ] {
             assert!(yaml.contains(expected), "{expected} missing from\n{yaml}");
         }

@@ -423,7 +423,10 @@ async fn the_audits_protobuf_lists_read_what_json_reads() {
     match lister.page(&invalid, 4, None).await {
         Err(kube::Error::Api(status)) => {
             assert_eq!((status.code, status.reason.as_str()), (400, "BadRequest"));
-            assert!(status.message.starts_with("unable to parse requirement"), "{status:?}");
+            assert!(
+                status.message.starts_with("unable to parse requirement"),
+                "{status:?}"
+            );
         }
         other => panic!("{other:?}"),
     }
