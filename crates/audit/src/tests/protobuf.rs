@@ -134,7 +134,11 @@ fn bodies_that_are_no_pod_list_say_what_they_are() {
     );
     assert_eq!(error(b"k8s\0"), "the response holds kind \"\", not PodList");
     assert!(error(b"k8s\0\xff\xff").starts_with("the response is not valid protobuf: "));
-    // The envelope of the page up to its kind, without the list.
+    // An envelope holding an empty list is an empty page; one holding no
+    // list at all (the page's envelope up to its kind) is an error.
+    let empty =
+        protobuf::decode_pod_page(b"k8s\0\x0a\x0d\x0a\x02v1\x12\x07PodList\x12\x00"[..].into());
+    assert_eq!(empty.unwrap(), PodPage::default());
     assert_eq!(
         error(&PAGE_PROTOBUF[..19]),
         "the response's envelope holds no object"
