@@ -175,8 +175,9 @@ pub fn decode_page(body: Vec<u8>, protobuf: bool) -> Result<PodPage, kube::Error
 /// The API server's `Status` of a failed request, as kube reports it; a
 /// body that is no `Status` (a proxy's page) becomes its text.
 pub(crate) fn api_error(code: u16, body: Vec<u8>, protobuf: bool) -> kube::Error {
+    let body = bytes::Bytes::from(body);
     let status = if protobuf {
-        protobuf::decode_status(body.clone().into(), code).ok()
+        protobuf::decode_status(body.clone(), code).ok()
     } else {
         serde_json::from_slice::<Status>(&body).ok()
     };

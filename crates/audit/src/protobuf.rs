@@ -182,10 +182,7 @@ struct ProtoStatus {
 pub fn decode_pod_page(body: Bytes) -> Result<PodPage, ProtobufError> {
     let list = PodList::decode(unwrap_envelope(body, "PodList")?)?;
     Ok(PodPage {
-        continue_token: list
-            .metadata
-            .and_then(|metadata| metadata.continue_token)
-            .filter(|token| !token.is_empty()),
+        continue_token: present(list.metadata.and_then(|metadata| metadata.continue_token)),
         pods: list.items.into_iter().map(PodPlacement::from).collect(),
     })
 }
@@ -236,7 +233,7 @@ fn present(text: Option<String>) -> Option<String> {
 }
 
 /// An empty list or map is left out of JSON as well.
-fn non_empty<C: IntoIterator + Default + PartialEq>(items: C) -> Option<C> {
+fn non_empty<C: Default + PartialEq>(items: C) -> Option<C> {
     (items != C::default()).then_some(items)
 }
 
