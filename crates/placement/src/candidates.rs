@@ -8,10 +8,11 @@
 use poolkeeper_index::{Node, PlacementView};
 
 use crate::affinity::{FieldRequirement, LabelOp, NodeConstraints, RequiredNodeAffinity, Term};
+use crate::pools::PoolSet;
 
 /// A superset of the nodes that satisfy a constraint, answerable by the index.
 #[derive(Clone, Debug, PartialEq, Eq)]
-enum Source<'a> {
+pub(crate) enum Source<'a> {
     Named(&'a str),
     Label(&'a str, &'a str),
     LabelKey(&'a str),
@@ -29,6 +30,27 @@ impl Source<'_> {
             Source::LabelKey(key) => view.label_key_count(key),
             Source::Union(parts) => parts.iter().map(|part| part.cost(view)).sum(),
             Source::All => view.node_count(),
+        }
+    }
+
+    /// Every node this source yields is in `pools` (the empty union
+    /// yields none).
+    pub(crate) fn within(&self, pool_label: &str, pools: &PoolSet) -> bool {
+        match self {
+            Source::Label(key, value) => *key == pool_label && pools.contains(value),
+            Source::Union(parts) => parts.iter().all(|part| part.within(pool_label, pools)),
+            Source::Named(_) | Source::LabelKey(_) | Source::All => false,
+        }
+    }
+
+    /// Whether a node of this source satisfies `predicate`, stopping at the first.
+    fn any(&self, view: &PlacementView<'_>, predicate: &mut impl FnMut(&Node) -> bool) -> bool {
+        match self {
+            Source::Named(name) => view.node(name).is_some_and(predicate),
+            Source::Label(key, value) => view.nodes_with_label(key, value).any(predicate),
+            Source::LabelKey(key) => view.nodes_with_label_key(key).any(predicate),
+            Source::Union(parts) => parts.iter().any(|part| part.any(view, predicate)),
+            Source::All => view.nodes().any(predicate),
         }
     }
 
@@ -94,36 +116,100 @@ fn affinity_source<'a>(view: &PlacementView<'_>, affinity: &'a RequiredNodeAffin
     Source::Union(parts)
 }
 
+/// The cheapest source of the nodes `constraints` select: every such node
+/// is in it.
+pub(crate) fn source_for<'c>(
+    view: &PlacementView<'_>,
+    constraints: &'c NodeConstraints<'_>,
+) -> Source<'c> {
+    if let Some(name) = constraints.node_name {
+        return Source::Named(name);
+    }
+    let mut options: Vec<Source<'_>> = constraints
+        .node_selector
+        .into_iter()
+        .flatten()
+        .map(|(key, value)| Source::Label(key, value))
+        .collect();
+    if let Some(affinity) = &constraints.required_affinity {
+        match affinity_source(view, affinity) {
+            Source::All => {}
+            source => options.push(source),
+        }
+    }
+    cheapest(view, options)
+}
+
 /// The nodes in the intersection of the Pod's node sets (each absent
 /// constraint selects every node), sorted by name.
 pub(crate) fn matching_nodes<'v>(
     view: &'v PlacementView<'_>,
     constraints: &NodeConstraints<'_>,
 ) -> Vec<&'v Node> {
-    let source = if let Some(name) = constraints.node_name {
-        Source::Named(name)
-    } else {
-        let mut options: Vec<Source<'_>> = constraints
-            .node_selector
-            .into_iter()
-            .flatten()
-            .map(|(key, value)| Source::Label(key, value))
-            .collect();
-        if let Some(affinity) = &constraints.required_affinity {
-            match affinity_source(view, affinity) {
-                Source::All => {}
-                source => options.push(source),
-            }
-        }
-        cheapest(view, options)
-    };
+    let mut candidates = Vec::new();
+    source_for(view, constraints).collect(view, &mut candidates);
+    candidates.retain(|node| constraints.matches(node));
+    sorted_unique(candidates)
+}
 
+fn sorted_unique(mut nodes: Vec<&Node>) -> Vec<&Node> {
+    nodes.sort_unstable_by(|a, b| a.name.cmp(&b.name));
+    nodes.dedup_by(|a, b| a.name == b.name);
+    nodes
+}
+
+/// Where the nodes a Pod's constraints select lie against its pools.
+#[derive(Debug)]
+pub(crate) enum Reach<'v> {
+    /// No node matches the constraints.
+    NoNode,
+    /// Some nodes match, every one of them in the pools.
+    InPools,
+    /// The matching nodes outside the pools, sorted by name.
+    Outside(Vec<&'v Node>),
+}
+
+/// Where the nodes of [`matching_nodes`] lie against `pools`, without
+/// collecting them: a node in the pools is checked against the constraints
+/// only until one matches, and when the source holds only nodes of the
+/// pools (the required affinity a mutation adds), the first match answers.
+pub(crate) fn reach<'v>(
+    view: &'v PlacementView<'_>,
+    constraints: &NodeConstraints<'_>,
+    pools: &PoolSet,
+) -> Reach<'v> {
+    let pool_label = view.pool_label();
+    let source = source_for(view, constraints);
+    if source.within(pool_label, pools) {
+        return if source.any(view, &mut |node| constraints.matches(node)) {
+            Reach::InPools
+        } else {
+            Reach::NoNode
+        };
+    }
     let mut candidates = Vec::new();
     source.collect(view, &mut candidates);
-    candidates.retain(|node| constraints.matches(node));
-    candidates.sort_unstable_by(|a, b| a.name.cmp(&b.name));
-    candidates.dedup_by(|a, b| a.name == b.name);
-    candidates
+    let mut matched_in_pools = false;
+    candidates.retain(|node| {
+        if in_pools(node, pool_label, pools) {
+            matched_in_pools = matched_in_pools || constraints.matches(node);
+            false
+        } else {
+            constraints.matches(node)
+        }
+    });
+    match (candidates.is_empty(), matched_in_pools) {
+        (false, _) => Reach::Outside(sorted_unique(candidates)),
+        (true, true) => Reach::InPools,
+        (true, false) => Reach::NoNode,
+    }
+}
+
+/// Whether `node` carries the pool label with one of `pools`.
+pub(crate) fn in_pools(node: &Node, pool_label: &str, pools: &PoolSet) -> bool {
+    node.labels
+        .get(pool_label)
+        .is_some_and(|pool| pools.contains(pool))
 }
 
 /// The same set by a full scan; the reference the indexed path is tested against.

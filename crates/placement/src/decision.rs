@@ -7,15 +7,13 @@ use std::fmt;
 
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, Patch, PatchOperation};
-use k8s_openapi::api::core::v1::{
-    NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Toleration,
-};
+use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm, Toleration};
 use poolkeeper_config::{Constraints, Mode};
 use poolkeeper_index::{Node, NodePool, PlacementView, PoolType};
 use serde_json::{Value, json};
 
 use crate::affinity::NodeConstraints;
-use crate::candidates::matching_nodes;
+use crate::candidates::{Reach, in_pools, reach};
 use crate::pod::{PLACEMENT_ANNOTATION, PodPlacement};
 use crate::policy::{BindingOrigin, PlacementPolicy};
 use crate::pools::PoolSet;
@@ -609,25 +607,20 @@ fn add(path: &[&str], value: Value) -> PatchOperation {
 /// The `add` operation that creates the required node affinity at the
 /// deepest level missing, leaving sibling fields alone.
 fn add_pool_affinity(pod: &PodPlacement, pool_label: &str, pools: &PoolSet) -> PatchOperation {
-    let selector = NodeSelector {
-        node_selector_terms: vec![NodeSelectorTerm {
-            match_expressions: Some(vec![pool_requirement(pool_label, pools)]),
-            match_fields: None,
-        }],
-    };
-    let node_affinity = NodeAffinity {
-        required_during_scheduling_ignored_during_execution: Some(selector),
-        preferred_during_scheduling_ignored_during_execution: None,
-    };
+    // Built as JSON directly: the `k8s_openapi` types through `to_value`
+    // cost a mutation several times as much.
+    let required = json!({"nodeSelectorTerms": [{"matchExpressions": [
+        {"key": pool_label, "operator": "In", "values": pools.names()}
+    ]}]});
     let affinity = pod.spec.as_ref().and_then(|spec| spec.affinity.as_ref());
     match affinity.map(|affinity| affinity.node_affinity.is_some()) {
         None => add(
             &["spec", "affinity"],
-            json!({"nodeAffinity": to_value(&node_affinity)}),
+            json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}}),
         ),
         Some(false) => add(
             &["spec", "affinity", "nodeAffinity"],
-            to_value(&node_affinity),
+            json!({"requiredDuringSchedulingIgnoredDuringExecution": required}),
         ),
         Some(true) => add(
             &[
@@ -636,11 +629,7 @@ fn add_pool_affinity(pod: &PodPlacement, pool_label: &str, pools: &PoolSet) -> P
                 "nodeAffinity",
                 "requiredDuringSchedulingIgnoredDuringExecution",
             ],
-            to_value(
-                &node_affinity
-                    .required_during_scheduling_ignored_during_execution
-                    .unwrap_or_default(),
-            ),
+            required,
         ),
     }
 }
@@ -698,31 +687,17 @@ fn validate_in_pools(
 
     let pools = bound.pools();
     let constraints = NodeConstraints::from_pod(pod);
-    let matched = matching_nodes(view, &constraints);
-    if matched.is_empty() {
-        return Decision::deny(
+    match reach(view, &constraints, pools) {
+        Reach::NoNode => Decision::deny(
             Reason::NoMatchingNode,
             no_match_message(view, &constraints, pools),
-        );
+        ),
+        Reach::InPools => Decision::allow(Reason::InPool),
+        Reach::Outside(outside) => Decision::deny(
+            Reason::OutsidePool,
+            outside_message(&outside, &constraints, pools),
+        ),
     }
-
-    let pool_label = view.pool_label();
-    let outside: Vec<&Node> = matched
-        .iter()
-        .copied()
-        .filter(|node| !in_pools(node, pool_label, pools))
-        .collect();
-    if outside.is_empty() {
-        return Decision::allow(Reason::InPool);
-    }
-    let message = outside_message(&outside, &constraints, pools);
-    Decision::deny(Reason::OutsidePool, message)
-}
-
-pub(crate) fn in_pools(node: &Node, pool_label: &str, pools: &PoolSet) -> bool {
-    node.labels
-        .get(pool_label)
-        .is_some_and(|pool| pools.contains(pool))
 }
 
 /// Names the Edge pools among `pools`.

@@ -11,10 +11,9 @@ use serde::Serialize;
 use crate::affinity::{
     NodeConstraints, REQUIRED_AFFINITY_PATH, node_selector_map_matches, parse_term,
 };
-use crate::candidates::matching_nodes;
+use crate::candidates::{in_pools, matching_nodes};
 use crate::decision::{
-    BindingSource, Decision, PoolBinding, in_pools, missing_edge_tolerations, mutate, pool_binding,
-    validate,
+    BindingSource, Decision, PoolBinding, missing_edge_tolerations, mutate, pool_binding, validate,
 };
 use crate::pod::PodPlacement;
 use crate::policy::PlacementPolicy;

@@ -96,7 +96,15 @@ pub(crate) fn review<'a>(
     view: &PlacementView<'_>,
     policy: Result<&PlacementPolicy, &PlacementError>,
 ) -> Result<Reviewed<'a>, WebhookError> {
-    let request = parse_request(review_json)?;
+    decide(webhook, parse_request(review_json)?, view, policy)
+}
+
+fn decide<'a>(
+    webhook: WebhookKind,
+    request: Request<'a>,
+    view: &PlacementView<'_>,
+    policy: Result<&PlacementPolicy, &PlacementError>,
+) -> Result<Reviewed<'a>, WebhookError> {
     let mut reviewed = Reviewed {
         uid: request.uid.0,
         namespace: request.namespace.map(|text| text.0).unwrap_or_default(),
@@ -114,7 +122,7 @@ pub(crate) fn review<'a>(
     if let Some(kind) = request.kind.workload() {
         let submitted = Submitted {
             operation: request.operation,
-            object: request.object,
+            object: request.object.and_then(Object::sent),
             old_object: request.old_object,
         };
         return review_workload(webhook, kind, submitted, reviewed, view, policy);
@@ -128,11 +136,17 @@ pub(crate) fn review<'a>(
         reviewed.decision = Decision::allow(Reason::OperationIgnored);
         return Ok(reviewed);
     }
-    let object = request.object.ok_or(WebhookError::MissingObject {
-        operation: "CREATE",
-    })?;
-    let mut pod: PodPlacement =
-        serde_json::from_str(object.get()).map_err(WebhookError::InvalidPod)?;
+    let mut pod = match request.object {
+        Some(Object::Pod(pod)) => *pod,
+        Some(Object::Raw(object)) => {
+            serde_json::from_str(object.get()).map_err(WebhookError::InvalidPod)?
+        }
+        None => {
+            return Err(WebhookError::MissingObject {
+                operation: "CREATE",
+            });
+        }
+    };
     if reviewed.namespace.is_empty() {
         reviewed.namespace = Cow::Owned(std::mem::take(&mut pod.namespace));
     }
@@ -229,24 +243,126 @@ struct Envelope<'a> {
     request: Option<&'a RawValue>,
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
 struct Request<'a> {
-    #[serde(borrow)]
     uid: Text<'a>,
-    #[serde(borrow)]
     kind: Kind<'a>,
-    #[serde(default, borrow)]
     sub_resource: Option<Text<'a>>,
-    #[serde(default, borrow)]
     name: Option<Text<'a>>,
-    #[serde(default, borrow)]
     namespace: Option<Text<'a>>,
     operation: Operation,
-    #[serde(default, borrow)]
-    object: Option<&'a RawValue>,
-    #[serde(default, borrow)]
+    object: Option<Object<'a>>,
     old_object: Option<&'a RawValue>,
+}
+
+/// `request.object`: a Pod's [`PodPlacement`] read in the same pass as the
+/// request when its `kind` came first (as the API server writes it), else
+/// the object as sent.
+enum Object<'a> {
+    Pod(Box<PodPlacement>),
+    Raw(&'a RawValue),
+}
+
+impl<'a> Object<'a> {
+    /// The object as sent; only a Pod request's is ever read on the way.
+    fn sent(self) -> Option<&'a RawValue> {
+        match self {
+            Object::Raw(object) => Some(object),
+            Object::Pod(_) => None,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Request<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_map(RequestVisitor { pod_in_pass: false })
+    }
+}
+
+/// Reads a request; `pod_in_pass` reads a Pod object as [`PodPlacement`]
+/// on the way. A Pod that does not read so fails the whole pass, which
+/// [`parse_request`] then reads again without it.
+struct RequestVisitor {
+    pod_in_pass: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(field_identifier, rename_all = "camelCase")]
+enum RequestField {
+    Uid,
+    Kind,
+    SubResource,
+    Name,
+    Namespace,
+    Operation,
+    Object,
+    OldObject,
+    #[serde(other)]
+    Other,
+}
+
+impl<'de> serde::de::Visitor<'de> for RequestVisitor {
+    type Value = Request<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("struct Request")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Request<'de>, A::Error> {
+        use serde::de::Error;
+        fn once<T, E: Error>(slot: &mut Option<T>, field: &'static str, value: T) -> Result<(), E> {
+            if slot.replace(value).is_some() {
+                return Err(E::duplicate_field(field));
+            }
+            Ok(())
+        }
+        let (mut uid, mut kind, mut operation) = (None, None, None);
+        let (mut sub_resource, mut name, mut namespace) = (None, None, None);
+        let (mut object, mut old_object) = (None, None);
+        while let Some(field) = map.next_key()? {
+            match field {
+                RequestField::Uid => once(&mut uid, "uid", map.next_value()?)?,
+                RequestField::Kind => once(&mut kind, "kind", map.next_value::<Kind<'de>>()?)?,
+                RequestField::SubResource => {
+                    once(&mut sub_resource, "subResource", map.next_value()?)?;
+                }
+                RequestField::Name => once(&mut name, "name", map.next_value()?)?,
+                RequestField::Namespace => once(&mut namespace, "namespace", map.next_value()?)?,
+                RequestField::Operation => once(&mut operation, "operation", map.next_value()?)?,
+                RequestField::Object => {
+                    let value = if self.pod_in_pass && kind.as_ref().is_some_and(Kind::is_pod) {
+                        map.next_value::<Option<PodPlacement>>()?
+                            .map(|pod| Object::Pod(Box::new(pod)))
+                    } else {
+                        map.next_value::<Option<&'de RawValue>>()?.map(Object::Raw)
+                    };
+                    once(&mut object, "object", value)?;
+                }
+                RequestField::OldObject => once(&mut old_object, "oldObject", map.next_value()?)?,
+                RequestField::Other => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(Request {
+            uid: uid.ok_or_else(|| A::Error::missing_field("uid"))?,
+            kind: kind.ok_or_else(|| A::Error::missing_field("kind"))?,
+            sub_resource: sub_resource.flatten(),
+            name: name.flatten(),
+            namespace: namespace.flatten(),
+            operation: operation.ok_or_else(|| A::Error::missing_field("operation"))?,
+            object: object.flatten(),
+            old_object: old_object.flatten(),
+        })
+    }
+}
+
+/// [`Review::request`], read with the Pod on the way.
+fn request_in_one_pass<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<Request<'de>>, D::Error> {
+    deserializer
+        .deserialize_map(RequestVisitor { pod_in_pass: true })
+        .map(Some)
 }
 
 #[derive(Deserialize)]
@@ -290,7 +406,7 @@ struct Review<'a> {
     api_version: Option<Text<'a>>,
     #[serde(default, borrow)]
     kind: Option<Text<'a>>,
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "request_in_one_pass")]
     request: Option<Request<'a>>,
 }
 
@@ -398,5 +514,65 @@ mod tests {
             outcome(parse_request(bodies[1].as_bytes())),
             Ok("u-1".to_owned())
         );
+    }
+
+    /// A Pod read on the way is decided as the Pod read after the request,
+    /// and the API server's field order gets the one pass.
+    #[test]
+    fn a_pod_read_on_the_way_is_decided_as_one_read_after() {
+        use crate::tests::{cluster, review as admission_review, settings};
+        use serde_json::json;
+
+        let index = cluster();
+        let view = index.placement();
+        let policy = PlacementPolicy::load(&view, settings().policy.source());
+        let pod = |spec: Value| json!({"metadata": {"generateName": "web-"}, "spec": spec});
+        let pinned = pod(json!({"nodeName": "bj-1"}));
+        let as_sent = |operation: &str, object: Value| {
+            admission_review("Pod", operation, "shop-beijing", object).to_string()
+        };
+        let object_first = {
+            let sent = as_sent("CREATE", pinned.clone());
+            let (head, request) = sent.split_once(r#""request":{"#).unwrap();
+            let object = serde_json::to_string(&pinned).unwrap();
+            let request = request.replacen(&format!(r#""object":{object},"#), "", 1);
+            assert_ne!(request, sent, "the object was moved");
+            format!(r#"{head}"request":{{"object":{object},{request}"#)
+        };
+        let cases = [
+            (as_sent("CREATE", pod(json!({}))), true),
+            (as_sent("CREATE", pinned.clone()), true),
+            (
+                as_sent("CREATE", pod(json!({"nodeSelector": {"zone": "a"}}))),
+                true,
+            ),
+            (as_sent("CREATE", pod(json!({"tolerations": 5}))), false),
+            (as_sent("UPDATE", pod(json!({"tolerations": 5}))), false),
+            (as_sent("CREATE", Value::Null), false),
+            (as_sent("DELETE", pinned.clone()), true),
+            (object_first, false),
+            (
+                admission_review("Deployment", "CREATE", "shop-beijing", json!({})).to_string(),
+                false,
+            ),
+        ];
+        for (body, read_on_the_way) in cases {
+            for webhook in [WebhookKind::Mutate, WebhookKind::Validate] {
+                let decided = |request: Result<Request<'_>, WebhookError>| {
+                    format!(
+                        "{:?}",
+                        request.and_then(|r| decide(webhook, r, &view, policy.as_ref()))
+                    )
+                };
+                assert_eq!(
+                    decided(parse_request(body.as_bytes())),
+                    decided(parse_envelope_first(body.as_bytes())),
+                    "{body}"
+                );
+            }
+            let one_pass = parse_request(body.as_bytes())
+                .is_ok_and(|request| matches!(request.object, Some(Object::Pod(_))));
+            assert_eq!(one_pass, read_on_the_way, "{body}");
+        }
     }
 }

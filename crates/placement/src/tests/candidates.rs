@@ -5,7 +5,10 @@ use serde_json::{Value, json};
 
 use super::{POOL, expr, expr_no_values, k8s_node, node, pod, required};
 use crate::affinity::NodeConstraints;
-use crate::candidates::{matching_nodes, matching_nodes_by_scan};
+use crate::candidates::{
+    Reach, in_pools, matching_nodes, matching_nodes_by_scan, reach, source_for,
+};
+use crate::pools::PoolSet;
 
 fn big_cluster() -> Index {
     let index = Index::new(POOL);
@@ -112,6 +115,135 @@ fn indexed_equals_scan() {
         let indexed = matching_nodes(&view, &constraints);
         let scanned = matching_nodes_by_scan(&view, &constraints);
         assert_eq!(names(&indexed), names(&scanned), "{spec}");
+    }
+}
+
+/// `reach` as its definition says: the scanned matches, split by the pools.
+fn reach_by_scan(
+    view: &poolkeeper_index::PlacementView<'_>,
+    constraints: &NodeConstraints<'_>,
+    pools: &PoolSet,
+) -> String {
+    let matched = matching_nodes_by_scan(view, constraints);
+    let outside: Vec<&Node> = matched
+        .iter()
+        .copied()
+        .filter(|node| !in_pools(node, POOL, pools))
+        .collect();
+    match (matched.is_empty(), outside.is_empty()) {
+        (true, _) => "no node".to_owned(),
+        (false, true) => "in pools".to_owned(),
+        (false, false) => format!("outside: {}", names(&outside).join(",")),
+    }
+}
+
+fn describe(reach: Reach<'_>) -> String {
+    match reach {
+        Reach::NoNode => "no node".to_owned(),
+        Reach::InPools => "in pools".to_owned(),
+        Reach::Outside(nodes) => format!("outside: {}", names(&nodes).join(",")),
+    }
+}
+
+#[test]
+fn reach_equals_scan_for_every_pool_set() {
+    let index = big_cluster();
+    let view = index.placement();
+    let pool_sets = [
+        vec!["p1"],
+        vec!["p1", "p3"],
+        vec!["p0", "p1", "p2", "p3"],
+        vec!["p2"],
+        vec!["p9"],
+    ];
+    let mut specs = specs();
+    // Terms that select only nodes of some pools, with a constraint that
+    // rules out all or some of them.
+    let term = |exprs: Value| json!({"matchExpressions": exprs});
+    specs.push(required(json!([term(json!([
+        expr(POOL, "In", &["p1", "p3"]),
+        expr("zone", "In", &["z9"])
+    ]))])));
+    specs.push(required(json!([
+        term(json!([
+            expr(POOL, "In", &["p1"]),
+            expr("cores", "Gt", &["14"])
+        ])),
+        term(json!([
+            expr(POOL, "In", &["p3"]),
+            expr_no_values("gpu", "Exists")
+        ]))
+    ])));
+    for spec in specs {
+        let pod = pod(spec.clone());
+        let constraints = NodeConstraints::from_pod(&pod);
+        for pools in &pool_sets {
+            let pools = PoolSet::new(pools.iter().map(|p| (*p).to_owned())).expect("pools");
+            assert_eq!(
+                describe(reach(&view, &constraints, &pools)),
+                reach_by_scan(&view, &constraints, &pools),
+                "{spec} in {pools}"
+            );
+        }
+    }
+}
+
+/// The short cut: a source of the bound pools' label values only.
+#[test]
+fn a_source_of_pool_labels_is_within_those_pools_only() {
+    let index = big_cluster();
+    let view = index.placement();
+    let term = |exprs: Value| json!({"matchExpressions": exprs});
+    let cases = [
+        (
+            required(json!([term(json!([expr(POOL, "In", &["p1"])]))])),
+            vec!["p1"],
+            true,
+        ),
+        (
+            required(json!([term(json!([expr(POOL, "In", &["p1"])]))])),
+            vec!["p1", "p2"],
+            true,
+        ),
+        (
+            required(json!([term(json!([expr(POOL, "In", &["p1", "p3"])]))])),
+            vec!["p1"],
+            false,
+        ),
+        (
+            required(json!([
+                term(json!([expr(POOL, "In", &["p1"])])),
+                term(json!([expr(POOL, "In", &["p3"])]))
+            ])),
+            vec!["p1", "p3"],
+            true,
+        ),
+        (
+            required(json!([
+                term(json!([expr(POOL, "In", &["p1"])])),
+                term(json!([expr("zone", "In", &["z1"])]))
+            ])),
+            vec!["p1", "p3"],
+            false,
+        ),
+        (json!({"nodeSelector": {POOL: "p2"}}), vec!["p2"], true),
+        (
+            json!({"nodeSelector": {"zone": "z1"}}),
+            vec!["p0", "p1", "p2", "p3"],
+            false,
+        ),
+        (json!({"nodeName": "n-001"}), vec!["p1"], false),
+        (json!({}), vec!["p1"], false),
+    ];
+    for (spec, pools, within) in cases {
+        let pod = pod(spec.clone());
+        let constraints = NodeConstraints::from_pod(&pod);
+        let pools = PoolSet::new(pools.into_iter().map(str::to_owned)).expect("pools");
+        assert_eq!(
+            source_for(&view, &constraints).within(POOL, &pools),
+            within,
+            "{spec} in {pools}"
+        );
     }
 }
 

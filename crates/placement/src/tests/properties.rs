@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use super::{POOL, cluster, node, pod_json, policy, to_pod};
 use crate::affinity::RequiredNodeAffinity;
-use crate::decision::in_pools;
+use crate::candidates::in_pools;
 use crate::{Reason, mutate, validate};
 
 type Words = &'static [&'static str];

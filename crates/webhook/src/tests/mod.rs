@@ -63,7 +63,7 @@ fn node_pool(name: &str, pool_type: &str) -> NodePool {
 
 /// The settings the tests run with: the defaults, with a body limit small
 /// enough to test.
-fn settings() -> WebhookSettings {
+pub(crate) fn settings() -> WebhookSettings {
     WebhookSettings {
         max_body_bytes: 64 * 1024,
         ..WebhookSettings::from(&Config::default())
@@ -89,7 +89,7 @@ fn set_policy(index: &Index, yaml: &str) {
     index.apply(policy_config_map(yaml));
 }
 
-fn cluster() -> Arc<Index> {
+pub(crate) fn cluster() -> Arc<Index> {
     let index = Index::new(POOL_LABEL);
     index.apply(node("hz-1", &[(POOL_LABEL, "hangzhou"), ("zone", "a")]));
     index.apply(node("hz-2", &[(POOL_LABEL, "hangzhou"), ("zone", "b")]));
@@ -178,7 +178,7 @@ fn pod(namespace_in_object: Option<&str>, labels: Value, spec: Value) -> Value {
     json!({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec_full})
 }
 
-fn review(kind: &str, operation: &str, namespace: &str, object: Value) -> Value {
+pub(crate) fn review(kind: &str, operation: &str, namespace: &str, object: Value) -> Value {
     let (group, resource) = match kind {
         "Pod" => ("", "pods"),
         "ConfigMap" => ("", "configmaps"),

@@ -86,3 +86,37 @@ async fn warnings_on_the_wire() {
         )
     );
 }
+
+/// Every part of an answer at once, with a uid and texts that need escaping.
+#[test]
+fn the_answer_is_json_whatever_its_texts_hold() {
+    use poolkeeper_placement::{Decision, Reason};
+
+    let patch: Patch = serde_json::from_value(
+        json!([{"op": "add", "path": "/metadata/annotations", "value": {"a": "\"é\"\n"}}]),
+    )
+    .unwrap();
+    let mut patched = Decision::allow(Reason::InPool).with_warning("a \"quoted\"\\ warning");
+    patched.patch = Some(patch.clone());
+    let denied = Decision::deny(Reason::PolicyInvalid, "bad \u{1} \"policy\"");
+    let uid = "u-\"1\"\\";
+    let answer = |decision: &Decision| -> serde_json::Value {
+        serde_json::from_slice(&crate::wire::encode(uid, decision).unwrap()).unwrap()
+    };
+    let encoded = STANDARD.encode(serde_json::to_vec(&patch).unwrap());
+    assert_eq!(
+        answer(&patched),
+        json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": {
+            "uid": uid, "allowed": true, "patch": encoded, "patchType": "JSONPatch",
+            "warnings": ["a \"quoted\"\\ warning"]
+        }})
+    );
+    assert_eq!(
+        answer(&denied),
+        json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": {
+            "uid": uid, "allowed": false, "status": {
+                "status": "Failure", "message": "bad \u{1} \"policy\"", "reason": "InternalError", "code": 500
+            }
+        }})
+    );
+}
