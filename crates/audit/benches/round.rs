@@ -243,7 +243,12 @@ fn pages(scale: Scale) -> Vec<(PodQuery, Vec<Vec<u8>>)> {
                 }
             })
             .collect();
-        out.push((PodQuery::Namespace(namespace), serialize_pages(&pods)));
+        let query = PodQuery::Namespace {
+            namespace,
+            pool_label: POOL_LABEL.to_owned(),
+            leave_out: Vec::new(),
+        };
+        out.push((query, serialize_pages(&pods)));
     }
     let labelled: Vec<Value> = (0..scale.labelled_pods)
         .map(|i| {
@@ -395,10 +400,24 @@ impl BytesLister {
 impl BytesLister {
     fn serve(&self, query: &PodQuery, continue_token: Option<&str>) -> PodPage {
         let page: usize = continue_token.map_or(0, |t| t.parse().expect("token"));
+        // Every Pod of a page is read and judged as sent: the Nodes the
+        // round asks to leave out are not.
+        let sent_for = match query {
+            PodQuery::Namespace {
+                namespace,
+                pool_label,
+                ..
+            } => PodQuery::Namespace {
+                namespace: namespace.clone(),
+                pool_label: pool_label.clone(),
+                leave_out: Vec::new(),
+            },
+            labelled => labelled.clone(),
+        };
         let pages = self
             .pages
             .iter()
-            .find(|(q, _)| q == query)
+            .find(|(q, _)| *q == sent_for)
             .map(|(_, pages)| pages.as_slice())
             .unwrap_or_default();
         match pages.get(page) {

@@ -17,22 +17,42 @@ pub const RUNNING_OR_PENDING: &str = "status.phase!=Succeeded,status.phase!=Fail
 /// Which Pods one LIST reads.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PodQuery {
-    /// Every Pod of a bound namespace.
-    Namespace(String),
+    /// The Pods of a bound namespace that carry no pool label (the
+    /// [`PodQuery::Labelled`] LIST reads those), less those running on
+    /// `leave_out`: Nodes of the namespace's pools, where none of them can
+    /// be a violation.
+    Namespace {
+        namespace: String,
+        pool_label: String,
+        leave_out: Vec<String>,
+    },
     /// Pods in every namespace that carry the pool label (any value).
     Labelled { pool_label: String },
 }
+
+/// One term of a field selector that leaves out a Node's Pods.
+pub const NOT_ON_NODE: &str = ",spec.nodeName!=";
 
 impl PodQuery {
     /// The list parameters of one page: `limit` Pods from `continue_token`,
     /// neither Succeeded nor Failed.
     pub fn list_params(&self, limit: u32, continue_token: Option<&str>) -> ListParams {
-        let mut params = ListParams::default()
-            .limit(limit)
-            .fields(RUNNING_OR_PENDING);
-        if let Self::Labelled { pool_label } = self {
-            params = params.labels(pool_label);
-        }
+        let mut params = ListParams::default().limit(limit);
+        params = match self {
+            Self::Namespace {
+                pool_label,
+                leave_out,
+                ..
+            } => {
+                let mut fields = RUNNING_OR_PENDING.to_owned();
+                for node in leave_out {
+                    fields.push_str(NOT_ON_NODE);
+                    fields.push_str(node);
+                }
+                params.fields(&fields).labels(&format!("!{pool_label}"))
+            }
+            Self::Labelled { pool_label } => params.fields(RUNNING_OR_PENDING).labels(pool_label),
+        };
         if let Some(token) = continue_token {
             params = params.continue_token(token);
         }
@@ -43,7 +63,7 @@ impl PodQuery {
 impl std::fmt::Display for PodQuery {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Self::Namespace(namespace) => write!(f, "the Pods of namespace {namespace}"),
+            Self::Namespace { namespace, .. } => write!(f, "the Pods of namespace {namespace}"),
             Self::Labelled { pool_label } => write!(f, "the Pods labelled {pool_label}"),
         }
     }
@@ -117,7 +137,9 @@ impl KubePods {
         continue_token: Option<&str>,
     ) -> Result<PodPage, kube::Error> {
         let api: Api<Pod> = match query {
-            PodQuery::Namespace(namespace) => Api::namespaced(self.client.clone(), namespace),
+            PodQuery::Namespace { namespace, .. } => {
+                Api::namespaced(self.client.clone(), namespace)
+            }
             PodQuery::Labelled { .. } => Api::all(self.client.clone()),
         };
         let mut request = Request::new(api.resource_url())

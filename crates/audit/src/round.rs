@@ -1,6 +1,7 @@
-//! One audit round: every Pod of the bound namespaces and every Pod with
-//! the pool label, read a page at a time and judged against the index as
-//! it is now by [`poolkeeper_placement::audit`]. Nothing of a Pod is kept
+//! One audit round: every Pod of the bound namespaces that is not on a
+//! Node of its namespace's pools, and every Pod with the pool label, read a
+//! page at a time and judged against the index as it is now by
+//! [`poolkeeper_placement::audit`]. Nothing of a Pod is kept
 //! beyond its page but the violations to report. Several LISTs run at once
 //! (`audit.concurrency`), their results merged in the order of the LISTs.
 
@@ -11,12 +12,13 @@ use futures::StreamExt;
 use poolkeeper_bus::{AuditCount, AuditViolation, Event};
 use poolkeeper_index::{Index, PlacementView};
 use poolkeeper_placement::{
-    Decision, PlacementPolicy, PodPlacement, Workload, WorkloadKind, audit, validate_workload,
+    Decision, PlacementPolicy, PodPlacement, PoolSet, Workload, WorkloadKind, audit,
+    validate_workload,
 };
 use tokio::time::Instant;
 
 use crate::error::AuditError;
-use crate::lister::{PodLister, PodQuery};
+use crate::lister::{NOT_ON_NODE, PodLister, PodQuery};
 use crate::settings::AuditSettings;
 
 /// What identifies a violation across rounds.
@@ -51,7 +53,7 @@ impl ReportKey {
 /// What one round found.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Round {
-    /// Pods judged.
+    /// Pods read and judged (those a namespace's LIST leaves out are not).
     pub pods: usize,
     /// Workloads (their Pod templates) judged.
     pub workloads: usize,
@@ -243,14 +245,48 @@ impl<'r> Tally<'r> {
 }
 
 /// The LISTs of one round: each bound namespace, then the labelled Pods
-/// of every other namespace.
-pub fn queries(policy: &PlacementPolicy, pool_label: &str) -> Vec<PodQuery> {
+/// of every namespace. A namespace's LIST leaves out the Pods on the Nodes
+/// of its pools (as `view` has them), as many Nodes as fit in
+/// [`LEAVE_OUT_BYTES`]: such a Pod is in its pool, unless a pool label binds
+/// it elsewhere, and the labelled Pods have their own LIST. So the API
+/// server encodes and sends only the Pods that may be violations.
+pub fn queries(policy: &PlacementPolicy, view: &PlacementView<'_>) -> Vec<PodQuery> {
+    let pool_label = view.pool_label();
     policy
         .bindings()
-        .map(|(namespace, _)| PodQuery::Namespace(namespace.to_owned()))
+        .map(|(namespace, binding)| PodQuery::Namespace {
+            namespace: namespace.to_owned(),
+            pool_label: pool_label.to_owned(),
+            leave_out: pool_nodes(view, &binding.pools),
+        })
         .chain([PodQuery::Labelled {
             pool_label: pool_label.to_owned(),
         }])
+        .collect()
+}
+
+/// How much of a field selector the Nodes left out of a namespace's LIST
+/// may take, so that its URL stays well under the 8 KiB that proxies in
+/// front of API servers commonly accept. Pods on the Nodes beyond it are
+/// read and judged as any other.
+pub const LEAVE_OUT_BYTES: usize = 4096;
+
+/// The Nodes of `pools`, by name, as many as fit in [`LEAVE_OUT_BYTES`].
+fn pool_nodes(view: &PlacementView<'_>, pools: &PoolSet) -> Vec<String> {
+    let mut names: Vec<&str> = pools
+        .names()
+        .iter()
+        .flat_map(|pool| view.nodes_with_label(view.pool_label(), pool))
+        .map(|node| node.name.as_str())
+        .collect();
+    names.sort_unstable();
+    let mut room = LEAVE_OUT_BYTES;
+    names
+        .into_iter()
+        .map_while(|name| {
+            room = room.checked_sub(NOT_ON_NODE.len() + name.len())?;
+            Some(name.to_owned())
+        })
         .collect()
 }
 
@@ -289,7 +325,16 @@ pub async fn audit_round(
     previous: &HashSet<ReportKey>,
 ) -> Result<Round, AuditError> {
     let started = Instant::now();
-    let loaded = settings.policy.get(&index.placement());
+    // The view is a lock guard: never held across a LIST.
+    let (loaded, queries) = {
+        let view = index.placement();
+        let loaded = settings.policy.get(&view);
+        let queries = match loaded.as_ref() {
+            Ok(policy) => queries(policy, &view),
+            Err(_) => Vec::new(),
+        };
+        (loaded, queries)
+    };
     let policy = loaded
         .as_ref()
         .as_ref()
@@ -303,7 +348,7 @@ pub async fn audit_round(
         bound: &bound,
         previous,
     };
-    let jobs = queries(policy, index.pool_label())
+    let jobs = queries
         .into_iter()
         .map(Job::Pods)
         .chain(WorkloadKind::ALL.into_iter().map(Job::Workloads));
@@ -362,8 +407,6 @@ async fn audit_pods(
     query: &PodQuery,
     tally: &mut Tally<'_>,
 ) -> Result<(), AuditError> {
-    // Pods of bound namespaces were judged by their namespace's LIST.
-    let labelled = matches!(query, PodQuery::Labelled { .. });
     let mut token: Option<String> = None;
     loop {
         let page = scope
@@ -377,9 +420,7 @@ async fn audit_pods(
         // The view is a lock guard: taken per page, never held across a LIST.
         let view = scope.index.placement();
         for pod in &page.pods {
-            if !(labelled && scope.bound.contains(pod.namespace.as_str())) {
-                tally.judge(pod, &view, scope.policy);
-            }
+            tally.judge(pod, &view, scope.policy);
         }
         drop(view);
         token = page.continue_token;

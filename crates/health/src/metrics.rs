@@ -25,7 +25,7 @@
 //! | `webhook_admissions_total` | `webhook`, `result`, `mode` | `AdmissionDecided` |
 //! | `webhook_admission_duration_seconds` | `webhook` | `AdmissionDecided` |
 //! | `audit_violations` | `namespace`, `pool`, `reason` | `AuditCompleted` (the last round's; a violation that is gone disappears) |
-//! | `audit_pods` | | `AuditCompleted` (Pods checked in the last round) |
+//! | `audit_pods` | | `AuditCompleted` (Pods read and judged in the last round) |
 //! | `audit_rounds_total` | | `AuditCompleted` |
 //! | `audit_duration_seconds` | | `AuditCompleted` |
 //! | `placement_rejected_bindings` | `reason` | `BindingsRejected` (Namespace label bindings that take no effect) |
@@ -299,7 +299,7 @@ impl Metrics {
         );
         audit.register(
             "pods",
-            "Pods checked by the last audit round",
+            "Pods the last audit round read and judged (those on their namespace's pools' Nodes are left out)",
             self.audit_pods.clone(),
         );
         audit.register(

@@ -145,7 +145,7 @@ fn table(round: &Round) -> String {
     let violations = round.violations();
     let _ = writeln!(
         text,
-        "{} pods and {} workloads checked in {:.2}s: {}",
+        "{} pods and {} workloads checked in {:.2}s (Pods on their pools' Nodes left out): {}",
         round.pods,
         round.workloads,
         round.duration.as_secs_f64(),

@@ -11,7 +11,8 @@ use serde_json::json;
 use tokio::time::Instant;
 
 use super::{
-    FakePods, POOL, assert_failed_listing, cluster, labels, on, pod, policy_config_map, settings,
+    FakePods, POOL, assert_failed_listing, cluster, labels, namespace_query, on, pod,
+    policy_config_map, settings,
 };
 use crate::{AuditSettings, PodQuery, ReportKey, Round, audit_round};
 
@@ -80,7 +81,7 @@ fn workloads() -> Vec<Workload> {
 /// Later namespaces answer sooner, so LISTs finish out of their order.
 fn reversed_latency(query: &PodQuery, _token: Option<&str>) -> Duration {
     match query {
-        PodQuery::Namespace(namespace) => {
+        PodQuery::Namespace { namespace, .. } => {
             let i: u64 = namespace.trim_start_matches("ns-").parse().unwrap();
             Duration::from_millis(100u64.saturating_sub(7 * i).max(1))
         }
@@ -205,8 +206,8 @@ async fn timed(
     bind(&settings, &index, namespaces);
     let lister =
         FakePods::new(pods(namespaces, per_namespace)).with_latency(move |query, _| match query {
-            PodQuery::Namespace(namespace) if namespace == "ns-00" => first,
-            PodQuery::Namespace(_) => Duration::from_millis(100),
+            PodQuery::Namespace { namespace, .. } if namespace == "ns-00" => first,
+            PodQuery::Namespace { .. } => Duration::from_millis(100),
             PodQuery::Labelled { .. } => Duration::ZERO,
         });
     let started = Instant::now();
@@ -215,10 +216,11 @@ async fn timed(
         .unwrap();
     let elapsed = started.elapsed();
     assert_eq!(round.duration, elapsed);
+    let on_their_pools_nodes = (0..per_namespace).filter(|j| j % 3 == 1).count();
     assert_eq!(
         round.pods,
-        namespaces * per_namespace + 4,
-        "4 labelled elsewhere"
+        namespaces * (per_namespace - on_their_pools_nodes) + 4,
+        "4 labelled elsewhere; those on their pools' Nodes left out"
     );
     (elapsed, lister.max_in_flight.load(Ordering::SeqCst))
 }
@@ -232,11 +234,12 @@ async fn lists_in_flight_shorten_the_round_up_to_the_limit() {
         (40, 3, 500, 8, 500, 8),
         (40, 3, 500, 32, 200, 32),
         (40, 3, 500, 40, 100, 40),
-        // One namespace of 10 pages: its pages one after another (the
-        // labelled Pods' LIST beside them).
-        (1, 30, 3, 8, 1000, 2),
+        // One namespace of 10 pages (30 Pods read, the 15 on its pool's Node
+        // left out): its pages one after another (the labelled Pods' LIST
+        // beside them).
+        (1, 45, 3, 8, 1000, 2),
         // 8 namespaces of 4 pages each, 4 at a time: 2 × 4 pages.
-        (8, 12, 3, 4, 800, 4),
+        (8, 18, 3, 4, 800, 4),
     ];
     for (namespaces, per_namespace, page_size, concurrency, millis, most) in cases {
         let (elapsed, in_flight) = timed(
@@ -271,7 +274,8 @@ async fn a_failed_list_fails_the_round_naming_its_query() {
     let index = cluster(&settings);
     bind(&settings, &index, 40);
     let lister = FakePods::new(pods(40, 3)).with_latency(reversed_latency);
-    *lister.failing_query.lock() = Some(PodQuery::Namespace(namespace(17)));
+    // ns-17 is bound to beijing.
+    *lister.failing_query.lock() = Some(namespace_query(&namespace(17), &["bj-1"]));
     let error = audit_round(&lister, &index, &settings, &HashSet::new())
         .await
         .unwrap_err();

@@ -91,6 +91,15 @@ pub(crate) fn on(node: &str) -> Value {
     json!({"nodeName": node})
 }
 
+/// The LIST of a bound namespace's Pods, leaving out those on `leave_out`.
+pub(crate) fn namespace_query(namespace: &str, leave_out: &[&str]) -> PodQuery {
+    PodQuery::Namespace {
+        namespace: namespace.to_owned(),
+        pool_label: POOL.to_owned(),
+        leave_out: leave_out.iter().map(|node| (*node).to_owned()).collect(),
+    }
+}
+
 /// One LIST call: the query, its limit and its continue token.
 pub(crate) type Call = (PodQuery, u32, Option<String>);
 
@@ -158,7 +167,17 @@ impl FakePods {
             .lock()
             .iter()
             .filter(|pod| match query {
-                PodQuery::Namespace(namespace) => pod.namespace == *namespace,
+                PodQuery::Namespace {
+                    namespace,
+                    pool_label,
+                    leave_out,
+                } => {
+                    pod.namespace == *namespace
+                        && !pod.labels.contains_key(pool_label)
+                        && pod
+                            .node_name()
+                            .is_none_or(|node| !leave_out.iter().any(|out| out == node))
+                }
                 PodQuery::Labelled { pool_label } => pod.labels.contains_key(pool_label),
             })
             .cloned()

@@ -7,8 +7,8 @@ use poolkeeper_index::IndexResource;
 use serde_json::json;
 
 use super::{
-    FakePods, POOL, assert_failed_listing, cluster, counts, k8s_node, labels, on, pod,
-    policy_config_map, settings,
+    FakePods, POOL, assert_failed_listing, cluster, counts, k8s_node, labels, namespace_query, on,
+    pod, policy_config_map, settings,
 };
 use poolkeeper_placement::{Workload, WorkloadKind};
 
@@ -29,6 +29,13 @@ fn pods() -> Vec<poolkeeper_placement::PodPlacement> {
             json!({"nodeSelector": {"x": "y"}}),
         ),
         pod("shop-hangzhou", "on-unknown", json!({}), on("gone")),
+        // On a Node of its namespace's pool, but labelled into another.
+        pod(
+            "shop-hangzhou",
+            "labelled-away",
+            labels(&[(POOL, "beijing")]),
+            on("hz-1"),
+        ),
         // shop-beijing (dryrun): one outside, one labelled into hangzhou.
         pod("shop-beijing", "out-hz", json!({}), on("hz-1")),
         pod(
@@ -64,11 +71,14 @@ async fn judges_bound_namespaces_and_labelled_pods_once_each() {
         .await
         .unwrap();
 
-    // 6 + 2 in bound namespaces, 3 labelled elsewhere ("relabelled" once).
-    assert_eq!(round.pods, 11);
+    // Unlabelled in bound namespaces but not on their pools' Nodes: 4 + 1;
+    // labelled anywhere: 5. in-1, in-2 (hangzhou) and plain (unbound) are
+    // never read.
+    assert_eq!(round.pods, 10);
     let expected = [
         (("default", "beijing", "outside_pool"), 1),
         (("shop-beijing", "beijing", "outside_pool"), 1),
+        (("shop-hangzhou", "beijing", "outside_pool"), 1),
         (("shop-hangzhou", "hangzhou", "no_matching_node"), 1),
         (("shop-hangzhou", "hangzhou", "outside_pool"), 2),
     ];
@@ -77,7 +87,7 @@ async fn judges_bound_namespaces_and_labelled_pods_once_each() {
         .map(|((ns, pool, reason), n)| ((ns.to_owned(), pool.to_owned(), reason), n))
         .collect();
     assert_eq!(counts(&round), expected);
-    assert_eq!(round.violations(), 5);
+    assert_eq!(round.violations(), 6);
     assert!(!round.truncated);
 
     let found: Vec<(&str, &str, Option<&str>)> = round
@@ -92,6 +102,7 @@ async fn judges_bound_namespaces_and_labelled_pods_once_each() {
             ("shop-hangzhou", "out-bj", Some("bj-1")),
             ("shop-hangzhou", "out-free", Some("free-1")),
             ("shop-hangzhou", "pending-out", None),
+            ("shop-hangzhou", "labelled-away", Some("hz-1")),
             ("default", "labelled-out", Some("hz-1")),
         ],
         "bound namespaces in order, then the labelled Pods"
@@ -117,32 +128,42 @@ async fn reads_every_page_with_the_configured_size() {
         .await
         .unwrap();
     let calls = lister.calls.lock().clone();
-    let hangzhou = PodQuery::Namespace("shop-hangzhou".to_owned());
-    let beijing = PodQuery::Namespace("shop-beijing".to_owned());
+    let hangzhou = namespace_query("shop-hangzhou", &["hz-1", "hz-2"]);
+    let beijing = namespace_query("shop-beijing", &["bj-1"]);
     let labelled = PodQuery::Labelled {
         pool_label: POOL.to_owned(),
     };
     let expected = vec![
         (beijing, 2, None),
         (hangzhou.clone(), 2, None),
-        (hangzhou.clone(), 2, Some("2".to_owned())),
-        (hangzhou, 2, Some("4".to_owned())),
+        (hangzhou, 2, Some("2".to_owned())),
         (labelled.clone(), 2, None),
         (labelled.clone(), 2, Some("2".to_owned())),
+        (labelled, 2, Some("4".to_owned())),
     ];
     assert_eq!(calls, expected);
 }
 
 #[test]
 fn list_parameters() {
-    let namespace = PodQuery::Namespace("a".to_owned()).list_params(500, None);
+    let namespace = namespace_query("a", &[]).list_params(500, None);
     assert_eq!(namespace.limit, Some(500));
     assert_eq!(
         namespace.field_selector.as_deref(),
         Some(RUNNING_OR_PENDING)
     );
-    assert_eq!(namespace.label_selector, None);
+    assert_eq!(
+        namespace.label_selector.as_deref(),
+        Some("!apps.openyurt.io/nodepool")
+    );
     assert_eq!(namespace.continue_token, None);
+    let leaving_out = namespace_query("a", &["hz-1", "hz-2"]).list_params(500, None);
+    assert_eq!(
+        leaving_out.field_selector.as_deref(),
+        Some(
+            "status.phase!=Succeeded,status.phase!=Failed,spec.nodeName!=hz-1,spec.nodeName!=hz-2"
+        )
+    );
     let labelled = PodQuery::Labelled {
         pool_label: POOL.to_owned(),
     }
@@ -163,7 +184,7 @@ async fn only_the_first_violations_are_detailed_but_all_are_counted() {
         .unwrap();
     assert_eq!(round.findings.len(), 2);
     assert!(round.truncated);
-    assert_eq!(round.violations(), 5);
+    assert_eq!(round.violations(), 6);
     let event = round.to_event();
     let json = serde_json::to_value(&event).unwrap();
     assert_eq!(json["type"], "AuditCompleted");
@@ -242,8 +263,12 @@ async fn without_bindings_only_labelled_pods_are_listed() {
     let round = audit_round(&lister, &index, &settings, &HashSet::new())
         .await
         .unwrap();
-    assert_eq!(round.pods, 4, "the four labelled Pods");
-    assert_eq!(round.violations(), 1, "default/labelled-out");
+    assert_eq!(round.pods, 5, "the five labelled Pods");
+    assert_eq!(
+        round.violations(),
+        2,
+        "default/labelled-out, shop-hangzhou/labelled-away"
+    );
     assert!(
         lister
             .calls
@@ -380,4 +405,55 @@ async fn workloads_whose_template_would_be_denied_are_reported() {
     // shop-beijing is a dryrun binding: what enforce would deny still counts.
     assert_eq!(round.findings[3].mode, poolkeeper_placement::Mode::Dryrun);
     assert_eq!(stray.kind, "Deployment");
+}
+
+/// A namespace's LIST leaves out the Nodes of every pool of its binding, in
+/// name order, as many as the selector's budget holds.
+#[test]
+fn namespace_lists_leave_out_their_pools_nodes_within_the_budget() {
+    use crate::round::{LEAVE_OUT_BYTES, queries};
+    use poolkeeper_placement::PlacementPolicy;
+
+    let settings = settings();
+    let index = cluster(&settings);
+    // 300 Nodes of 40-character names in pool "wide": more than the budget holds.
+    let wide: Vec<String> = (0..300).map(|i| format!("wide-{i:0>35}")).collect();
+    for name in wide.iter().rev() {
+        index.apply(k8s_node(name, Some("wide")));
+    }
+    index.apply(policy_config_map(
+        &settings,
+        "bindings:
+  - {namespace: a, nodePool: wide}
+  - {namespace: b, nodePools: [hangzhou, beijing]}
+  - {namespace: c, nodePool: gone}
+",
+    ));
+    let view = index.placement();
+    let loaded = settings.policy.get(&view);
+    let policy: &PlacementPolicy = loaded.as_ref().as_ref().unwrap();
+    let found = queries(policy, &view);
+    let leave_out = |namespace: &str| match found
+        .iter()
+        .find(|query| matches!(query, PodQuery::Namespace { namespace: n, .. } if n == namespace))
+    {
+        Some(PodQuery::Namespace { leave_out, .. }) => leave_out.clone(),
+        other => panic!("{other:?}"),
+    };
+    let a = leave_out("a");
+    let fits = LEAVE_OUT_BYTES / (",spec.nodeName!=".len() + 40);
+    assert_eq!(a, wide[..fits].to_vec(), "the first Nodes by name that fit");
+    let selector = namespace_query("a", &a.iter().map(String::as_str).collect::<Vec<_>>())
+        .list_params(500, None)
+        .field_selector
+        .unwrap();
+    assert!(selector.len() <= RUNNING_OR_PENDING.len() + LEAVE_OUT_BYTES);
+    assert_eq!(leave_out("b"), ["bj-1", "hz-1", "hz-2"]);
+    assert_eq!(leave_out("c"), Vec::<String>::new(), "a pool with no Nodes");
+    assert_eq!(
+        found.last(),
+        Some(&PodQuery::Labelled {
+            pool_label: POOL.to_owned()
+        })
+    );
 }
