@@ -143,7 +143,7 @@ async fn write_placement(target: &Target, sizes: &Sizes) -> Result<()> {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {"name": target.placement_name, "namespace": target.placement_namespace},
-        "data": {(target.placement_key.as_str()): objects::placement_policy(sizes)},
+        "data": {(target.placement_key.as_str()): objects::placement_policy(sizes, 0)},
     });
     create(&api, config_map).await
 }

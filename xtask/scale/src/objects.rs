@@ -436,15 +436,17 @@ pub fn machine_status(index: usize) -> Value {
     }})
 }
 
-/// The placement document: one tenant namespace per pool, bound to it, and the edge toleration.
-pub fn placement_policy(sizes: &Sizes) -> String {
+/// The placement document: one tenant namespace per pool, bound to the pool `shift` after its
+/// own (0: its own, where its Pods run; 1: the next, so that every Pod runs outside its pool),
+/// and the edge toleration.
+pub fn placement_policy(sizes: &Sizes, shift: usize) -> String {
     let mut policy = String::from("bindings:\n");
     for pool in 0..sizes.pools {
         let _ = writeln!(
             policy,
             "  - namespace: {}\n    nodePool: {}",
             tenant_namespace(pool),
-            pool_name(pool)
+            pool_name((pool + shift) % sizes.pools)
         );
     }
     let _ = writeln!(
@@ -533,9 +535,11 @@ mod tests {
 
     #[test]
     fn the_policy_binds_one_namespace_per_pool() {
-        let policy = placement_policy(&SIZES);
+        let policy = placement_policy(&SIZES, 0);
         assert_eq!(policy.matches("nodePool:").count(), SIZES.pools);
         assert!(policy.contains("namespace: tenant-004\n    nodePool: pool-004"));
+        let shifted = placement_policy(&SIZES, 1);
+        assert!(shifted.contains("namespace: tenant-004\n    nodePool: pool-005"));
         assert!(policy.contains("edgeTolerations"));
     }
 }

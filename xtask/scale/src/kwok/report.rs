@@ -73,6 +73,8 @@ pub struct KwokFigures {
     pub steady: Vec<Steady>,
     pub creations: Vec<Creation>,
     pub audit: Option<AuditFigures>,
+    /// The same round with every namespace bound to another pool: every Pod read.
+    pub audit_misplaced: Option<AuditFigures>,
     pub restart: Startup,
     /// Bound Pods replaced (deleted, and a new one created) during the churn window.
     pub churned_pods: usize,
@@ -92,6 +94,7 @@ impl KwokFigures {
             steady: Vec::new(),
             creations: Vec::new(),
             audit: None,
+            audit_misplaced: None,
             restart: Startup::default(),
             churned_pods: 0,
             cluster_memory: Vec::new(),
@@ -196,29 +199,41 @@ impl KwokFigures {
     }
 
     fn render_audit(&self, out: &mut String) {
-        let Some(a) = &self.audit else { return };
-        let api = a.apiserver_cpu.map_or("n/a".into(), |c| {
-            format!(
-                "{:.1}s ({:.0} % of a core)",
-                c.as_secs_f64(),
-                share(c, a.wall) * 100.0
-            )
-        });
-        let _ = writeln!(
-            out,
-            "Audit (`poolkeeper audit`, a process of its own): {} Pods, round {} (process {:.2}s wall) {}, \
-             {:.0} pages of Pods, peak RSS {}, CPU {}, {} violation groups; API server CPU during it {api}.\n",
-            a.pods,
-            a.round
-                .map_or("n/a".into(), |r| format!("{:.2}s", r.as_secs_f64())),
-            a.wall.as_secs_f64(),
-            goal(a.round.is_some_and(|r| r < AUDIT_GOAL)),
-            a.pod_lists,
-            mib(a.peak_rss_kib),
-            a.cpu
-                .map_or("n/a".into(), |c| format!("{:.1}s", c.as_secs_f64())),
-            a.violations
-        );
+        let rounds = [
+            (
+                "Audit (`poolkeeper audit`, a process of its own)",
+                &self.audit,
+            ),
+            (
+                "The same with every namespace bound to the next pool (every Pod outside its pool, every Pod read)",
+                &self.audit_misplaced,
+            ),
+        ];
+        for (what, audit) in rounds {
+            let Some(a) = audit else { continue };
+            let api = a.apiserver_cpu.map_or("n/a".into(), |c| {
+                format!(
+                    "{:.1}s ({:.0} % of a core)",
+                    c.as_secs_f64(),
+                    share(c, a.wall) * 100.0
+                )
+            });
+            let _ = writeln!(
+                out,
+                "{what}: {} Pods read, round {} (process {:.2}s wall) {}, \
+                 {:.0} pages of Pods, peak RSS {}, CPU {}, {} violation groups; API server CPU during it {api}.\n",
+                a.pods,
+                a.round
+                    .map_or("n/a".into(), |r| format!("{:.2}s", r.as_secs_f64())),
+                a.wall.as_secs_f64(),
+                goal(a.round.is_some_and(|r| r < AUDIT_GOAL)),
+                a.pod_lists,
+                mib(a.peak_rss_kib),
+                a.cpu
+                    .map_or("n/a".into(), |c| format!("{:.1}s", c.as_secs_f64())),
+                a.violations
+            );
+        }
     }
 
     fn render_starts(&self, out: &mut String) {

@@ -23,8 +23,8 @@ use crate::process::{self, Launch, Memory, Poolkeeper};
 use crate::startup::Startup;
 use crate::stats::{Histogram, histograms};
 use crate::{
-    Args, CONTROLLER_NAMESPACE, FINALIZER, NAMESPACE, READY_TIMEOUT, launch, load_cluster,
-    new_figures, record_load_average, register_webhooks, settle,
+    Args, CONTROLLER_NAMESPACE, FINALIZER, NAMESPACE, PLACEMENT_KEY, READY_TIMEOUT, launch,
+    load_cluster, new_figures, record_load_average, register_webhooks, settle,
 };
 
 /// Where kwok takes Pod IPs from: room for a million Pods.
@@ -205,8 +205,11 @@ impl Phases<'_> {
         );
         println!("audit round, once the leader's next round is over ...");
         after_leader_round(poolkeeper).await?;
-        figures.audit = Some(self.audit().await?);
-        poolkeeper.check_running("the audit round")
+        figures.audit = Some(self.audit(&self.launch.dir.join("poolkeeper.yaml")).await?);
+        println!("audit round with every namespace bound to the next pool ...");
+        let misplaced = self.misplaced_config().await?;
+        figures.audit_misplaced = Some(self.audit(&misplaced).await?);
+        poolkeeper.check_running("the audit rounds")
     }
 
     async fn after_restart(
@@ -418,9 +421,35 @@ impl Phases<'_> {
         Ok(all)
     }
 
-    /// `poolkeeper audit` as a separate process under GNU time (wall time, peak RSS), with the
-    /// API server's CPU over it.
-    async fn audit(&self) -> Result<AuditFigures> {
+    /// A configuration whose placement policy binds each tenant namespace to the next pool, so
+    /// that every Pod runs outside its pool: the audit then reads every Pod (a namespace's LIST
+    /// leaves out only the Nodes of its own pools). The running controller keeps its policy.
+    async fn misplaced_config(&self) -> Result<std::path::PathBuf> {
+        const NAME: &str = "poolkeeper-placement-misplaced";
+        let policy = objects::placement_policy(&self.args.sizes(), 1);
+        let config_map: k8s_openapi::api::core::v1::ConfigMap =
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": NAME, "namespace": CONTROLLER_NAMESPACE},
+                "data": {(PLACEMENT_KEY): policy},
+            }))
+            .map_err(|e| ScaleError::json("the misplaced policy", e))?;
+        Api::namespaced(self.client.clone(), CONTROLLER_NAMESPACE)
+            .create(&kube::api::PostParams::default(), &config_map)
+            .await
+            .map_err(|e| ScaleError::kube("creating the misplaced policy", e))?;
+        let path = self.launch.dir.join("poolkeeper-misplaced.yaml");
+        let config = format!(
+            "{}placement: {{policyConfigMap: {{namespace: {CONTROLLER_NAMESPACE}, name: {NAME}, key: {PLACEMENT_KEY}}}}}\n",
+            process::config_yaml(self.launch)
+        );
+        std::fs::write(&path, config)
+            .map_err(|e| ScaleError::io(format!("writing {}", path.display()), e))?;
+        Ok(path)
+    }
+
+    /// `poolkeeper audit --config config` as a separate process under GNU time (wall time, peak
+    /// RSS), with the API server's CPU over it.
+    async fn audit(&self, config: &Path) -> Result<AuditFigures> {
         let lists_before = pod_lists(self.client).await?;
         let api_before = self.env.pid(Process::ApiServer).and_then(sample::cpu_time);
         let started = Instant::now();
@@ -431,7 +460,7 @@ impl Phases<'_> {
             .arg("--kubeconfig")
             .arg(&self.launch.kubeconfig)
             .arg("--config")
-            .arg(self.launch.dir.join("poolkeeper.yaml"))
+            .arg(config)
             .args(["--output", "json"])
             .stdin(Stdio::null())
             .output()
