@@ -38,7 +38,9 @@ use std::time::{Duration, Instant};
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use kube::core::ObjectList;
-use poolkeeper_audit::{AuditSettings, PodLister, PodPage, PodQuery, audit_round, join_chunks};
+use poolkeeper_audit::{
+    AuditSettings, PageStart, PodLister, PodPage, PodQuery, audit_round, join_chunks,
+};
 use poolkeeper_config::Config;
 use poolkeeper_index::{Index, IndexResource};
 use poolkeeper_placement::PodPlacement;
@@ -428,6 +430,7 @@ impl BytesLister {
                 PodPage {
                     pods: list.items,
                     continue_token: list.metadata.continue_.filter(|t| !t.is_empty()),
+                    resource_version: list.metadata.resource_version,
                 }
             }
         }
@@ -439,8 +442,12 @@ impl PodLister for BytesLister {
         &'a self,
         query: &'a PodQuery,
         _limit: u32,
-        continue_token: Option<&'a str>,
+        start: PageStart<'a>,
     ) -> BoxFuture<'a, Result<PodPage, kube::Error>> {
+        let continue_token = match start {
+            PageStart::Continue(token) => Some(token),
+            PageStart::Latest | PageStart::NotOlderThan(_) => None,
+        };
         Box::pin(async move {
             if !self.latency.is_zero() {
                 tokio::time::sleep(self.latency).await;

@@ -3,8 +3,10 @@
 //!
 //! - [`Audit`]: the leader-only [`poolkeeper_supervisor::Component`]
 //!   `audit`. Every `audit.interval` it runs a round ([`audit_round`]):
-//!   a paginated LIST of the Pods of each bound namespace and of the Pods
-//!   carrying the pool label ([`PodLister`], [`KubePods`]), each projected
+//!   a paginated LIST of the Pods of each bound namespace (less those on
+//!   the Nodes of its pools, which cannot be violations, and those with the
+//!   pool label) and of the Pods carrying the pool label ([`PodLister`],
+//!   [`KubePods`]), each projected
 //!   ([`poolkeeper_placement::PodPlacement`]) and judged at once against
 //!   the index by [`poolkeeper_placement::audit`]; nothing is kept between
 //!   rounds and nothing is watched. At most `audit.concurrency` LISTs are
@@ -26,8 +28,8 @@ mod snapshot;
 pub use component::Audit;
 pub use error::AuditError;
 pub use lister::{
-    KubePods, PodLister, PodPage, PodQuery, RUNNING_OR_PENDING, WorkloadPage, decode_page,
-    join_chunks,
+    KubePods, PageStart, PodLister, PodPage, PodQuery, RUNNING_OR_PENDING, WorkloadPage,
+    decode_page, join_chunks,
 };
 pub use round::{ReportKey, Round, audit_round, queries};
 pub use settings::AuditSettings;

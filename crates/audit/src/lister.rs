@@ -5,7 +5,7 @@ use futures::future::BoxFuture;
 use http_body_util::BodyExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::api::{DynamicObject, ListParams};
+use kube::api::{DynamicObject, ListParams, VersionMatch};
 use kube::core::{GroupVersionKind, ObjectList, Request, Status};
 use poolkeeper_placement::{PodPlacement, Workload, WorkloadKind};
 
@@ -34,9 +34,9 @@ pub enum PodQuery {
 pub const NOT_ON_NODE: &str = ",spec.nodeName!=";
 
 impl PodQuery {
-    /// The list parameters of one page: `limit` Pods from `continue_token`,
-    /// neither Succeeded nor Failed.
-    pub fn list_params(&self, limit: u32, continue_token: Option<&str>) -> ListParams {
+    /// The list parameters of one page: `limit` Pods from `start`, neither
+    /// Succeeded nor Failed.
+    pub fn list_params(&self, limit: u32, start: PageStart<'_>) -> ListParams {
         let mut params = ListParams::default().limit(limit);
         params = match self {
             Self::Namespace {
@@ -53,10 +53,13 @@ impl PodQuery {
             }
             Self::Labelled { pool_label } => params.fields(RUNNING_OR_PENDING).labels(pool_label),
         };
-        if let Some(token) = continue_token {
-            params = params.continue_token(token);
+        match start {
+            PageStart::Latest => params,
+            PageStart::NotOlderThan(version) => {
+                params.at(version).matching(VersionMatch::NotOlderThan)
+            }
+            PageStart::Continue(token) => params.continue_token(token),
         }
-        params
     }
 }
 
@@ -83,17 +86,34 @@ pub struct PodPage {
     pub pods: Vec<PodPlacement>,
     /// Where the next page starts; `None` on the last page.
     pub continue_token: Option<String>,
+    /// The list's `resourceVersion`: the API server's Pods were at least
+    /// this recent when it answered.
+    pub resource_version: Option<String>,
+}
+
+/// Where a LIST's page starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PageStart<'a> {
+    /// A LIST's first page, as recent as the Pods in etcd: the API server
+    /// confirms that its watch cache is current first, which takes up to a
+    /// progress notification from etcd (~100 ms) while other resources are
+    /// written and no Pod is.
+    Latest,
+    /// A LIST's first page, no older than this `resourceVersion` of an
+    /// earlier answer: served from the watch cache at once.
+    NotOlderThan(&'a str),
+    /// A later page, at its `continue` token.
+    Continue(&'a str),
 }
 
 /// Reads Pods a page at a time.
 pub trait PodLister: Send + Sync + 'static {
-    /// The page of `query` that starts at `continue_token` (the first page
-    /// without one), at most `limit` Pods.
+    /// The page of `query` that starts at `start`, at most `limit` Pods.
     fn page<'a>(
         &'a self,
         query: &'a PodQuery,
         limit: u32,
-        continue_token: Option<&'a str>,
+        start: PageStart<'a>,
     ) -> BoxFuture<'a, Result<PodPage, kube::Error>>;
 
     /// The page of the workloads of `kind` in every namespace that starts at
@@ -134,7 +154,7 @@ impl KubePods {
         &self,
         query: &PodQuery,
         limit: u32,
-        continue_token: Option<&str>,
+        start: PageStart<'_>,
     ) -> Result<PodPage, kube::Error> {
         let api: Api<Pod> = match query {
             PodQuery::Namespace { namespace, .. } => {
@@ -143,7 +163,7 @@ impl KubePods {
             PodQuery::Labelled { .. } => Api::all(self.client.clone()),
         };
         let mut request = Request::new(api.resource_url())
-            .list(&query.list_params(limit, continue_token))
+            .list(&query.list_params(limit, start))
             .map_err(kube::Error::BuildRequest)?;
         request.extensions_mut().insert("list");
         request.headers_mut().insert(
@@ -190,6 +210,10 @@ pub fn decode_page(body: Vec<u8>, protobuf: bool) -> Result<PodPage, kube::Error
         serde_json::from_slice(&body).map_err(kube::Error::SerdeError)?;
     Ok(PodPage {
         continue_token: list.metadata.continue_.filter(|token| !token.is_empty()),
+        resource_version: list
+            .metadata
+            .resource_version
+            .filter(|version| !version.is_empty()),
         pods: list.items,
     })
 }
@@ -233,9 +257,9 @@ impl PodLister for KubePods {
         &'a self,
         query: &'a PodQuery,
         limit: u32,
-        continue_token: Option<&'a str>,
+        start: PageStart<'a>,
     ) -> BoxFuture<'a, Result<PodPage, kube::Error>> {
-        Box::pin(self.list(query, limit, continue_token))
+        Box::pin(self.list(query, limit, start))
     }
 
     fn workloads<'a>(

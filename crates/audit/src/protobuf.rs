@@ -77,6 +77,8 @@ struct PodList {
 
 #[derive(Clone, PartialEq, Message)]
 struct ListMeta {
+    #[prost(string, optional, tag = "2")]
+    resource_version: Option<String>,
     #[prost(string, optional, tag = "3")]
     continue_token: Option<String>,
 }
@@ -181,8 +183,10 @@ struct ProtoStatus {
 /// The page of Pods in a protobuf `PodList` body.
 pub fn decode_pod_page(body: Bytes) -> Result<PodPage, ProtobufError> {
     let list = PodList::decode(unwrap_envelope(body, "PodList")?)?;
+    let metadata = list.metadata.unwrap_or_default();
     Ok(PodPage {
-        continue_token: present(list.metadata.and_then(|metadata| metadata.continue_token)),
+        continue_token: present(metadata.continue_token),
+        resource_version: present(metadata.resource_version),
         pods: list.items.into_iter().map(PodPlacement::from).collect(),
     })
 }

@@ -6,6 +6,7 @@
 //! (`audit.concurrency`), their results merged in the order of the LISTs.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -18,7 +19,7 @@ use poolkeeper_placement::{
 use tokio::time::Instant;
 
 use crate::error::AuditError;
-use crate::lister::{NOT_ON_NODE, PodLister, PodQuery};
+use crate::lister::{NOT_ON_NODE, PageStart, PodLister, PodQuery};
 use crate::settings::AuditSettings;
 
 /// What identifies a violation across rounds.
@@ -307,6 +308,10 @@ struct Scope<'r> {
     /// Namespaces whose Pods their own LIST judges.
     bound: &'r BTreeSet<&'r str>,
     previous: &'r HashSet<ReportKey>,
+    /// The `resourceVersion` of the round's first answer: every LIST that
+    /// starts after it reads Pods not older than it, from the API server's
+    /// watch cache at once (`PageStart::NotOlderThan`).
+    fresh: &'r OnceLock<String>,
 }
 
 /// Runs one round. `previous` holds the keys reported so far; the round
@@ -340,6 +345,7 @@ pub async fn audit_round(
         .as_ref()
         .map_err(|error| AuditError::Policy(error.to_string()))?;
     let bound: BTreeSet<&str> = policy.bindings().map(|(namespace, _)| namespace).collect();
+    let fresh = OnceLock::new();
     let scope = Scope {
         lister,
         index,
@@ -347,6 +353,7 @@ pub async fn audit_round(
         policy,
         bound: &bound,
         previous,
+        fresh: &fresh,
     };
     let jobs = queries
         .into_iter()
@@ -409,14 +416,23 @@ async fn audit_pods(
 ) -> Result<(), AuditError> {
     let mut token: Option<String> = None;
     loop {
+        let start = match (&token, scope.fresh.get()) {
+            (Some(token), _) => PageStart::Continue(token),
+            (None, Some(version)) => PageStart::NotOlderThan(version),
+            (None, None) => PageStart::Latest,
+        };
         let page = scope
             .lister
-            .page(query, scope.settings.page_size, token.as_deref())
+            .page(query, scope.settings.page_size, start)
             .await
             .map_err(|source| AuditError::ListPods {
                 query: query.to_string(),
                 source,
             })?;
+        if let Some(version) = page.resource_version.clone() {
+            // The first answer of the round sets it; later ones are no older.
+            let _ = scope.fresh.set(version);
+        }
         // The view is a lock guard: taken per page, never held across a LIST.
         let view = scope.index.placement();
         for pod in &page.pods {

@@ -169,10 +169,11 @@ pub(crate) enum Reach<'v> {
     Outside(Vec<&'v Node>),
 }
 
-/// Where the nodes of [`matching_nodes`] lie against `pools`, without
-/// collecting them: a node in the pools is checked against the constraints
+/// Where the nodes of [`matching_nodes`] lie against `pools`, for less than
+/// computing them: a node in the pools is checked against the constraints
 /// only until one matches, and when the source holds only nodes of the
-/// pools (the required affinity a mutation adds), the first match answers.
+/// pools (the required affinity a mutation adds), the first match answers
+/// and nothing is collected.
 pub(crate) fn reach<'v>(
     view: &'v PlacementView<'_>,
     constraints: &NodeConstraints<'_>,

@@ -539,7 +539,8 @@ mod tests {
         assert_eq!(policy.matches("nodePool:").count(), SIZES.pools);
         assert!(policy.contains("namespace: tenant-004\n    nodePool: pool-004"));
         let shifted = placement_policy(&SIZES, 1);
-        assert!(shifted.contains("namespace: tenant-004\n    nodePool: pool-005"));
+        assert!(shifted.contains("namespace: tenant-003\n    nodePool: pool-004"));
+        assert!(shifted.contains("namespace: tenant-004\n    nodePool: pool-000"));
         assert!(policy.contains("edgeTolerations"));
     }
 }

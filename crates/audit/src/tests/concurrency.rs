@@ -11,8 +11,8 @@ use serde_json::json;
 use tokio::time::Instant;
 
 use super::{
-    FakePods, POOL, assert_failed_listing, cluster, labels, namespace_query, on, pod,
-    policy_config_map, settings,
+    FAKE_VERSION, FakePods, POOL, Start, assert_failed_listing, cluster, labels, namespace_query,
+    on, pod, policy_config_map, settings,
 };
 use crate::{AuditSettings, PodQuery, ReportKey, Round, audit_round};
 
@@ -113,11 +113,19 @@ async fn run(
     assert!(lister.max_in_flight.load(Ordering::SeqCst) <= concurrency);
     round.duration = Duration::ZERO;
     let mut pages: BTreeMap<String, Vec<Option<String>>> = BTreeMap::new();
-    for (query, _, token) in lister.calls.lock().iter() {
+    let calls = lister.calls.lock().clone();
+    // The LISTs that started before the round's first answer read the
+    // latest Pods; every later one reads from its resourceVersion.
+    let latest = calls.iter().filter(|(_, _, start)| *start == Start::Latest);
+    assert!((1..=concurrency).contains(&latest.count()));
+    for (query, _, start) in &calls {
         pages
             .entry(query.to_string())
             .or_default()
-            .push(token.clone());
+            .push(start.continue_token().map(str::to_owned));
+        if let Start::NotOlderThan(version) = start {
+            assert_eq!(version, FAKE_VERSION);
+        }
     }
     (round, pages)
 }

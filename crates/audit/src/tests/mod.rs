@@ -20,7 +20,7 @@ use poolkeeper_index::{Index, IndexResource};
 use poolkeeper_placement::{PodPlacement, Workload, WorkloadKind};
 use serde_json::{Value, json};
 
-use crate::{AuditSettings, PodLister, PodPage, PodQuery, WorkloadPage};
+use crate::{AuditSettings, PageStart, PodLister, PodPage, PodQuery, WorkloadPage};
 
 pub(crate) const POOL: &str = "apps.openyurt.io/nodepool";
 
@@ -100,8 +100,38 @@ pub(crate) fn namespace_query(namespace: &str, leave_out: &[&str]) -> PodQuery {
     }
 }
 
-/// One LIST call: the query, its limit and its continue token.
-pub(crate) type Call = (PodQuery, u32, Option<String>);
+/// One LIST call: the query, its limit and where its page starts.
+pub(crate) type Call = (PodQuery, u32, Start);
+
+/// [`PageStart`], owned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Start {
+    Latest,
+    NotOlderThan(String),
+    Continue(String),
+}
+
+impl Start {
+    pub(crate) fn continue_token(&self) -> Option<&str> {
+        match self {
+            Start::Continue(token) => Some(token),
+            Start::Latest | Start::NotOlderThan(_) => None,
+        }
+    }
+}
+
+impl From<PageStart<'_>> for Start {
+    fn from(start: PageStart<'_>) -> Self {
+        match start {
+            PageStart::Latest => Start::Latest,
+            PageStart::NotOlderThan(version) => Start::NotOlderThan(version.to_owned()),
+            PageStart::Continue(token) => Start::Continue(token.to_owned()),
+        }
+    }
+}
+
+/// The `resourceVersion` of every page the fake answers.
+pub(crate) const FAKE_VERSION: &str = "42";
 
 /// How long the fake takes to answer a page of a query (from a token).
 pub(crate) type Latency = Arc<dyn Fn(&PodQuery, Option<&str>) -> Duration + Send + Sync>;
@@ -190,11 +220,14 @@ impl PodLister for FakePods {
         &'a self,
         query: &'a PodQuery,
         limit: u32,
-        continue_token: Option<&'a str>,
+        start: PageStart<'a>,
     ) -> BoxFuture<'a, Result<PodPage, kube::Error>> {
+        let start = Start::from(start);
+        let continue_token = start.continue_token().map(str::to_owned);
+        let continue_token = continue_token.as_deref();
         self.calls
             .lock()
-            .push((query.clone(), limit, continue_token.map(str::to_owned)));
+            .push((query.clone(), limit, start.clone()));
         let fails = self.failing.load(Ordering::SeqCst)
             || self.failing_query.lock().as_ref() == Some(query);
         let result = if fails {
@@ -209,6 +242,7 @@ impl PodLister for FakePods {
             Ok(PodPage {
                 pods: selected[start..end].to_vec(),
                 continue_token: (end < selected.len()).then(|| end.to_string()),
+                resource_version: Some(FAKE_VERSION.to_owned()),
             })
         };
         let latency = self

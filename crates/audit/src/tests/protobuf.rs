@@ -27,6 +27,10 @@ fn both_encodings_of_a_page_project_the_same_pods() {
     assert_eq!(names[0], "a-placed");
     assert_eq!(names[5], "e-preferred-only");
     assert!(protobuf.continue_token.is_some());
+    assert!(
+        protobuf.resource_version.is_some(),
+        "ListMeta's resourceVersion"
+    );
 }
 
 #[test]

@@ -7,13 +7,13 @@ use poolkeeper_index::IndexResource;
 use serde_json::json;
 
 use super::{
-    FakePods, POOL, assert_failed_listing, cluster, counts, k8s_node, labels, namespace_query, on,
-    pod, policy_config_map, settings,
+    FAKE_VERSION, FakePods, POOL, Start, assert_failed_listing, cluster, counts, k8s_node, labels,
+    namespace_query, on, pod, policy_config_map, settings,
 };
 use poolkeeper_placement::{Workload, WorkloadKind};
 
 use crate::lister::RUNNING_OR_PENDING;
-use crate::{AuditError, PodQuery, ReportKey, audit_round};
+use crate::{AuditError, PageStart, PodQuery, ReportKey, audit_round};
 
 fn pods() -> Vec<poolkeeper_placement::PodPlacement> {
     vec![
@@ -133,20 +133,24 @@ async fn reads_every_page_with_the_configured_size() {
     let labelled = PodQuery::Labelled {
         pool_label: POOL.to_owned(),
     };
+    // The first LIST reads the latest Pods, every later one from the
+    // resourceVersion of that first answer; later pages from their token.
+    let from_first = || Start::NotOlderThan(FAKE_VERSION.to_owned());
+    let page = |token: &str| Start::Continue(token.to_owned());
     let expected = vec![
-        (beijing, 2, None),
-        (hangzhou.clone(), 2, None),
-        (hangzhou, 2, Some("2".to_owned())),
-        (labelled.clone(), 2, None),
-        (labelled.clone(), 2, Some("2".to_owned())),
-        (labelled, 2, Some("4".to_owned())),
+        (beijing, 2, Start::Latest),
+        (hangzhou.clone(), 2, from_first()),
+        (hangzhou, 2, page("2")),
+        (labelled.clone(), 2, from_first()),
+        (labelled.clone(), 2, page("2")),
+        (labelled, 2, page("4")),
     ];
     assert_eq!(calls, expected);
 }
 
 #[test]
 fn list_parameters() {
-    let namespace = namespace_query("a", &[]).list_params(500, None);
+    let namespace = namespace_query("a", &[]).list_params(500, PageStart::Latest);
     assert_eq!(namespace.limit, Some(500));
     assert_eq!(
         namespace.field_selector.as_deref(),
@@ -157,7 +161,8 @@ fn list_parameters() {
         Some("!apps.openyurt.io/nodepool")
     );
     assert_eq!(namespace.continue_token, None);
-    let leaving_out = namespace_query("a", &["hz-1", "hz-2"]).list_params(500, None);
+    assert_eq!(namespace.resource_version, None);
+    let leaving_out = namespace_query("a", &["hz-1", "hz-2"]).list_params(500, PageStart::Latest);
     assert_eq!(
         leaving_out.field_selector.as_deref(),
         Some(
@@ -167,9 +172,17 @@ fn list_parameters() {
     let labelled = PodQuery::Labelled {
         pool_label: POOL.to_owned(),
     }
-    .list_params(10, Some("abc"));
+    .list_params(10, PageStart::Continue("abc"));
     assert_eq!(labelled.label_selector.as_deref(), Some(POOL));
     assert_eq!(labelled.continue_token.as_deref(), Some("abc"));
+    assert_eq!(labelled.resource_version, None);
+    let recent = namespace_query("a", &[]).list_params(500, PageStart::NotOlderThan("7"));
+    assert_eq!(recent.resource_version.as_deref(), Some("7"));
+    assert_eq!(
+        recent.version_match,
+        Some(kube::api::VersionMatch::NotOlderThan)
+    );
+    assert_eq!(recent.continue_token, None);
     assert_eq!(labelled.limit, Some(10));
 }
 
@@ -444,7 +457,7 @@ fn namespace_lists_leave_out_their_pools_nodes_within_the_budget() {
     let fits = LEAVE_OUT_BYTES / (",spec.nodeName!=".len() + 40);
     assert_eq!(a, wide[..fits].to_vec(), "the first Nodes by name that fit");
     let selector = namespace_query("a", &a.iter().map(String::as_str).collect::<Vec<_>>())
-        .list_params(500, None)
+        .list_params(500, PageStart::Latest)
         .field_selector
         .unwrap();
     assert!(selector.len() <= RUNNING_OR_PENDING.len() + LEAVE_OUT_BYTES);

@@ -17,7 +17,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use poolkeeper_api::NodePoolType;
-use poolkeeper_audit::{KubePods, PodLister, PodQuery, RUNNING_OR_PENDING};
+use poolkeeper_audit::{KubePods, PageStart, PodLister, PodQuery, RUNNING_OR_PENDING};
 use poolkeeper_bus::{Delivery, Event};
 use poolkeeper_config::Config;
 use poolkeeper_placement::PodPlacement;
@@ -423,19 +423,28 @@ async fn the_audits_protobuf_lists_read_what_json_reads() {
             pool_label: POOL_LABEL.to_owned(),
         },
     ];
-    let (mut listed, mut pages) = (Vec::new(), 0);
+    // The first LIST at the latest version, the second not older than the
+    // first one's answer, as a round reads them.
+    let (mut listed, mut pages, mut version) = (Vec::new(), 0, None::<String>);
     for query in &queries {
         let mut token = None::<String>;
         loop {
-            let page = lister.page(query, 4, token.as_deref()).await.unwrap();
+            let start = match (&token, &version) {
+                (Some(token), _) => PageStart::Continue(token),
+                (None, Some(version)) => PageStart::NotOlderThan(version),
+                (None, None) => PageStart::Latest,
+            };
+            let page = lister.page(query, 4, start).await.unwrap();
             listed.extend(page.pods);
             pages += 1;
+            version = version.or(page.resource_version);
             token = page.continue_token;
             if token.is_none() {
                 break;
             }
         }
     }
+    assert!(version.is_some(), "the API server's resourceVersion");
     listed.sort_by(|a, b| a.name.cmp(&b.name));
     let params = ListParams::default().fields(RUNNING_OR_PENDING);
     let json: Vec<PodPlacement> = pods
@@ -453,7 +462,7 @@ async fn the_audits_protobuf_lists_read_what_json_reads() {
     let invalid = PodQuery::Labelled {
         pool_label: "no spaces allowed".to_owned(),
     };
-    match lister.page(&invalid, 4, None).await {
+    match lister.page(&invalid, 4, PageStart::Latest).await {
         Err(kube::Error::Api(status)) => {
             assert_eq!((status.code, status.reason.as_str()), (400, "BadRequest"));
             assert!(
