@@ -444,10 +444,7 @@ impl PodLister for BytesLister {
         _limit: u32,
         start: PageStart<'a>,
     ) -> BoxFuture<'a, Result<PodPage, kube::Error>> {
-        let continue_token = match start {
-            PageStart::Continue(token) => Some(token),
-            PageStart::Latest | PageStart::NotOlderThan(_) => None,
-        };
+        let continue_token = start.continue_token();
         Box::pin(async move {
             if !self.latency.is_zero() {
                 tokio::time::sleep(self.latency).await;

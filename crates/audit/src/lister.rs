@@ -106,6 +106,26 @@ pub enum PageStart<'a> {
     Continue(&'a str),
 }
 
+impl<'a> PageStart<'a> {
+    /// The page at `continue_token`, else a first page not older than
+    /// `not_older_than`, else the latest.
+    pub fn of(continue_token: Option<&'a str>, not_older_than: Option<&'a str>) -> Self {
+        match (continue_token, not_older_than) {
+            (Some(token), _) => Self::Continue(token),
+            (None, Some(version)) => Self::NotOlderThan(version),
+            (None, None) => Self::Latest,
+        }
+    }
+
+    /// The `continue` token of a later page; none for a first page.
+    pub fn continue_token(self) -> Option<&'a str> {
+        match self {
+            Self::Continue(token) => Some(token),
+            Self::Latest | Self::NotOlderThan(_) => None,
+        }
+    }
+}
+
 /// Reads Pods a page at a time.
 pub trait PodLister: Send + Sync + 'static {
     /// The page of `query` that starts at `start`, at most `limit` Pods.

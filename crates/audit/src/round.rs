@@ -277,7 +277,7 @@ fn pool_nodes(view: &PlacementView<'_>, pools: &PoolSet) -> Vec<String> {
     let mut names: Vec<&str> = pools
         .names()
         .iter()
-        .flat_map(|pool| view.nodes_with_label(view.pool_label(), pool))
+        .flat_map(|pool| view.nodes_in_pool(pool))
         .map(|node| node.name.as_str())
         .collect();
     names.sort_unstable();
@@ -416,11 +416,7 @@ async fn audit_pods(
 ) -> Result<(), AuditError> {
     let mut token: Option<String> = None;
     loop {
-        let start = match (&token, scope.fresh.get()) {
-            (Some(token), _) => PageStart::Continue(token),
-            (None, Some(version)) => PageStart::NotOlderThan(version),
-            (None, None) => PageStart::Latest,
-        };
+        let start = PageStart::of(token.as_deref(), scope.fresh.get().map(String::as_str));
         let page = scope
             .lister
             .page(query, scope.settings.page_size, start)

@@ -113,9 +113,14 @@ pub(crate) enum Start {
 
 impl Start {
     pub(crate) fn continue_token(&self) -> Option<&str> {
+        self.borrowed().continue_token()
+    }
+
+    fn borrowed(&self) -> PageStart<'_> {
         match self {
-            Start::Continue(token) => Some(token),
-            Start::Latest | Start::NotOlderThan(_) => None,
+            Start::Latest => PageStart::Latest,
+            Start::NotOlderThan(version) => PageStart::NotOlderThan(version),
+            Start::Continue(token) => PageStart::Continue(token),
         }
     }
 }
@@ -222,12 +227,10 @@ impl PodLister for FakePods {
         limit: u32,
         start: PageStart<'a>,
     ) -> BoxFuture<'a, Result<PodPage, kube::Error>> {
-        let start = Start::from(start);
-        let continue_token = start.continue_token().map(str::to_owned);
-        let continue_token = continue_token.as_deref();
+        let continue_token = start.continue_token();
         self.calls
             .lock()
-            .push((query.clone(), limit, start.clone()));
+            .push((query.clone(), limit, Start::from(start)));
         let fails = self.failing.load(Ordering::SeqCst)
             || self.failing_query.lock().as_ref() == Some(query);
         let result = if fails {

@@ -429,11 +429,7 @@ async fn the_audits_protobuf_lists_read_what_json_reads() {
     for query in &queries {
         let mut token = None::<String>;
         loop {
-            let start = match (&token, &version) {
-                (Some(token), _) => PageStart::Continue(token),
-                (None, Some(version)) => PageStart::NotOlderThan(version),
-                (None, None) => PageStart::Latest,
-            };
+            let start = PageStart::of(token.as_deref(), version.as_deref());
             let page = lister.page(query, 4, start).await.unwrap();
             listed.extend(page.pods);
             pages += 1;
