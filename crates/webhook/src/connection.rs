@@ -4,11 +4,12 @@
 
 use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Waker};
 use std::time::Duration;
 
 use hyper::body::{Body, Incoming};
 use hyper::service::HttpService;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::net::TcpStream;
 use tokio::sync::OwnedSemaphorePermit;
@@ -29,9 +30,34 @@ pub(crate) struct Connections {
     limits: ConnectionLimits,
     tls_handshake_timeout: Duration,
     /// Either protocol, read from the first bytes (no ALPN).
-    detect: auto::Builder<TokioExecutor>,
-    http1: auto::Builder<TokioExecutor>,
-    http2: auto::Builder<TokioExecutor>,
+    detect: auto::Builder<StreamExecutor>,
+    http1: auto::Builder<StreamExecutor>,
+    http2: auto::Builder<StreamExecutor>,
+}
+
+/// Where hyper runs each HTTP/2 stream: first in the connection's own
+/// task, and on a task of its own only when it has to wait.
+///
+/// An admission's stream finishes at its first poll (its body arrived with
+/// its headers), so most streams never become tasks: no spawn, no wake-up
+/// of a second task, no switch between the two per request. One that waits
+/// (a body still arriving) is polled again by its task, which registers the
+/// task's waker, so no wake-up is lost.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct StreamExecutor;
+
+impl<F> hyper::rt::Executor<F> for StreamExecutor
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    fn execute(&self, stream: F) {
+        let mut stream = Box::pin(stream);
+        let mut context = Context::from_waker(Waker::noop());
+        if stream.as_mut().poll(&mut context).is_pending() {
+            tokio::spawn(stream);
+        }
+    }
 }
 
 /// How the server asks its connections to stop: `graceful` lets in-flight
@@ -47,7 +73,7 @@ impl Connections {
         // The API server reads no `date` from an AdmissionReview answer.
         let date = settings.runtime == WebhookRuntime::Shared;
         let builder = || {
-            let mut builder = auto::Builder::new(TokioExecutor::new());
+            let mut builder = auto::Builder::new(StreamExecutor);
             // The watchdog enforces the header timeout, apart from the idle one.
             builder
                 .http1()
@@ -142,14 +168,14 @@ trait GracefulConnection: Future {
     fn close_gracefully(self: Pin<&mut Self>);
 }
 
-impl<I, S, B> GracefulConnection for auto::Connection<'_, I, S, TokioExecutor>
+impl<I, S, B> GracefulConnection for auto::Connection<'_, I, S, StreamExecutor>
 where
     S: HttpService<Incoming, ResBody = B>,
     S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     I: hyper::rt::Read + hyper::rt::Write + Unpin + 'static,
     B: Body + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-    TokioExecutor: auto::HttpServerConnExec<S::Future, B>,
+    StreamExecutor: auto::HttpServerConnExec<S::Future, B>,
     Self: Future,
 {
     fn close_gracefully(self: Pin<&mut Self>) {

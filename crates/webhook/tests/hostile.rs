@@ -1,6 +1,7 @@
 //! Hostile clients against the real server on 127.0.0.1: oversized bodies
 //! over HTTP/1.1 and HTTP/2, slow handshakes, slowloris headers, slow
-//! bodies, idle keep-alives and a flood of connections. Meanwhile a
+//! bodies, idle keep-alives, a flood of connections, and HTTP/2 streams whose
+//! bodies pause or stop beside others on their connection. Meanwhile a
 //! well-behaved keep-alive client keeps being answered: its p99 during each
 //! attack is printed beside its p99 without one and must stay under
 //! max(10 x idle p99, 50 ms). Every attack is bounded in connections and
@@ -314,5 +315,108 @@ async fn a_flood_of_connections_is_bounded() {
         drop(open);
     };
     during("connection flood", &mut client, idle, flood).await;
+    served.stop().await;
+}
+
+/// A request body sent as a stream of frames.
+type StreamedBody = http_body_util::StreamBody<
+    futures::stream::BoxStream<
+        'static,
+        Result<hyper::body::Frame<Bytes>, std::convert::Infallible>,
+    >,
+>;
+
+/// An HTTP/2 stream whose body arrives in two parts.
+async fn send_in_two_parts(
+    sender: &mut hyper::client::conn::http2::SendRequest<StreamedBody>,
+    pause: Duration,
+    second_part: bool,
+) -> (u16, Bytes) {
+    let body = review_body();
+    let (first, second) = body.split_at(body.len() / 2);
+    let (first, second) = (
+        Bytes::copy_from_slice(first),
+        Bytes::copy_from_slice(second),
+    );
+    let parts = futures::stream::unfold(0, move |part| {
+        let (first, second) = (first.clone(), second.clone());
+        async move {
+            match part {
+                0 => Some((Ok(hyper::body::Frame::data(first)), 1)),
+                1 => {
+                    tokio::time::sleep(pause).await;
+                    if second_part {
+                        Some((Ok(hyper::body::Frame::data(second)), 2))
+                    } else {
+                        // Stay open past the server's body timeout.
+                        tokio::time::sleep(PATIENCE).await;
+                        None
+                    }
+                }
+                _ => None,
+            }
+        }
+    });
+    let request = hyper::Request::post("https://localhost/validate-pods")
+        .header("content-type", "application/json")
+        .body(http_body_util::StreamBody::new(futures::StreamExt::boxed(
+            parts,
+        )))
+        .unwrap();
+    let response = sender.send_request(request).await.unwrap();
+    let status = response.status().as_u16();
+    (
+        status,
+        response.into_body().collect().await.unwrap().to_bytes(),
+    )
+}
+
+/// A stream whose body is still arriving waits on its own: the other
+/// streams of its connection are answered meanwhile, it is answered once
+/// its body is in, and one whose body stops is answered 408.
+#[tokio::test]
+async fn an_http2_stream_waiting_for_its_body_holds_back_no_other() {
+    let served = Served::start().await;
+    let tls = served.tls(&[b"h2"]).await;
+    let (sender, connection) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls))
+            .await
+            .unwrap();
+    tokio::spawn(connection);
+    let pause = BODY_READ_TIMEOUT / 2;
+
+    let mut waiting = sender.clone();
+    let slow = tokio::spawn(async move { send_in_two_parts(&mut waiting, pause, true).await });
+    let mut stopped = sender.clone();
+    let stalled = tokio::spawn(async move { send_in_two_parts(&mut stopped, pause, false).await });
+
+    // Answered on the same connection while both wait for their bodies.
+    let mut quick = sender.clone();
+    let full = hyper::Request::post("https://localhost/validate-pods")
+        .header("content-type", "application/json")
+        .body(http_body_util::StreamBody::new(futures::StreamExt::boxed(
+            futures::stream::iter([Ok(hyper::body::Frame::data(review_body()))]),
+        )))
+        .unwrap();
+    let started = Instant::now();
+    let response = quick.send_request(full).await.unwrap();
+    let answered_after = started.elapsed();
+    assert_eq!(response.status(), 200);
+    assert!(
+        answered_after < pause,
+        "answered after {answered_after:?}, behind a stream waiting {pause:?} for its body"
+    );
+
+    let (status, answer) = tokio::time::timeout(PATIENCE, slow).await.unwrap().unwrap();
+    assert_eq!(status, 200, "{answer:?}");
+    let answer: serde_json::Value = serde_json::from_slice(&answer).unwrap();
+    assert_eq!(answer["response"]["uid"], "probe");
+    assert_eq!(answer["response"]["allowed"], true);
+
+    let (status, answer) = tokio::time::timeout(PATIENCE, stalled)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(status, 408, "{answer:?}");
     served.stop().await;
 }
