@@ -93,6 +93,22 @@ impl Served {
         self.connector(alpn).connect(name, tcp).await.unwrap()
     }
 
+    /// An HTTP/2 connection, driven by a task of its own.
+    async fn h2<B>(&self) -> hyper::client::conn::http2::SendRequest<B>
+    where
+        B: hyper::body::Body + Send + Unpin + 'static,
+        B::Data: Send,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let tls = self.tls(&[b"h2"]).await;
+        let (sender, connection) =
+            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls))
+                .await
+                .unwrap();
+        tokio::spawn(connection);
+        sender
+    }
+
     async fn stop(self) {
         let result = tokio::time::timeout(PATIENCE, self.running.stop())
             .await
@@ -134,13 +150,9 @@ struct Client {
 
 impl Client {
     async fn connect(served: &Served) -> Self {
-        let tls = served.tls(&[b"h2"]).await;
-        let (sender, connection) =
-            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls))
-                .await
-                .unwrap();
-        tokio::spawn(connection);
-        Self { sender }
+        Self {
+            sender: served.h2().await,
+        }
     }
 
     /// p99 of `PROBES` sequential admissions, each answered 200.
@@ -231,12 +243,7 @@ async fn oversized_bodies_get_413_over_http1_and_http2() {
     let request = hyper::Request::post("https://localhost/validate-pods")
         .body(http_body_util::StreamBody::new(chunks))
         .unwrap();
-    let tls = served.tls(&[b"h2"]).await;
-    let (mut streaming, connection) =
-        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls))
-            .await
-            .unwrap();
-    tokio::spawn(connection);
+    let mut streaming = served.h2().await;
     let response = streaming.send_request(request).await.unwrap();
     assert_eq!(response.status(), 413);
     served.stop().await;
@@ -377,12 +384,7 @@ async fn send_in_two_parts(
 #[tokio::test]
 async fn an_http2_stream_waiting_for_its_body_holds_back_no_other() {
     let served = Served::start().await;
-    let tls = served.tls(&[b"h2"]).await;
-    let (sender, connection) =
-        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls))
-            .await
-            .unwrap();
-    tokio::spawn(connection);
+    let sender: hyper::client::conn::http2::SendRequest<StreamedBody> = served.h2().await;
     let pause = BODY_READ_TIMEOUT / 2;
 
     let mut waiting = sender.clone();
