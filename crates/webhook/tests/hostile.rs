@@ -340,11 +340,7 @@ async fn send_in_two_parts(
     second_part: bool,
 ) -> (u16, Bytes) {
     let body = review_body();
-    let (first, second) = body.split_at(body.len() / 2);
-    let (first, second) = (
-        Bytes::copy_from_slice(first),
-        Bytes::copy_from_slice(second),
-    );
+    let (first, second) = (body.slice(..body.len() / 2), body.slice(body.len() / 2..));
     let parts = futures::stream::unfold(0, move |part| {
         let (first, second) = (first.clone(), second.clone());
         async move {

@@ -144,7 +144,7 @@ impl Replica {
             .append(true)
             .open(&self.log)
             .expect("the log file opens");
-        writeln!(log, "===== {} start #{} =====", self.name, self.starts).unwrap();
+        writeln!(log, "{}", self.start_marker()).unwrap();
         let config = self.config.to_str().expect("UTF-8 path");
         let kubeconfig = self.kubeconfig.to_str().expect("UTF-8 path");
         let args = ["run", "--config", config, "--kubeconfig", kubeconfig];
@@ -253,11 +253,15 @@ impl Replica {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// The line `start` writes to the log before each start.
+    fn start_marker(&self) -> String {
+        format!("===== {} start #{} =====", self.name, self.starts)
+    }
+
     /// The log since the replica's latest start.
     fn log_of_this_start(&self) -> String {
         let text = self.log_text();
-        let marker = format!("===== {} start #{} =====", self.name, self.starts);
-        match text.rfind(&marker) {
+        match text.rfind(&self.start_marker()) {
             Some(at) => text[at..].to_owned(),
             None => text,
         }
