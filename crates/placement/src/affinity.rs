@@ -15,6 +15,7 @@
 //!   a term is invalid, so it matches nothing.
 
 use std::collections::BTreeMap;
+use std::fmt;
 
 use k8s_openapi::api::core::v1::{NodeSelector, NodeSelectorRequirement, NodeSelectorTerm};
 use poolkeeper_index::{Labels, Node};
@@ -28,6 +29,20 @@ pub(crate) const NODE_NAME_FIELD: &str = "metadata.name";
 /// Where a Pod's required node affinity lives, for error paths.
 pub(crate) const REQUIRED_AFFINITY_PATH: &str =
     "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution";
+
+/// `{parent}.{field}[{index}]`, written only when a problem is reported:
+/// a valid selector is read without building its paths.
+struct Item<'a> {
+    parent: &'a dyn fmt::Display,
+    field: &'static str,
+    index: usize,
+}
+
+impl fmt::Display for Item<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}[{}]", self.parent, self.field, self.index)
+    }
+}
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum LabelOp {
@@ -111,8 +126,12 @@ impl RequiredNodeAffinity {
     pub(crate) fn parse(selector: &NodeSelector, path: &str) -> Self {
         let mut terms = Vec::new();
         let mut errors = Vec::new();
-        for (i, term) in selector.node_selector_terms.iter().enumerate() {
-            let term_path = format!("{path}.nodeSelectorTerms[{i}]");
+        for (index, term) in selector.node_selector_terms.iter().enumerate() {
+            let term_path = Item {
+                parent: &path,
+                field: "nodeSelectorTerms",
+                index,
+            };
             match parse_term(term, &term_path) {
                 Ok(Some(term)) => terms.push(term),
                 // No requirement at all: matches nothing, and is no error.
@@ -141,7 +160,10 @@ impl RequiredNodeAffinity {
 }
 
 /// `Ok(None)` for a term without requirements; `Err` lists every problem.
-pub(crate) fn parse_term(term: &NodeSelectorTerm, path: &str) -> Result<Option<Term>, Vec<String>> {
+pub(crate) fn parse_term(
+    term: &NodeSelectorTerm,
+    path: &dyn fmt::Display,
+) -> Result<Option<Term>, Vec<String>> {
     let expressions = term.match_expressions.as_deref().unwrap_or_default();
     let fields = term.match_fields.as_deref().unwrap_or_default();
     if expressions.is_empty() && fields.is_empty() {
@@ -152,14 +174,24 @@ pub(crate) fn parse_term(term: &NodeSelectorTerm, path: &str) -> Result<Option<T
         labels: Vec::with_capacity(expressions.len()),
         fields: Vec::with_capacity(fields.len()),
     };
-    for (i, requirement) in expressions.iter().enumerate() {
-        match parse_label_requirement(requirement, &format!("{path}.matchExpressions[{i}]")) {
+    for (index, requirement) in expressions.iter().enumerate() {
+        let item = Item {
+            parent: path,
+            field: "matchExpressions",
+            index,
+        };
+        match parse_label_requirement(requirement, &item) {
             Ok(r) => parsed.labels.push(r),
             Err(e) => errors.extend(e),
         }
     }
-    for (i, requirement) in fields.iter().enumerate() {
-        match parse_field_requirement(requirement, &format!("{path}.matchFields[{i}]")) {
+    for (index, requirement) in fields.iter().enumerate() {
+        let item = Item {
+            parent: path,
+            field: "matchFields",
+            index,
+        };
+        match parse_field_requirement(requirement, &item) {
             Ok(r) => parsed.fields.push(r),
             Err(e) => errors.push(e),
         }
@@ -175,7 +207,7 @@ pub(crate) fn parse_term(term: &NodeSelectorTerm, path: &str) -> Result<Option<T
 /// `nodeSelectorRequirementsAsSelector`.
 fn parse_label_requirement(
     requirement: &NodeSelectorRequirement,
-    path: &str,
+    path: &dyn fmt::Display,
 ) -> Result<LabelRequirement, Vec<String>> {
     let key = requirement.key.as_str();
     let values = requirement.values.as_deref().unwrap_or_default();
@@ -216,7 +248,7 @@ fn parse_label_requirement(
 fn parse_operator(
     operator: &str,
     values: &[String],
-    path: &str,
+    path: &dyn fmt::Display,
     errors: &mut Vec<String>,
 ) -> Option<LabelOp> {
     match operator {
@@ -278,7 +310,7 @@ fn parse_operator(
 /// the API server accepts.
 fn parse_field_requirement(
     requirement: &NodeSelectorRequirement,
-    path: &str,
+    path: &dyn fmt::Display,
 ) -> Result<FieldRequirement, String> {
     if requirement.key != NODE_NAME_FIELD {
         return Err(format!(

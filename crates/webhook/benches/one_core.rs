@@ -2,7 +2,7 @@
 //! CPU per admission, with the webhook server pinned to one core and the
 //! load generator to the other.
 //!
-//! `cargo bench -p poolkeeper-webhook --bench one_core` (about 6 minutes;
+//! `cargo bench -p poolkeeper-webhook --bench one_core` (about 15 minutes;
 //! needs `taskset`, two cores, and Go to build the generator once):
 //!
 //! - The server is this bench binary re-run as `one_core --serve` under
@@ -18,11 +18,19 @@
 //!   keep-alive, HTTP/1.1 and HTTP/2. It is built once with `go install`
 //!   into `~/.cache/poolkeeper/vegeta-<version>/` (the Go module proxy);
 //!   `POOLKEEPER_VEGETA=/path/to/vegeta` uses another build.
-//! - For each protocol and webhook: 1,000, 2,000 and 5,000 requests/s for
-//!   10 s each (each rate run by every server in turn), then rising 5 s
-//!   steps until p99 reaches 1 ms (the highest rate below it is reported).
+//! - For each protocol and webhook: first the API server's rate, 1,000
+//!   requests/s, in 9 rounds of 5 s, each round running every server in
+//!   turn (the order rotating from round to round); then 2,000 and 5,000
+//!   requests/s for 10 s each, every server in turn; then rising 5 s steps
+//!   until p99 reaches 1 ms (the highest rate below it is reported).
 //!   Server CPU per admission is the server process's utime+stime
 //!   (`/proc/<pid>/stat`) over a run divided by the requests of that run.
+//! - At 1,000/s one 8-second run of one server has measured anything from
+//!   49 to 89 µs: the virtual machine's wake-ups and caches cost more at
+//!   some moments than at others. So the figure at 1,000/s is the median
+//!   of the rounds (the table shows the round of the median, a line below
+//!   it every round), and the servers are compared round by round, having
+//!   run within seconds of each other.
 //! - Two servers of this build run, run for run side by side: `shared`
 //!   (the server as shipped, `WebhookRuntime::Shared`: connections on the
 //!   runtime shared with the rest) and `dedicated` (`--dedicated`,
@@ -56,7 +64,11 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 const NAME: &str = "webhook_one_core";
 const VEGETA_MODULE: &str = "github.com/tsenart/vegeta/v12";
 const VEGETA_VERSION: &str = "v12.13.0";
-const FIXED_RATES: [u32; 3] = [1_000, 2_000, 5_000];
+/// The rate the API server sends at: measured in rounds.
+const API_SERVER_RATE: u32 = 1_000;
+const ROUNDS: usize = 9;
+const ROUND_SECONDS: u64 = 5;
+const HIGHER_RATES: [u32; 2] = [2_000, 5_000];
 const FIXED_SECONDS: u64 = 10;
 const STEP_SECONDS: u64 = 5;
 /// The maximum-rate search: from the last fixed rate upwards by this much,
@@ -415,29 +427,70 @@ fn summarize(vegeta: &Path, results: &Path, rate: u32) -> Measured {
     }
 }
 
-/// The fixed rates, each run by every server in turn (so that a change in the machine's
-/// load falls on all of them alike), then each server's rising steps until it misses the
-/// budget.
-fn measure(attacks: &[Attack<'_>]) -> Vec<(Vec<Measured>, Option<Measured>)> {
-    let mut fixed: Vec<Vec<Measured>> = vec![Vec::new(); attacks.len()];
-    for rate in FIXED_RATES {
+/// What one server came to for one protocol and webhook.
+struct ServerRuns {
+    label: &'static str,
+    /// The rounds at [`API_SERVER_RATE`], in the order run.
+    rounds: Vec<Measured>,
+    /// The round of the median CPU per admission, then the higher fixed
+    /// rates and the rising steps.
+    runs: Vec<Measured>,
+    first_miss: Option<Measured>,
+}
+
+/// The rounds at the API server's rate and the higher fixed rates, each
+/// run by every server in turn (so that a change in the machine's load
+/// falls on all of them alike), then each server's rising steps until it
+/// misses the budget.
+fn measure(attacks: &[Attack<'_>]) -> Vec<ServerRuns> {
+    let mut rounds: Vec<Vec<Measured>> = vec![Vec::new(); attacks.len()];
+    for round in 0..ROUNDS {
+        for turn in 0..attacks.len() {
+            let server = (round + turn) % attacks.len();
+            rounds[server].push(attacks[server].run(API_SERVER_RATE, ROUND_SECONDS));
+        }
+    }
+    let mut fixed: Vec<Vec<Measured>> = rounds.iter().map(|r| vec![median_round(r)]).collect();
+    for rate in HIGHER_RATES {
         for (attack, runs) in attacks.iter().zip(&mut fixed) {
             runs.push(attack.run(rate, FIXED_SECONDS));
         }
     }
     attacks
         .iter()
+        .zip(rounds)
         .zip(fixed)
-        .map(|(attack, mut all)| {
-            let mut rate = FIXED_RATES[FIXED_RATES.len() - 1];
-            while all.last().is_some_and(Measured::within_budget) && rate < MAX_RATE {
+        .map(|((attack, rounds), mut runs)| {
+            let mut rate = HIGHER_RATES[HIGHER_RATES.len() - 1];
+            while runs.last().is_some_and(Measured::within_budget) && rate < MAX_RATE {
                 rate += RATE_STEP;
-                all.push(attack.run(rate, STEP_SECONDS));
+                runs.push(attack.run(rate, STEP_SECONDS));
             }
-            let first_miss = all.iter().find(|m| !m.within_budget()).cloned();
-            (all, first_miss)
+            let first_miss = rounds
+                .iter()
+                .chain(&runs)
+                .find(|m| !m.within_budget())
+                .cloned();
+            ServerRuns {
+                label: attack.server.label,
+                rounds,
+                runs,
+                first_miss,
+            }
         })
         .collect()
+}
+
+/// The round whose CPU per admission is the median of `rounds`.
+fn median_round(rounds: &[Measured]) -> Measured {
+    let mut sorted: Vec<&Measured> = rounds.iter().collect();
+    sorted.sort_by_key(|m| m.cpu_per_request);
+    sorted[sorted.len() / 2].clone()
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
 }
 
 fn micros(d: Duration) -> String {
@@ -469,11 +522,7 @@ fn print_run(label: &str, m: &Measured, baseline: Option<&Measured>) {
     );
 }
 
-fn print_table(
-    protocol: Protocol,
-    webhook: &str,
-    results: &[(&str, Vec<Measured>, Option<Measured>)],
-) {
+fn print_table(protocol: Protocol, webhook: &str, results: &[ServerRuns]) {
     println!();
     println!(
         "{webhook} over {} (server on core {SERVER_CORE}, vegeta on core {GENERATOR_CORE})",
@@ -483,27 +532,61 @@ fn print_table(
         "| server | rate/s | achieved/s | p50 | p99 | p99.9 | max | server CPU/admission | non-200 | generator CPU |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|");
-    let baseline = results.iter().find(|(label, ..)| *label == REFERENCE);
-    for (label, runs, _) in results {
-        for m in runs {
-            let before = baseline
-                .filter(|_| *label != REFERENCE)
-                .and_then(|(_, b, _)| b.iter().find(|b| b.rate == m.rate));
-            print_run(label, m, before);
+    let reference = results.iter().find(|r| r.label == REFERENCE);
+    for server in results {
+        for m in &server.runs {
+            let before = reference
+                .filter(|_| server.label != REFERENCE)
+                .and_then(|r| r.runs.iter().find(|b| b.rate == m.rate));
+            print_run(server.label, m, before);
         }
     }
-    for (label, runs, miss) in results {
-        let best = runs
+    println!(
+        "server CPU/admission at {API_SERVER_RATE}/s, {ROUNDS} rounds of {ROUND_SECONDS} s \
+         (median, then every round in the order run):"
+    );
+    let micros_of = |m: &Measured| m.cpu_per_request.as_secs_f64() * 1e6;
+    for server in results {
+        let all: Vec<f64> = server.rounds.iter().map(micros_of).collect();
+        let against = reference
+            .filter(|_| server.label != REFERENCE)
+            .map(|r| {
+                let ratios = all
+                    .iter()
+                    .zip(r.rounds.iter().map(micros_of))
+                    .map(|(now, then)| now / then)
+                    .collect();
+                format!(
+                    "; round by round against {REFERENCE}: median {:.2}x",
+                    median(ratios)
+                )
+            })
+            .unwrap_or_default();
+        println!(
+            "- {}: median {:.1} µs (all: {}){against}",
+            server.label,
+            median(all.clone()),
+            all.iter()
+                .map(|v| format!("{v:.1}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    for server in results {
+        let best = server
+            .rounds
             .iter()
+            .chain(&server.runs)
             .filter(|m| m.within_budget())
             .map(|m| m.rate)
             .max();
-        let crossed = miss.as_ref().map_or_else(
+        let crossed = server.first_miss.as_ref().map_or_else(
             || format!("not within {MAX_RATE}/s"),
             |m| format!("{}/s (p99 {})", m.rate, micros(m.p99)),
         );
         println!(
-            "{label}: highest rate with p99 < 1 ms: {}; budget first missed at {crossed}",
+            "{}: highest rate with p99 < 1 ms: {}; budget first missed at {crossed}",
+            server.label,
             best.map_or_else(|| "none".to_owned(), |r| format!("{r}/s"))
         );
     }
@@ -546,14 +629,9 @@ fn bench() {
                 })
                 .collect();
             for attack in &attacks {
-                attack.run(FIXED_RATES[0], 2); // warm-up: connections, caches
+                attack.run(API_SERVER_RATE, 2); // warm-up: connections, caches
             }
-            let results: Vec<_> = servers
-                .iter()
-                .zip(measure(&attacks))
-                .map(|(server, (runs, miss))| (server.label, runs, miss))
-                .collect();
-            print_table(protocol, webhook, &results);
+            print_table(protocol, webhook, &measure(&attacks));
         }
     }
     println!("\nload average {} at the end", load_average());

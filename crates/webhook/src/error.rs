@@ -28,6 +28,12 @@ pub enum WebhookError {
     MalformedJson(serde_json::Error),
 
     #[error(
+        "request body is not valid JSON: it is not UTF-8 (invalid bytes from offset {})",
+        .0.valid_up_to()
+    )]
+    NotUtf8(std::str::Utf8Error),
+
+    #[error(
         "expected apiVersion admission.k8s.io/v1 and kind AdmissionReview, got apiVersion {api_version:?} kind {kind:?}"
     )]
     WrongType { api_version: String, kind: String },
@@ -103,6 +109,7 @@ impl WebhookError {
     pub fn status_code(&self) -> StatusCode {
         match self {
             WebhookError::MalformedJson(_)
+            | WebhookError::NotUtf8(_)
             | WebhookError::WrongType { .. }
             | WebhookError::MalformedReview(_)
             | WebhookError::MissingRequest
@@ -122,7 +129,7 @@ impl WebhookError {
             WebhookError::BodyTooLarge { .. } => "body_too_large",
             WebhookError::BodyTimeout { .. } => "body_timeout",
             WebhookError::ReadBody(_) => "unreadable_body",
-            WebhookError::MalformedJson(_) => "malformed_json",
+            WebhookError::MalformedJson(_) | WebhookError::NotUtf8(_) => "malformed_json",
             WebhookError::WrongType { .. } => "wrong_type",
             WebhookError::MalformedReview(_) => "malformed_review",
             WebhookError::MissingRequest => "missing_request",

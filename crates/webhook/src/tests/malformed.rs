@@ -139,6 +139,15 @@ fn malformed_cases() -> Vec<(&'static str, Vec<u8>, &'static str, &'static str)>
         ),
     ]);
     let full = serde_json::to_vec(&valid).unwrap();
+    let mut not_utf8 = edit(&|review| review["request"]["userInfo"]["username"] = json!("ADMIN"));
+    let at = not_utf8.windows(5).position(|w| w == b"ADMIN").unwrap();
+    not_utf8[at] = 0xff;
+    cases.push((
+        "not UTF-8 in a string otherwise skipped",
+        not_utf8,
+        "request body is not valid JSON: it is not UTF-8 (invalid bytes from offset",
+        "malformed_json",
+    ));
     cases.push((
         "truncated",
         full[..full.len() / 2].to_vec(),
