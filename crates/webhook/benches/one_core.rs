@@ -12,6 +12,8 @@
 //!   bindings and edge tolerations) and a subscriber draining the bus; as
 //!   in the controller, memory comes from mimalloc and logs go to stderr at
 //!   `info`.
+//! - The bench itself runs on the generator's core too, so that its
+//!   readings of `/proc` never wake the server's core.
 //! - The generator is vegeta (open loop: requests leave at the fixed rate
 //!   whether or not earlier ones were answered; it adds workers, and so
 //!   connections, when answers are late) under `taskset -c 1`, over HTTPS
@@ -49,6 +51,7 @@
 use std::io::{BufRead, BufReader, Read as _, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 #[allow(dead_code)]
@@ -232,13 +235,31 @@ fn process_cpu(pid: u32) -> Option<Duration> {
     ))
 }
 
+/// Asked once: a `getconf` started at every reading of a run would be
+/// load on the machine measured.
 fn clock_ticks_per_second() -> f64 {
-    Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
-        .unwrap_or(100.0)
+    static TICKS: OnceLock<f64> = OnceLock::new();
+    *TICKS.get_or_init(|| {
+        Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
+            .unwrap_or(100.0)
+    })
+}
+
+/// Moves this process (all its threads, and so the processes it starts
+/// without `taskset`) to the generator's core: its readings of `/proc` and
+/// its waiting must not wake the server's core.
+fn pin_to_generator_core() {
+    let status = Command::new("taskset")
+        .args(["-a", "-p", "-c", GENERATOR_CORE])
+        .arg(std::process::id().to_string())
+        .stdout(Stdio::null())
+        .status()
+        .expect("runs taskset");
+    assert!(status.success(), "taskset -p failed: {status}");
 }
 
 /// vegeta: `$POOLKEEPER_VEGETA`, else the cached build of
@@ -600,6 +621,7 @@ fn load_average() -> String {
 
 fn bench() {
     let vegeta = vegeta();
+    pin_to_generator_core();
     let exe = std::env::current_exe().expect("the bench binary");
     let mut servers = vec![
         ServerProcess::start("dedicated", &exe, &["--dedicated"]),
