@@ -504,14 +504,14 @@ fn measure(attacks: &[Attack<'_>]) -> Vec<ServerRuns> {
 
 /// The round whose CPU per admission is the median of `rounds`.
 fn median_round(rounds: &[Measured]) -> Measured {
-    let mut sorted: Vec<&Measured> = rounds.iter().collect();
-    sorted.sort_by_key(|m| m.cpu_per_request);
-    sorted[sorted.len() / 2].clone()
+    median_by(rounds, |a, b| a.cpu_per_request.cmp(&b.cpu_per_request))
 }
 
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
+/// The middle one of `values` (the upper of the two middle ones for an even count).
+fn median_by<T: Clone>(values: &[T], compare: impl Fn(&T, &T) -> std::cmp::Ordering) -> T {
+    let mut sorted: Vec<&T> = values.iter().collect();
+    sorted.sort_by(|a, b| compare(a, b));
+    sorted[sorted.len() / 2].clone()
 }
 
 fn micros(d: Duration) -> String {
@@ -572,21 +572,21 @@ fn print_table(protocol: Protocol, webhook: &str, results: &[ServerRuns]) {
         let against = reference
             .filter(|_| server.label != REFERENCE)
             .map(|r| {
-                let ratios = all
+                let ratios: Vec<f64> = all
                     .iter()
                     .zip(r.rounds.iter().map(micros_of))
                     .map(|(now, then)| now / then)
                     .collect();
                 format!(
                     "; round by round against {REFERENCE}: median {:.2}x",
-                    median(ratios)
+                    median_by(&ratios, f64::total_cmp)
                 )
             })
             .unwrap_or_default();
         println!(
             "- {}: median {:.1} µs (all: {}){against}",
             server.label,
-            median(all.clone()),
+            micros_of(&median_round(&server.rounds)),
             all.iter()
                 .map(|v| format!("{v:.1}"))
                 .collect::<Vec<_>>()

@@ -225,8 +225,8 @@ where
 /// Every watch reconnects (one failure streak per kind), the 410 it gets is
 /// relisted at once, the class whose Machine went as the outage began loses
 /// its finalizer (retried if the outage failed it), a Machine created then has
-/// its class protected within 2 s, and in the end the finalizers are exactly on the classes in use and
-/// every Pod was placed.
+/// its class protected within 2 s, and in the end the finalizers are exactly
+/// on the classes in use and every Pod was placed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_apiserver_restart_while_machines_and_pods_are_created_loses_nothing() {
     let mut plane = Plane::start(TestEnv::builder(), Features::Both).await;
