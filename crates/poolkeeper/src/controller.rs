@@ -27,7 +27,7 @@ use poolkeeper_audit::{Audit, AuditSettings};
 use poolkeeper_bus::Bus;
 use poolkeeper_config::Config;
 use poolkeeper_executor::{ClassWriter, Executor, ExecutorSettings, KubeClassWriter};
-use poolkeeper_health::{AdminServer, AdminSettings, EventMetrics, ObjectCounts};
+use poolkeeper_admin::{AdminServer, AdminSettings, EventMetrics, ObjectCounts};
 use poolkeeper_index::Index;
 use poolkeeper_placement::PolicyCache;
 use poolkeeper_reconciler::{Reconciler, ReconcilerSettings};
@@ -57,7 +57,7 @@ pub enum ControllerError {
     #[error("cannot build the Kubernetes client: {0}")]
     Client(#[source] kube::Error),
     #[error(transparent)]
-    Health(#[from] poolkeeper_health::HealthError),
+    Health(#[from] poolkeeper_admin::HealthError),
     #[error("webhook: {0}")]
     Webhook(#[from] poolkeeper_webhook::WebhookError),
     #[error(transparent)]

@@ -10,7 +10,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use poolkeeper_bus::{AuditViolation, Bus, Event, ResourceKind};
 use poolkeeper_config::Config;
-use poolkeeper_health::{AdminServer, AdminSettings, HealthError, OPENMETRICS_CONTENT_TYPE};
+use poolkeeper_admin::{AdminServer, AdminSettings, HealthError, OPENMETRICS_CONTENT_TYPE};
 use poolkeeper_supervisor::testing::{Running, liveness_gate, readiness_gate, spawn};
 use poolkeeper_supervisor::{Activity, Component, Context, Health, Readiness};
 use prometheus_client::metrics::counter::Counter;
