@@ -3,8 +3,8 @@
 //! reads a Pod.
 //!
 //! The API server encodes a page of Pods in protobuf for about half the CPU
-//! it spends on JSON, in a third of the bytes (BENCHMARKS.md, "Audit round:
-//! the protobuf encoding"); at 150,000 Pods that is the round's cost. The
+//! it spends on JSON, in a third of the bytes (docs/benchmarks-log.md, "Audit
+//! round: the protobuf encoding"); at 150,000 Pods that is the round's cost. The
 //! messages below declare only the fields a [`PodPlacement`] holds, under
 //! their numbers in `k8s.io/api/core/v1/generated.proto`; every other field
 //! is skipped without being built.

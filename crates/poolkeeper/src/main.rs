@@ -4,7 +4,7 @@ use clap::Parser;
 
 // The controller allocates on every watch event and admission: glibc's
 // malloc/free was 41 % of the watch path's steady state, and mimalloc runs
-// an admission's allocations in a third of the instructions (BENCHMARKS.md).
+// an admission's allocations in a third of the instructions (docs/benchmarks-log.md).
 // Built without transparent huge pages (`no_thp`), its resident memory
 // stays that of glibc's.
 #[global_allocator]

@@ -1,5 +1,5 @@
-//! The figures of one run and their Markdown rendering (the shape of BENCHMARKS.md's
-//! "Scale" section).
+//! The figures of one run and their Markdown rendering (the shape of the "Scale against the
+//! real apiserver" entry in docs/benchmarks-log.md).
 
 use std::fmt::Write as _;
 use std::time::Duration;
