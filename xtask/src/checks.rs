@@ -8,6 +8,10 @@
 //! - **Tunable defaults**: outside `crates/config`, no `impl Default for X` and no
 //!   `#[derive(Default)]` on a struct named `*Settings` or `Retries`. The config schema holds
 //!   every tunable's default; a second default in a component crate drifts from it.
+//! - **Event catalog**: every event of the bus has a row in the catalog (crates/bus/README.md)
+//!   naming the crates that consume it, and each of them matches the event in its code
+//!   ([`catalog`]). The catalog is how a reader learns who reacts to what; prose alone drifts.
+//!   It is checked on every run, whatever the packages named: any crate can break it.
 //!
 //! Test code is not checked: files named `tests.rs`, directories named `tests`, and items under
 //! `#[cfg(test)]` (a module's block, or the file of a `#[cfg(test)] mod name;`). Table tests are
@@ -18,6 +22,7 @@ use std::path::{Path, PathBuf};
 
 use crate::{Error, Result, workspace_root};
 
+mod catalog;
 mod rules;
 mod tokens;
 
@@ -58,9 +63,12 @@ pub fn run(root: &Path, packages: &[String]) -> Result<()> {
             files += 1;
         }
     }
+    violations.extend(catalog::check(root)?);
     if violations.is_empty() {
         println!(
-            "{files} files: no function over {MAX_FUNCTION_LINES} lines, no tunable default outside crates/{CONFIG_CRATE}"
+            "{files} files: no function over {MAX_FUNCTION_LINES} lines, no tunable default outside \
+             crates/{CONFIG_CRATE}; every event consumed as {} says",
+            catalog::CATALOG
         );
         return Ok(());
     }

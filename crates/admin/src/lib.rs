@@ -194,17 +194,18 @@ struct AdminState {
     events: EventLog,
 }
 
+/// Which of the shared `Health`'s check lists a probe endpoint reports.
 #[derive(Clone, Copy)]
-enum Kind {
+enum Probe {
     Liveness,
     Readiness,
 }
 
 impl AdminState {
-    fn checks(&self, kind: Kind) -> Vec<CheckResult> {
-        match kind {
-            Kind::Liveness => self.health.liveness(),
-            Kind::Readiness => self.health.readiness(),
+    fn checks(&self, probe: Probe) -> Vec<CheckResult> {
+        match probe {
+            Probe::Liveness => self.health.liveness(),
+            Probe::Readiness => self.health.readiness(),
         }
     }
 }
@@ -226,45 +227,45 @@ fn router(state: AdminState) -> Router {
 type Params = Query<HashMap<String, String>>;
 
 async fn healthz(State(state): State<AdminState>, Query(params): Params) -> Response {
-    report_all(&state, Kind::Liveness, "healthz", &params)
+    report_all(&state, Probe::Liveness, "healthz", &params)
 }
 
 async fn livez(State(state): State<AdminState>, Query(params): Params) -> Response {
-    report_all(&state, Kind::Liveness, "livez", &params)
+    report_all(&state, Probe::Liveness, "livez", &params)
 }
 
 async fn readyz(State(state): State<AdminState>, Query(params): Params) -> Response {
-    report_all(&state, Kind::Readiness, "readyz", &params)
+    report_all(&state, Probe::Readiness, "readyz", &params)
 }
 
 async fn healthz_one(State(state): State<AdminState>, Path(name): Path<String>) -> Response {
-    report_one(&state, Kind::Liveness, &name)
+    report_one(&state, Probe::Liveness, &name)
 }
 
 async fn livez_one(State(state): State<AdminState>, Path(name): Path<String>) -> Response {
-    report_one(&state, Kind::Liveness, &name)
+    report_one(&state, Probe::Liveness, &name)
 }
 
 async fn readyz_one(State(state): State<AdminState>, Path(name): Path<String>) -> Response {
-    report_one(&state, Kind::Readiness, &name)
+    report_one(&state, Probe::Readiness, &name)
 }
 
 fn report_all(
     state: &AdminState,
-    kind: Kind,
+    probe: Probe,
     endpoint: &str,
     params: &HashMap<String, String>,
 ) -> Response {
     let report = checks::all(
         endpoint,
-        &state.checks(kind),
+        &state.checks(probe),
         params.contains_key("verbose"),
     );
     text(report.status, report.body)
 }
 
-fn report_one(state: &AdminState, kind: Kind, name: &str) -> Response {
-    match checks::one(&state.checks(kind), name) {
+fn report_one(state: &AdminState, probe: Probe, name: &str) -> Response {
+    match checks::one(&state.checks(probe), name) {
         Some(report) => text(report.status, report.body),
         None => text(
             StatusCode::NOT_FOUND,

@@ -11,6 +11,7 @@
 //! | `index_synchronized` | | `IndexSynchronized` |
 //! | `watch_changes_total` | `kind`, `change` | `ResourceChanged` |
 //! | `watch_failures_total` | `kind` | `WatchFailed` |
+//! | `watch_failing` | `kind` | `WatchFailed` sets it to 1, `WatchRecovered` back to 0 |
 //! | `watch_synced` | `kind` | `ResourceSynced` (1 once the kind's first list is applied) |
 //! | `reconciler_triggers_total` | `reason` | `ReconciliationTriggered` |
 //! | `executor_passes_total` | | `ReconciliationStarted` |
@@ -75,6 +76,14 @@ struct Kind {
     kind: &'static str,
 }
 
+impl From<ResourceKind> for Kind {
+    fn from(kind: ResourceKind) -> Self {
+        Self {
+            kind: kind.as_str(),
+        }
+    }
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct Reason {
     reason: &'static str,
@@ -130,6 +139,7 @@ struct Metrics {
     index_synchronized: Gauge,
     watch_changes: Family<KindChange, Counter>,
     watch_failures: Family<Kind, Counter>,
+    watch_failing: Family<Kind, Gauge>,
     watch_synced: Family<Kind, Gauge>,
     triggers: Family<Reason, Counter>,
     passes: Counter,
@@ -157,6 +167,7 @@ impl Metrics {
             index_synchronized: Gauge::default(),
             watch_changes: Family::default(),
             watch_failures: Family::default(),
+            watch_failing: Family::default(),
             watch_synced: Family::default(),
             triggers: Family::default(),
             passes: Counter::default(),
@@ -184,12 +195,9 @@ impl Metrics {
     /// a series that has not happened yet is 0 rather than absent.
     fn with_every_label(self) -> Self {
         for kind in ResourceKind::iter() {
-            let _ = self.watch_failures.get_or_create(&Kind {
-                kind: kind.as_str(),
-            });
-            let _ = self.watch_synced.get_or_create(&Kind {
-                kind: kind.as_str(),
-            });
+            let _ = self.watch_failures.get_or_create(&Kind::from(kind));
+            let _ = self.watch_failing.get_or_create(&Kind::from(kind));
+            let _ = self.watch_synced.get_or_create(&Kind::from(kind));
         }
         for reason in TriggerReason::iter() {
             let _ = self.triggers.get_or_create(&Reason {
@@ -252,6 +260,11 @@ impl Metrics {
             "failures",
             "Watch failures (each is retried), by kind",
             self.watch_failures.clone(),
+        );
+        watch.register(
+            "failing",
+            "Whether the kind's watch is failing and being retried (1) or works (0), by kind",
+            self.watch_failing.clone(),
         );
         watch.register(
             "synced",
@@ -367,57 +380,36 @@ impl Metrics {
 
     fn observe(&self, event: &Event) {
         match event {
+            // The watches and the index.
             Event::ResourceChanged { kind, change, .. } => self.changed(*kind, *change),
+            Event::ResourceSynced { kind } => self.flag(&self.watch_synced, *kind, true),
             Event::IndexSynchronized => {
                 self.index_synchronized.set(1);
             }
             Event::WatchFailed { kind, .. } => {
-                self.watch_failures
-                    .get_or_create(&Kind {
-                        kind: kind.as_str(),
-                    })
-                    .inc();
+                self.watch_failures.get_or_create(&Kind::from(*kind)).inc();
+                self.flag(&self.watch_failing, *kind, true);
             }
-            Event::ReconciliationTriggered { reason } => {
-                self.triggers
-                    .get_or_create(&Reason {
-                        reason: reason.as_str(),
-                    })
-                    .inc();
-            }
+            Event::WatchRecovered { kind } => self.flag(&self.watch_failing, *kind, false),
+            // Reconciliation.
+            Event::ReconciliationTriggered { reason } => self.triggered(*reason),
             Event::ReconciliationStarted { .. } => {
                 self.passes.inc();
             }
             Event::ReconciliationCompleted {
                 duration, failed, ..
-            } => {
-                self.pass_duration.observe(duration.as_secs_f64());
-                if *failed > 0 {
-                    self.failed_passes.inc();
-                }
-            }
+            } => self.completed(*duration, *failed),
             Event::MachineClassReconciled {
                 outcome,
                 requeue,
                 duration,
                 ..
             } => self.reconciled(*outcome, *requeue, *duration),
-            Event::SecretReconciled { outcome, .. } => {
-                self.secret_reconciliations
-                    .get_or_create(&Outcome {
-                        outcome: outcome.as_str(),
-                    })
-                    .inc();
-            }
+            Event::SecretReconciled { outcome, .. } => self.secret_reconciled(*outcome),
             Event::MachinesEnqueued {
                 reason, machines, ..
-            } => {
-                self.enqueued
-                    .get_or_create(&Reason {
-                        reason: reason.as_str(),
-                    })
-                    .inc_by(*machines as u64);
-            }
+            } => self.machines_enqueued(*reason, *machines),
+            // Placement: admission, audit, the policy's rejected bindings.
             Event::AdmissionDecided {
                 webhook,
                 result,
@@ -432,18 +424,48 @@ impl Metrics {
                 ..
             } => self.audited(*pods, *duration, counts),
             Event::BindingsRejected { rejected } => self.rejected(rejected),
+            // The replica.
             Event::LeadershipChanged { leader } => {
                 self.leading.set(i64::from(*leader));
             }
-            Event::ResourceSynced { kind } => {
-                self.watch_synced
-                    .get_or_create(&Kind {
-                        kind: kind.as_str(),
-                    })
-                    .set(1);
-            }
-            Event::WatchRecovered { .. } | Event::ShutdownRequested => {}
+            Event::ShutdownRequested => {}
         }
+    }
+
+    /// Sets the 0/1 gauge of `family` for `kind`.
+    fn flag(&self, family: &Family<Kind, Gauge>, kind: ResourceKind, on: bool) {
+        family.get_or_create(&Kind::from(kind)).set(i64::from(on));
+    }
+
+    fn triggered(&self, reason: TriggerReason) {
+        self.triggers
+            .get_or_create(&Reason {
+                reason: reason.as_str(),
+            })
+            .inc();
+    }
+
+    fn completed(&self, duration: Duration, failed: usize) {
+        self.pass_duration.observe(duration.as_secs_f64());
+        if failed > 0 {
+            self.failed_passes.inc();
+        }
+    }
+
+    fn secret_reconciled(&self, outcome: ClassOutcome) {
+        self.secret_reconciliations
+            .get_or_create(&Outcome {
+                outcome: outcome.as_str(),
+            })
+            .inc();
+    }
+
+    fn machines_enqueued(&self, reason: EnqueueReason, machines: usize) {
+        self.enqueued
+            .get_or_create(&Reason {
+                reason: reason.as_str(),
+            })
+            .inc_by(machines as u64);
     }
 
     fn rejected(&self, rejected: &[RejectedBinding]) {
@@ -556,9 +578,7 @@ impl Collector for IndexObjects {
         )?;
         for (kind, count) in (self.0)() {
             let gauge = ConstGauge::new(i64::try_from(count).unwrap_or(i64::MAX));
-            gauge.encode(family.encode_family(&Kind {
-                kind: kind.as_str(),
-            })?)?;
+            gauge.encode(family.encode_family(&Kind::from(kind))?)?;
         }
         Ok(())
     }
@@ -656,6 +676,9 @@ mod tests {
                 initial: false,
                 related: vec![class.clone()],
             },
+            Event::ResourceSynced {
+                kind: ResourceKind::Machine,
+            },
             Event::IndexSynchronized,
             Event::WatchFailed {
                 kind: ResourceKind::Node,
@@ -709,6 +732,15 @@ mod tests {
                 reason: "placed",
                 duration: Duration::from_micros(80),
             },
+            Event::BindingsRejected {
+                rejected: vec![RejectedBinding {
+                    namespace: "shop".into(),
+                    uid: "uid-shop".into(),
+                    reason: BindingRejection::Conflict,
+                    message: "two pools".into(),
+                    first_found: true,
+                }],
+            },
             Event::LeadershipChanged { leader: true },
         ] {
             metrics.observe(&event);
@@ -721,6 +753,9 @@ mod tests {
             r#"poolkeeper_watch_changes_total{kind="Machine",change="created"} 1"#,
             r#"poolkeeper_watch_failures_total{kind="Node"} 1"#,
             r#"poolkeeper_watch_failures_total{kind="Machine"} 0"#,
+            r#"poolkeeper_watch_failing{kind="Node"} 1"#,
+            r#"poolkeeper_watch_synced{kind="Machine"} 1"#,
+            r#"poolkeeper_watch_synced{kind="Node"} 0"#,
             r#"poolkeeper_reconciler_triggers_total{reason="debounced"} 1"#,
             r#"poolkeeper_reconciler_triggers_total{reason="lagged"} 0"#,
             "poolkeeper_executor_passes_total 1",
@@ -739,10 +774,54 @@ mod tests {
             r#"poolkeeper_webhook_admissions_total{webhook="mutate",result="patched",mode="warn"} 1"#,
             r#"poolkeeper_webhook_admissions_total{webhook="validate",result="invalid",mode="enforce"} 0"#,
             r#"poolkeeper_webhook_admission_duration_seconds_count{webhook="mutate"} 1"#,
+            r#"poolkeeper_placement_rejected_bindings{reason="conflict"} 1"#,
+            r#"poolkeeper_placement_rejected_bindings{reason="invalid"} 0"#,
             "poolkeeper_leader_election_leading 1",
         ] {
             has(&text, line);
         }
+    }
+
+    #[test]
+    fn a_failing_watch_is_flagged_until_it_recovers() {
+        let metrics = Arc::new(Metrics::new());
+        let failed = |kind| Event::WatchFailed {
+            kind,
+            error: "connection refused".into(),
+        };
+        // (event, then the `watch_failing` series of Node and Machine)
+        let steps = [
+            (failed(ResourceKind::Node), [1, 0]),
+            (failed(ResourceKind::Machine), [1, 1]),
+            (
+                Event::WatchRecovered {
+                    kind: ResourceKind::Node,
+                },
+                [0, 1],
+            ),
+            (
+                Event::WatchRecovered {
+                    kind: ResourceKind::Machine,
+                },
+                [0, 0],
+            ),
+            (failed(ResourceKind::Node), [1, 0]),
+        ];
+        for (event, [node, machine]) in steps {
+            metrics.observe(&event);
+            let text = rendered(&metrics, Arc::new(Vec::new));
+            has(
+                &text,
+                &format!(r#"poolkeeper_watch_failing{{kind="Node"}} {node}"#),
+            );
+            has(
+                &text,
+                &format!(r#"poolkeeper_watch_failing{{kind="Machine"}} {machine}"#),
+            );
+            has(&text, r#"poolkeeper_watch_failing{kind="Secret"} 0"#);
+        }
+        let text = rendered(&metrics, Arc::new(Vec::new));
+        has(&text, r#"poolkeeper_watch_failures_total{kind="Node"} 2"#);
     }
 
     #[test]

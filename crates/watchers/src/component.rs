@@ -8,7 +8,7 @@ use futures::future::BoxFuture;
 use futures::{Stream, StreamExt};
 use kube::runtime::watcher;
 use kube::{Api, Client, Resource};
-use poolkeeper_bus::{Bus, ResourceKind};
+use poolkeeper_bus::{Bus, Event, ResourceKind};
 use poolkeeper_index::{Index, IndexResource};
 use poolkeeper_supervisor::{BoxError, Component, Context};
 use serde::de::DeserializeOwned;
@@ -239,6 +239,9 @@ fn apply<K: Watched>(
         shared.synced.insert(kind);
     }
     for event in events {
+        if matches!(event, Event::WatchRecovered { .. }) {
+            tracing::info!(%kind, "watch recovered");
+        }
         shared.bus.publish(event);
     }
     if just_synced {

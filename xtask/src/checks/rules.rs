@@ -1,4 +1,5 @@
-//! The two rules, on a file's tokens: functions over the length limit, and defaults of tunables.
+//! A file's tokens with its test code marked, and two rules on them: functions over the length
+//! limit, and defaults of tunables.
 
 use super::tokens::{Kind, Token, tokenize};
 
@@ -38,11 +39,21 @@ impl Source {
         source
     }
 
-    fn is(&self, index: usize, text: &str) -> bool {
+    /// The number of tokens.
+    pub(super) fn len(&self) -> usize {
+        self.tokens.len()
+    }
+
+    /// The line a token is on.
+    pub(super) fn line(&self, index: usize) -> usize {
+        self.tokens.get(index).map_or(0, |t| t.line)
+    }
+
+    pub(super) fn is(&self, index: usize, text: &str) -> bool {
         self.tokens.get(index).is_some_and(|t| t.text == text)
     }
 
-    fn ident(&self, index: usize) -> Option<&str> {
+    pub(super) fn ident(&self, index: usize) -> Option<&str> {
         self.tokens
             .get(index)
             .filter(|t| t.kind == Kind::Ident)
@@ -53,14 +64,14 @@ impl Source {
         texts.iter().enumerate().all(|(i, t)| self.is(index + i, t))
     }
 
-    fn in_test_code(&self, index: usize) -> bool {
+    pub(super) fn in_test_code(&self, index: usize) -> bool {
         self.test_ranges
             .iter()
             .any(|&(start, end)| (start..=end).contains(&index))
     }
 
     /// The index of the bracket closing the one at `open` (`{`, `(`, `[` or `<`).
-    fn closing(&self, open: usize) -> Option<usize> {
+    pub(super) fn closing(&self, open: usize) -> Option<usize> {
         let close = match self.tokens.get(open)?.text.as_str() {
             "{" => "}",
             "(" => ")",
