@@ -18,44 +18,31 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
-use futures::future::BoxFuture;
 use kube::Client;
-use kube::config::{KubeConfigOptions, Kubeconfig};
+use poolkeeper_admin::{AdminServer, AdminSettings, EventMetrics, ObjectCounts};
 use poolkeeper_audit::{Audit, AuditSettings};
 use poolkeeper_bus::Bus;
 use poolkeeper_config::Config;
 use poolkeeper_executor::{ClassWriter, Executor, ExecutorSettings, KubeClassWriter};
-use poolkeeper_admin::{AdminServer, AdminSettings, EventMetrics, ObjectCounts};
 use poolkeeper_index::Index;
+use poolkeeper_kube::{ApiServerCheck, ClientError, LeaseElector, LeaseSettings};
 use poolkeeper_placement::PolicyCache;
 use poolkeeper_reconciler::{Reconciler, ReconcilerSettings};
 use poolkeeper_recorder::{EventRecorder, RecorderSettings};
 use poolkeeper_selectors::{SelectorSettings, WebhookSelectors};
 use poolkeeper_supervisor::{
-    BoxError, Component, Context, Drained, Health, LeaderElector, LeaderGated, LeaseElector,
-    LeaseSettings, Supervisor, SupervisorError, SupervisorSettings, error_chain,
+    Component, Drained, Health, LeaderElector, LeaderGated, Supervisor, SupervisorError,
+    SupervisorSettings,
 };
 use poolkeeper_watchers::{WatcherSettings, Watchers};
 use poolkeeper_webhook::{WebhookServer, WebhookSettings};
 use prometheus_client::registry::Registry;
 
-/// Name of the readiness check of the API server connection.
-pub const APISERVER_CHECK: &str = "apiserver";
-
 #[derive(Debug, thiserror::Error)]
 pub enum ControllerError {
-    #[error("cannot read kubeconfig {path}: {source}")]
-    Kubeconfig {
-        path: PathBuf,
-        #[source]
-        source: kube::config::KubeconfigError,
-    },
-    #[error("no Kubernetes client configuration (in-cluster or $KUBECONFIG): {0}")]
-    InferConfig(#[source] kube::config::InferConfigError),
-    #[error("cannot build the Kubernetes client: {0}")]
-    Client(#[source] kube::Error),
+    #[error(transparent)]
+    Client(#[from] ClientError),
     #[error(transparent)]
     Health(#[from] poolkeeper_admin::HealthError),
     #[error("webhook: {0}")]
@@ -67,26 +54,7 @@ pub enum ControllerError {
 /// Builds the client from `kubeconfig`, or else in-cluster / `$KUBECONFIG`
 /// / `~/.kube/config` as kubectl does.
 pub async fn client(kubeconfig: Option<&Path>) -> Result<Client, ControllerError> {
-    let config = match kubeconfig {
-        Some(path) => {
-            let kubeconfig =
-                Kubeconfig::read_from(path).map_err(|source| ControllerError::Kubeconfig {
-                    path: path.to_owned(),
-                    source,
-                })?;
-            kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-                .await
-                .map_err(|source| ControllerError::Kubeconfig {
-                    path: path.to_owned(),
-                    source,
-                })?
-        }
-        None => kube::Config::infer()
-            .await
-            .map_err(ControllerError::InferConfig)?,
-    };
-    tracing::info!(server = %config.cluster_url, "using the Kubernetes API server");
-    Client::try_from(config).map_err(ControllerError::Client)
+    Ok(poolkeeper_kube::client(kubeconfig).await?)
 }
 
 /// Runs poolkeeper until `shutdown` completes or a component fails.
@@ -359,79 +327,4 @@ fn unique_suffix() -> String {
     let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
     hasher.write_u32(std::process::id());
     format!("{:08x}", hasher.finish() as u32)
-}
-
-/// Why the API server check gave up.
-#[derive(Debug, thiserror::Error)]
-#[error("the Kubernetes API server could not be reached within {}: {last_error}", humantime::format_duration(*timeout))]
-struct ApiServerUnreachable {
-    timeout: Duration,
-    last_error: String,
-}
-
-/// Fails startup with a clear error when the API server cannot be reached,
-/// instead of watchers retrying forever behind a `/readyz` that never
-/// turns green.
-struct ApiServerCheck {
-    client: Client,
-    timeout: Duration,
-}
-
-impl ApiServerCheck {
-    fn new(client: Client, timeout: Duration) -> Self {
-        Self { client, timeout }
-    }
-
-    async fn check(self: Box<Self>, ctx: Context) -> Result<(), BoxError> {
-        let deadline = tokio::time::Instant::now() + self.timeout;
-        let mut delay = Duration::from_millis(200);
-        let version = loop {
-            let attempt = tokio::time::timeout_at(deadline, self.client.apiserver_version());
-            let error = tokio::select! {
-                () = ctx.cancelled() => return Ok(()),
-                result = attempt => match result {
-                    Ok(Ok(version)) => break version,
-                    Ok(Err(error)) => error_chain(&error),
-                    Err(_) => "no answer".to_owned(),
-                },
-            };
-            ctx.waiting_for(format!("API server unreachable: {error}"));
-            if tokio::time::Instant::now() + delay >= deadline {
-                let timeout = self.timeout;
-                return Err(ApiServerUnreachable {
-                    timeout,
-                    last_error: error,
-                }
-                .into());
-            }
-            tracing::warn!(%error, "API server not reachable yet, retrying");
-            tokio::select! {
-                () = ctx.cancelled() => return Ok(()),
-                () = tokio::time::sleep(delay) => {}
-            }
-            delay = (delay * 2).min(Duration::from_secs(2));
-        };
-        tracing::info!(
-            version = %version.git_version,
-            platform = %version.platform,
-            "connected to the Kubernetes API server"
-        );
-        ctx.mark_ready();
-        ctx.cancelled().await;
-        Ok(())
-    }
-}
-
-impl Component for ApiServerCheck {
-    fn name(&self) -> &'static str {
-        "apiserver-check"
-    }
-
-    fn readiness_check(&self) -> Option<&'static str> {
-        Some(APISERVER_CHECK)
-    }
-
-    fn run(self: Box<Self>, ctx: Context) -> BoxFuture<'static, Result<(), BoxError>> {
-        Box::pin(self.check(ctx))
-    }
 }

@@ -11,7 +11,7 @@ use k8s_openapi::api::admissionregistration::v1::{
 use kube::api::{Patch, PatchParams};
 use kube::runtime::watcher;
 use kube::{Api, Client, Resource};
-use poolkeeper_watchers::retrying;
+use poolkeeper_kube::watch::retrying;
 use serde::de::DeserializeOwned;
 
 use crate::desired::DesiredSelectors;
@@ -126,7 +126,7 @@ pub(crate) async fn update<K: Configuration>(
 
 /// One item per change of the configuration `managed` names (created,
 /// changed, deleted, and once the watch has listed it), or a watch error
-/// (the watch retries with the watchers' policy). A field selector on the name keeps
+/// (the watch retries with the policy of every watch of the process). A field selector on the name keeps
 /// the watch within RBAC's `resourceNames`.
 pub(crate) fn changes<K: Configuration>(
     client: Client,
@@ -135,8 +135,8 @@ pub(crate) fn changes<K: Configuration>(
     let kind = managed.kind;
     let config = watcher::Config::default().fields(&format!("metadata.name={}", managed.name));
     let api = Api::<K>::all(client.clone());
-    // The watchers' retry policy: a 410 relists at once, other errors back off
-    // while the API server's readiness is probed.
+    // A 410 relists at once, other errors back off while the API server's
+    // readiness is probed.
     retrying(client, move || watcher(api.clone(), config.clone())).filter_map(
         move |event| async move {
             match event {

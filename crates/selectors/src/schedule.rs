@@ -1,8 +1,9 @@
 //! When the next update runs: at once after a trigger, later after a
-//! failure (exponential backoff), never while nothing changed.
+//! failure (the shared exponential [`Backoff`]), never while nothing changed.
 
 use std::time::Duration;
 
+use poolkeeper_kube::Backoff;
 use tokio::time::Instant;
 
 #[derive(Debug)]
@@ -11,21 +12,18 @@ pub(crate) struct Schedule {
     pending: bool,
     /// A failed update holds the next one back until then.
     not_before: Option<Instant>,
-    failures: u32,
-    initial: Duration,
-    max: Duration,
+    backoff: Backoff,
 }
 
 impl Schedule {
     /// A schedule with an update due at once: the state of the cluster is
-    /// unknown at the start.
+    /// unknown at the start. Failed updates are retried after `initial`,
+    /// doubling up to `max`.
     pub(crate) fn new(initial: Duration, max: Duration) -> Self {
         Self {
             pending: true,
             not_before: None,
-            failures: 0,
-            initial,
-            max,
+            backoff: Backoff::new(initial, max),
         }
     }
 
@@ -51,20 +49,20 @@ impl Schedule {
     }
 
     pub(crate) fn succeeded(&mut self) {
-        self.failures = 0;
+        self.backoff.reset();
     }
 
     /// A failed update that another attempt may fix: the next one is due
-    /// after the returned delay. A lost race is retried after the initial
-    /// delay; other failures double it each time, up to the maximum.
+    /// after the returned delay. A lost race is retried after the first
+    /// delay; other failures double it each time, up to the maximum. Both
+    /// count in the streak.
     pub(crate) fn retry(&mut self, now: Instant, conflict: bool) -> Duration {
+        let backoff = self.backoff.next_delay();
         let delay = if conflict {
-            self.initial
+            self.backoff.first()
         } else {
-            let factor = 2u32.saturating_pow(self.failures.min(16));
-            self.initial.saturating_mul(factor).min(self.max)
+            backoff
         };
-        self.failures = self.failures.saturating_add(1);
         self.pending = true;
         self.not_before = Some(now + delay);
         delay
@@ -72,7 +70,7 @@ impl Schedule {
 
     /// A failed update that only a change can fix: wait for a trigger.
     pub(crate) fn wait_for_change(&mut self) {
-        self.failures = 0;
+        self.backoff.reset();
     }
 }
 
@@ -145,6 +143,12 @@ mod tests {
         }
         schedule.start();
         assert_eq!(schedule.retry(now, true), INITIAL);
+        schedule.start();
+        assert_eq!(
+            schedule.retry(now, false),
+            MAX,
+            "the lost race counted in the streak"
+        );
     }
 
     #[test]

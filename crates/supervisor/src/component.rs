@@ -1,13 +1,8 @@
-use std::sync::Arc;
-use std::time::Duration;
-
 use futures::future::BoxFuture;
-use parking_lot::Mutex;
-use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
 use crate::health::Gate;
-use crate::watchdog::Watchdog;
+use crate::watchdog::{Activity, BusyGuard, Watchdog};
 
 /// Any error a component ends with.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
@@ -154,39 +149,5 @@ impl Context {
 
     pub fn activity(&self) -> &Activity {
         &self.activity
-    }
-}
-
-/// Tracks what a component is doing right now, for stall detection.
-#[derive(Clone, Debug, Default)]
-pub struct Activity {
-    current: Arc<Mutex<Option<(&'static str, Instant)>>>,
-}
-
-impl Activity {
-    pub fn busy(&self, what: &'static str) -> BusyGuard {
-        *self.current.lock() = Some((what, Instant::now()));
-        BusyGuard {
-            activity: self.clone(),
-        }
-    }
-
-    /// `Some((what, for how long))` while a unit of work is in progress.
-    pub fn busy_for(&self) -> Option<(&'static str, Duration)> {
-        self.current
-            .lock()
-            .map(|(what, since)| (what, since.elapsed()))
-    }
-}
-
-/// Clears the component's activity when dropped.
-#[derive(Debug)]
-pub struct BusyGuard {
-    activity: Activity,
-}
-
-impl Drop for BusyGuard {
-    fn drop(&mut self) {
-        *self.activity.current.lock() = None;
     }
 }

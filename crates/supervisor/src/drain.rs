@@ -7,6 +7,7 @@ use futures::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
 use crate::component::{BoxError, Component, Context};
+use crate::watchdog::format_duration;
 
 /// Runs `inner` and, once asked to stop, lets it go on for `delay` before
 /// it is asked too. The supervisor fails the `shutdown` readiness check as
@@ -32,7 +33,7 @@ impl Drained {
             () = ctx.cancelled() => {}
         }
         tracing::info!(
-            ?delay,
+            delay = %format_duration(delay),
             "draining: still serving while the endpoint is removed"
         );
         tokio::select! {

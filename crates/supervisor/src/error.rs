@@ -41,14 +41,6 @@ pub enum SupervisorError {
 
     #[error("leader election ended unexpectedly: {0}")]
     ElectionEnded(BoxError),
-
-    #[error("lease {namespace}/{name}: {source}")]
-    Lease {
-        namespace: String,
-        name: String,
-        #[source]
-        source: kube::Error,
-    },
 }
 
 fn waiting_list(waiting: &[(String, String)]) -> String {

@@ -132,12 +132,12 @@ impl LeaderGated {
         let stop_elector = CancellationToken::new();
         let mut election = Election::start(elector, stop_elector.clone());
         ctx.mark_ready();
-        let mut running: Option<Running> = None;
+        let mut term: Option<Term> = None;
         let outcome = gated
-            .follow_leadership(&ctx, &mut election, &mut running)
+            .follow_leadership(&ctx, &mut election, &mut term)
             .await;
         let mut result = outcome;
-        if let Some(current) = running.take()
+        if let Some(current) = term.take()
             && let Err(error) = gated.stop(current).await.at_shutdown(gated.stop_timeout)
         {
             result = result.and(Err(error.into()));
@@ -218,7 +218,9 @@ struct Gated {
     stop_timeout: Duration,
 }
 
-struct Running {
+/// One leadership term: the leader-only components started when this
+/// replica won, stopped together when it loses.
+struct Term {
     tasks: Tasks,
     token: CancellationToken,
 }
@@ -230,15 +232,15 @@ impl Gated {
         &self,
         ctx: &Context,
         election: &mut Election,
-        running: &mut Option<Running>,
+        term: &mut Option<Term>,
     ) -> Result<(), BoxError> {
         loop {
             tokio::select! {
                 _ = ctx.cancelled() => return Ok(()),
                 change = election.changes.recv(), if election.changes_open => match change {
-                    Some(true) if running.is_none() => *running = Some(self.start(ctx)),
+                    Some(true) if term.is_none() => *term = Some(self.start(ctx)),
                     Some(false) => {
-                        if let Some(current) = running.take() {
+                        if let Some(current) = term.take() {
                             tracing::info!("leadership lost: stopping leader-only components");
                             self.stop(current).await.after_loss()?;
                         }
@@ -247,7 +249,7 @@ impl Gated {
                     // The elector ended; its task reports how.
                     None => election.changes_open = false,
                 },
-                exit = next_exit(running) => {
+                exit = next_exit(term) => {
                     let name = exit.name;
                     // A clean exit after being asked to stop: the gated
                     // components' tokens are children of this one's, so
@@ -272,7 +274,7 @@ impl Gated {
         }
     }
 
-    fn start(&self, ctx: &Context) -> Running {
+    fn start(&self, ctx: &Context) -> Term {
         // Built before the announcement so they are subscribed to it.
         let components = (self.factory)();
         let names: Vec<&'static str> = components.iter().map(|c| c.name()).collect();
@@ -284,19 +286,19 @@ impl Gated {
             // Leader-only components stay off `/readyz`: a follower is ready too.
             tasks.spawn(component, token.child_token(), ctx.watchdog(), None);
         }
-        Running { tasks, token }
+        Term { tasks, token }
     }
 
     /// Stops the gated components, aborting those still running after the
     /// stop timeout.
-    async fn stop(&self, mut running: Running) -> Stopped {
-        running.token.cancel();
+    async fn stop(&self, mut term: Term) -> Stopped {
+        term.token.cancel();
         self.bus.publish(Event::LeadershipChanged { leader: false });
         let deadline = Instant::now() + self.stop_timeout;
         let mut stopped = Stopped::default();
-        while !running.tasks.is_empty() {
+        while !term.tasks.is_empty() {
             tokio::select! {
-                exit = running.tasks.next() => {
+                exit = term.tasks.next() => {
                     let name = exit.name;
                     match exit.into_failure() {
                         None => tracing::info!(component = name, "component stopped"),
@@ -310,14 +312,14 @@ impl Gated {
                     }
                 }
                 _ = tokio::time::sleep_until(deadline) => {
-                    stopped.aborted = running.tasks.running();
+                    stopped.aborted = term.tasks.running();
                     tracing::error!(
                         gate = self.name,
                         components = ?stopped.aborted,
                         "leader-only components did not stop within {}; aborting them",
                         format_duration(self.stop_timeout)
                     );
-                    running.tasks.abort_all();
+                    term.tasks.abort_all();
                 }
             }
         }
@@ -357,9 +359,9 @@ impl Stopped {
     }
 }
 
-async fn next_exit(running: &mut Option<Running>) -> crate::tasks::Exit {
-    match running {
-        Some(running) => running.tasks.next().await,
+async fn next_exit(term: &mut Option<Term>) -> crate::tasks::Exit {
+    match term {
+        Some(term) => term.tasks.next().await,
         None => std::future::pending().await,
     }
 }

@@ -6,7 +6,6 @@ mod drain;
 mod error;
 mod health;
 mod leader;
-mod lease;
 mod signal;
 mod supervisor;
 mod tasks;
@@ -14,14 +13,14 @@ mod tasks;
 pub mod testing;
 mod watchdog;
 
-pub use component::{Activity, BoxError, BusyGuard, Component, Context, Readiness};
+pub use component::{BoxError, Component, Context, Readiness};
 pub use drain::Drained;
 pub use error::{SupervisorError, error_chain};
 pub use health::{CheckResult, Health};
 pub use leader::{LeaderElector, LeaderGated, LeadershipReporter};
-pub use lease::{LeaseAction, LeaseDecider, LeaseElector, LeaseRecord, LeaseSettings};
 pub use signal::shutdown_signal;
 pub use supervisor::{SHUTDOWN_CHECK, StageBuilder, Supervisor, SupervisorSettings};
+pub use watchdog::{Activity, BusyGuard, format_duration};
 
 #[cfg(test)]
 mod tests;

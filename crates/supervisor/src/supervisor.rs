@@ -185,19 +185,19 @@ impl Supervisor {
         let _stop_watchdog = stop_watchdog.clone().drop_guard();
 
         let mut shutdown = std::pin::pin!(shutdown);
-        let mut running = Running {
+        let mut started = StartedStages {
             tasks: Tasks::default(),
             started: Vec::new(),
             health,
             watchdog,
         };
-        let mut failure = running.start_stages(stages, &mut shutdown).await;
+        let mut failure = started.start_stages(stages, &mut shutdown).await;
         if failure.is_none() {
             tracing::info!("shutdown requested");
         }
         shutdown_gate.fail("shutting down");
         bus.publish(Event::ShutdownRequested);
-        let stop = running.stop(settings.grace_period, &mut failure).await;
+        let stop = started.stop(settings.grace_period, &mut failure).await;
         stop_watchdog.cancel();
         let _ = watchdog_task.await;
         outcome(failure, stop)
@@ -205,14 +205,14 @@ impl Supervisor {
 }
 
 /// The stages started so far and their tasks.
-struct Running {
+struct StartedStages {
     tasks: Tasks,
     started: Vec<Started>,
     health: Health,
     watchdog: Watchdog,
 }
 
-impl Running {
+impl StartedStages {
     /// Starts the stages in order, then waits for shutdown or a failure.
     /// Returns the failure, `None` for a requested shutdown.
     async fn start_stages(
@@ -411,7 +411,7 @@ fn early_exit(exit: Exit) -> SupervisorError {
     let error = exit
         .into_failure()
         .unwrap_or_else(|| "stopped before shutdown was requested".into());
-    tracing::error!(component = name, "component \"{name}\" failed: {error}");
+    tracing::error!(component = name, %error, "component failed");
     SupervisorError::ComponentFailed {
         name: name.to_string(),
         error,
@@ -421,9 +421,9 @@ fn early_exit(exit: Exit) -> SupervisorError {
 fn record_stop(exit: Exit, failure: &mut Option<SupervisorError>) {
     let name = exit.name;
     match exit.into_failure() {
-        None => tracing::info!(component = name, "component \"{name}\" stopped"),
+        None => tracing::info!(component = name, "component stopped"),
         Some(error) => {
-            tracing::error!(component = name, "component \"{name}\" failed: {error}");
+            tracing::error!(component = name, %error, "component failed");
             failure.get_or_insert(SupervisorError::ComponentFailed {
                 name: name.to_string(),
                 error,

@@ -7,9 +7,9 @@ use tokio::task::{Id, JoinError, JoinSet};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
-use crate::component::{Activity, BoxError, Component, Context, Readiness};
+use crate::component::{BoxError, Component, Context, Readiness};
 use crate::health::Health;
-use crate::watchdog::Watchdog;
+use crate::watchdog::{Activity, Watchdog};
 
 /// What a component starts out waiting for, until it says more.
 pub(crate) const STARTING: &str = "starting";

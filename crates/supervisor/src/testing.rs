@@ -20,10 +20,11 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::component::{Activity, BoxError, Component, Context, Readiness};
+use crate::component::{BoxError, Component, Context, Readiness};
 pub use crate::health::Gate;
 use crate::health::Health;
 use crate::tasks::STARTING;
+use crate::watchdog::Activity;
 
 /// A component running on its own, outside any supervisor.
 #[derive(Debug)]
@@ -79,6 +80,13 @@ impl Running {
                 self.waiting_reason().unwrap_or_default()
             ),
         }
+    }
+
+    /// Waits until the component reports ready (`true`) or ends before it
+    /// does (`false`), for tests of when it gets ready or fails.
+    pub async fn ready_or_ended(&self) -> bool {
+        let mut readiness = self.readiness.clone();
+        readiness.wait_for(Readiness::is_ready).await.is_ok()
     }
 
     /// What the component is busy with right now, for stall tests.

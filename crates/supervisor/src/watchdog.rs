@@ -11,11 +11,44 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
-use tokio::time::MissedTickBehavior;
+use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
-use crate::component::Activity;
 use crate::health::{Gate, Health};
+
+/// Tracks what a component is doing right now, for stall detection.
+#[derive(Clone, Debug, Default)]
+pub struct Activity {
+    current: Arc<Mutex<Option<(&'static str, Instant)>>>,
+}
+
+impl Activity {
+    pub fn busy(&self, what: &'static str) -> BusyGuard {
+        *self.current.lock() = Some((what, Instant::now()));
+        BusyGuard {
+            activity: self.clone(),
+        }
+    }
+
+    /// `Some((what, for how long))` while a unit of work is in progress.
+    pub fn busy_for(&self) -> Option<(&'static str, Duration)> {
+        self.current
+            .lock()
+            .map(|(what, since)| (what, since.elapsed()))
+    }
+}
+
+/// Clears the component's activity when dropped.
+#[derive(Debug)]
+pub struct BusyGuard {
+    activity: Activity,
+}
+
+impl Drop for BusyGuard {
+    fn drop(&mut self) {
+        *self.activity.current.lock() = None;
+    }
+}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ComponentLabels {
@@ -143,8 +176,9 @@ impl Watchdog {
                     if !entry.stalled {
                         tracing::warn!(
                             component = name,
-                            busy_secs = busy.as_secs(),
-                            "component \"{name}\" {reason}"
+                            doing = what,
+                            busy_for = %format_duration(busy),
+                            "component stalled"
                         );
                         entry.stalled = true;
                         self.inner.metrics.stalled(name).set(1);
@@ -153,10 +187,7 @@ impl Watchdog {
                 }
                 _ => {
                     if entry.stalled {
-                        tracing::info!(
-                            component = name,
-                            "component \"{name}\" is no longer stalled"
-                        );
+                        tracing::info!(component = name, "component no longer stalled");
                         entry.stalled = false;
                         entry.gate.pass();
                         self.inner.metrics.stalled(name).set(0);
@@ -199,10 +230,12 @@ impl Drop for WatchGuard {
     }
 }
 
-/// Durations in messages, as the configuration writes them (humantime:
-/// `2m 3s`, `250ms`), to the millisecond below a second and to the second
-/// above, so a stall reads "for 2m 3s" rather than to the nanosecond.
-pub(crate) fn format_duration(d: Duration) -> String {
+/// Durations in messages and logs, as the configuration writes them
+/// (humantime: `2m 3s`, `250ms`), to the millisecond below a second and to
+/// the second above, so a stall reads "for 2m 3s" rather than to the
+/// nanosecond. Every crate logs durations through it
+/// (`delay = %format_duration(delay)`), never with `Debug`.
+pub fn format_duration(d: Duration) -> String {
     let shown = if d < Duration::from_secs(1) {
         Duration::from_millis(d.as_millis() as u64)
     } else {

@@ -10,7 +10,7 @@ use kube::runtime::watcher;
 use poolkeeper_bus::{Event, ObjectKey, ResourceKind};
 use poolkeeper_index::{Changed, Index, IndexResource, object_key};
 
-use crate::retry::{WatchFailure, classify};
+use poolkeeper_kube::watch::{WatchFailure, classify};
 
 /// Bookkeeping of the watch of kind `K`.
 #[derive(Debug)]

@@ -10,15 +10,15 @@ use kube::runtime::watcher;
 use kube::{Api, Client, Resource};
 use poolkeeper_bus::{Bus, Event, ResourceKind};
 use poolkeeper_index::{Index, IndexResource};
-use poolkeeper_supervisor::{BoxError, Component, Context};
+use poolkeeper_kube::watch::{
+    self, Probe, ReadyzProbe, RetryPolicy, WatchFailure, classify, relists_by_itself, wait_out,
+};
+use poolkeeper_supervisor::{BoxError, Component, Context, format_duration};
 use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
 use crate::WatchersError;
 use crate::bookkeeping::WatchBookkeeper;
-use crate::retry::{
-    Backoff, Probe, ReadyzProbe, RetryPolicy, WatchFailure, classify, relists_by_itself, wait_out,
-};
 use crate::sync::SyncedKinds;
 
 /// What kube's watcher needs of a watched type.
@@ -134,13 +134,13 @@ where
         } = *self;
         let probe = ReadyzProbe::new(Client::from(api.clone()));
         let connect = move || watcher(api.clone(), config.clone());
-        let retry = RetryPolicy::new(Backoff::new());
+        let retry = RetryPolicy::new(watch::backoff());
         Box::pin(async move { drive::<K, _, _>(connect, &probe, retry, shared, ctx).await })
     }
 }
 
 /// Feeds the watch stream `connect` builds into the index until `ctx` is cancelled, waiting
-/// after errors as `retry` says (see [`crate::retry`]). A new stream (a fresh list) replaces
+/// after errors as `retry` says (see [`poolkeeper_kube::watch`]). A new stream (a fresh list) replaces
 /// one that kube would retry at an expired resourceVersion forever.
 pub(crate) async fn drive<K, S, F>(
     mut connect: F,
@@ -190,7 +190,7 @@ where
                 biased;
                 () = ctx.cancelled() => return Ok(()),
                 waited = wait_out(delay, probe) => {
-                    tracing::debug!(%kind, ?waited, "retrying the watch");
+                    tracing::debug!(%kind, waited = waited.as_str(), "retrying the watch");
                 }
             }
         }
@@ -211,13 +211,19 @@ fn report<K: Watched>(
     let why = failure.as_str();
     match book.fail(error) {
         Some(event) => {
-            tracing::warn!(%kind, %error, why, ?delay, "watch failed, retrying");
+            tracing::warn!(%kind, %error, why, retry_in = %format_duration(delay), "watch failed, retrying");
             shared.bus.publish(event);
         }
         None if failure == WatchFailure::Expired && delay.is_zero() => {
             tracing::info!(%kind, %error, "resourceVersion expired, relisting now");
         }
-        None => tracing::debug!(%kind, %error, why, ?delay, "watch failed again, retrying"),
+        None => tracing::debug!(
+            %kind,
+            %error,
+            why,
+            retry_in = %format_duration(delay),
+            "watch failed again, retrying"
+        ),
     }
 }
 
@@ -264,7 +270,7 @@ mod tests {
     use poolkeeper_supervisor::testing::{BusRecorder, spawn};
 
     use super::*;
-    use crate::retry::ProbeAnswer;
+    use poolkeeper_kube::watch::ProbeAnswer;
 
     type Item = Result<watcher::Event<Node>, watcher::Error>;
 
@@ -383,7 +389,7 @@ mod tests {
                     .pop_front()
                     .unwrap_or_else(|| futures::stream::pending().boxed())
             };
-            let retry = RetryPolicy::new(Backoff::with_random(|| 0.0));
+            let retry = RetryPolicy::new(watch::backoff().with_random(|| 0.0));
             Box::pin(async move { drive::<Node, _, _>(connect, &probe, retry, shared, ctx).await })
         }
     }

@@ -12,13 +12,12 @@
 //!
 //! Watch failures never stop a watcher: a 410 relists at once, other errors
 //! back off (capped, jittered, ended early once the API server is seen coming
-//! back; see `retry`). [`retrying`] gives any other watch of the process the
-//! same policy (the webhook configurations' watch uses it). Failures are published as `WatchFailed` (once per
-//! failure streak) and `WatchRecovered`.
+//! back), with the retry policy every watch of the process shares
+//! ([`poolkeeper_kube::watch`]). Failures are published as `WatchFailed`
+//! (once per failure streak) and `WatchRecovered`.
 
 mod bookkeeping;
 mod component;
-mod retry;
 mod sync;
 
 use std::collections::BTreeSet;
@@ -34,7 +33,6 @@ use poolkeeper_index::{Index, NodeSummary};
 use poolkeeper_supervisor::Component;
 
 use component::{KindWatcher, Shared};
-pub use retry::retrying;
 use sync::{SyncTracker, SyncedKinds};
 
 /// What to watch and how.

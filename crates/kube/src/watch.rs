@@ -1,5 +1,7 @@
 //! When a watch is retried after an error: the classification of kube's watch errors, the
 //! backoff schedule and the wait that ends early once the API server is seen coming back.
+//! Every watch of the process follows it: [`retrying`] wraps any watch stream, and a watcher
+//! that reports each failure itself (the index's) drives [`RetryPolicy`] and [`wait_out`].
 //!
 //! - `410 Gone` (an expired resourceVersion) is kube's request to relist, not a failure: the
 //!   relist starts at once, as client-go's reflector does. Only a 410 arriving within
@@ -25,22 +27,24 @@ use kube::Client;
 use kube::runtime::watcher;
 use tokio::time::Instant;
 
+use crate::backoff::Backoff;
+
 /// The first backoff after an error.
-pub(crate) const BACKOFF_INITIAL: Duration = Duration::from_secs(1);
+pub const BACKOFF_INITIAL: Duration = Duration::from_secs(1);
 /// The longest backoff: the doubling stops here.
-pub(crate) const BACKOFF_MAX: Duration = Duration::from_secs(30);
+pub const BACKOFF_MAX: Duration = Duration::from_secs(30);
 /// Each backoff is shortened by up to this fraction, at random.
-pub(crate) const JITTER: f64 = 0.25;
+pub const JITTER: f64 = 0.25;
 /// A 410 within this long of the previous immediate relist backs off.
-pub(crate) const MIN_RELIST_INTERVAL: Duration = Duration::from_secs(1);
+pub const MIN_RELIST_INTERVAL: Duration = Duration::from_secs(1);
 /// Pause between two `/readyz` probes while backing off.
-pub(crate) const PROBE_INTERVAL: Duration = Duration::from_millis(500);
+pub const PROBE_INTERVAL: Duration = Duration::from_millis(500);
 /// A probe without an answer within this long counts as unreachable.
-pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// What a watch error says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum WatchFailure {
+pub enum WatchFailure {
     /// 410 Gone: the resourceVersion is no longer served; relist.
     Expired,
     /// No HTTP answer: connection refused or reset, TLS, timeout.
@@ -51,7 +55,7 @@ pub(crate) enum WatchFailure {
 }
 
 impl WatchFailure {
-    pub(crate) fn as_str(self) -> &'static str {
+    pub fn as_str(self) -> &'static str {
         match self {
             Self::Expired => "resourceVersion expired",
             Self::Unreachable => "API server unreachable",
@@ -60,7 +64,7 @@ impl WatchFailure {
     }
 }
 
-pub(crate) fn classify(error: &watcher::Error) -> WatchFailure {
+pub fn classify(error: &watcher::Error) -> WatchFailure {
     match error {
         watcher::Error::WatchError(status) if status.code == 410 => WatchFailure::Expired,
         watcher::Error::WatchError(_) | watcher::Error::NoResourceVersion => WatchFailure::Rejected,
@@ -80,7 +84,7 @@ pub(crate) fn classify(error: &watcher::Error) -> WatchFailure {
 /// a 410 inside the watch stream and after a failed list; after a failed watch start it
 /// retries the same resourceVersion, which after a 410 would never succeed: the caller
 /// builds a new watcher then.
-pub(crate) fn relists_by_itself(error: &watcher::Error) -> bool {
+pub fn relists_by_itself(error: &watcher::Error) -> bool {
     matches!(
         error,
         watcher::Error::WatchError(_)
@@ -89,59 +93,22 @@ pub(crate) fn relists_by_itself(error: &watcher::Error) -> bool {
     )
 }
 
-/// A number in `[0, 1)`, different at every call; enough for jitter.
-fn random_unit() -> f64 {
-    use std::hash::{BuildHasher, Hasher};
-    // Every RandomState gets fresh keys, so hashing the same value gives a new number.
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u8(0);
-    (hasher.finish() >> 11) as f64 / (1_u64 << 53) as f64
-}
-
-/// Exponential backoff with jitter and a cap.
-#[derive(Debug)]
-pub(crate) struct Backoff {
-    /// Delays handed out since the last reset.
-    failures: u32,
-    random: fn() -> f64,
-}
-
-impl Backoff {
-    pub(crate) fn new() -> Self {
-        Self::with_random(random_unit)
-    }
-
-    /// With the jitter's random numbers (in `[0, 1)`) from `random`.
-    pub(crate) fn with_random(random: fn() -> f64) -> Self {
-        Self {
-            failures: 0,
-            random,
-        }
-    }
-
-    /// `BACKOFF_INITIAL * 2^n`, at most `BACKOFF_MAX`, shortened by up to `JITTER`.
-    pub(crate) fn next_delay(&mut self) -> Duration {
-        let factor = 2_u32.saturating_pow(self.failures);
-        let nominal = BACKOFF_INITIAL.saturating_mul(factor).min(BACKOFF_MAX);
-        self.failures = self.failures.saturating_add(1);
-        nominal.mul_f64(1.0 - JITTER * (self.random)().clamp(0.0, 1.0))
-    }
-
-    pub(crate) fn reset(&mut self) {
-        self.failures = 0;
-    }
+/// The backoff of watches: [`BACKOFF_INITIAL`] doubling up to [`BACKOFF_MAX`], shortened by
+/// up to [`JITTER`] at random.
+pub fn backoff() -> Backoff {
+    Backoff::new(BACKOFF_INITIAL, BACKOFF_MAX).with_jitter(JITTER)
 }
 
 /// The retry decisions of one watcher.
 #[derive(Debug)]
-pub(crate) struct RetryPolicy {
+pub struct RetryPolicy {
     backoff: Backoff,
     /// When the last relist after a 410 started at once.
     last_relist: Option<Instant>,
 }
 
 impl RetryPolicy {
-    pub(crate) fn new(backoff: Backoff) -> Self {
+    pub fn new(backoff: Backoff) -> Self {
         Self {
             backoff,
             last_relist: None,
@@ -150,7 +117,7 @@ impl RetryPolicy {
 
     /// How long to wait before polling the watch again after `failure` at `now`;
     /// zero means at once.
-    pub(crate) fn on_failure(&mut self, failure: WatchFailure, now: Instant) -> Duration {
+    pub fn on_failure(&mut self, failure: WatchFailure, now: Instant) -> Duration {
         if failure == WatchFailure::Expired {
             let recent = self
                 .last_relist
@@ -164,14 +131,14 @@ impl RetryPolicy {
     }
 
     /// The watch delivered something: the next failure starts the backoff over.
-    pub(crate) fn on_success(&mut self) {
+    pub fn on_success(&mut self) {
         self.backoff.reset();
     }
 }
 
 /// What a `/readyz` probe found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum ProbeAnswer {
+pub enum ProbeAnswer {
     Ready,
     /// It answered, but is not ready (5xx, 429).
     NotReady,
@@ -182,18 +149,18 @@ pub(crate) enum ProbeAnswer {
 }
 
 /// Asks the API server whether it is ready.
-pub(crate) trait Probe: Send + Sync {
+pub trait Probe: Send + Sync {
     fn probe(&self) -> BoxFuture<'_, ProbeAnswer>;
 }
 
 /// `GET /readyz` with the watcher's client (allowed to every user by the default
 /// `system:public-info-viewer` role).
-pub(crate) struct ReadyzProbe {
+pub struct ReadyzProbe {
     client: Client,
 }
 
 impl ReadyzProbe {
-    pub(crate) fn new(client: Client) -> Self {
+    pub fn new(client: Client) -> Self {
         Self { client }
     }
 }
@@ -222,17 +189,26 @@ fn answer_of_status(code: u16) -> ProbeAnswer {
 
 /// How a [`wait_out`] ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Waited {
+pub enum Waited {
     /// The backoff ran out.
     Elapsed,
     /// The API server was seen down or not ready, and then ready.
     Recovered,
 }
 
+impl Waited {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Elapsed => "backoff elapsed",
+            Self::Recovered => "API server ready again",
+        }
+    }
+}
+
 /// Waits out `delay` while probing the API server: once a probe finds it down or not ready,
 /// until a probe finds it ready again, however long or short that is compared with `delay`;
 /// otherwise for `delay`.
-pub(crate) async fn wait_out(delay: Duration, probe: &dyn Probe) -> Waited {
+pub async fn wait_out(delay: Duration, probe: &dyn Probe) -> Waited {
     let deadline = Instant::now() + delay;
     let mut seen_down = false;
     loop {
@@ -251,9 +227,7 @@ pub(crate) async fn wait_out(delay: Duration, probe: &dyn Probe) -> Waited {
 /// A watch that retries with this module's policy: the items of `connect()`'s stream, every
 /// error passed on (for the caller to report) and followed by the policy's wait (a 410 relists
 /// at once, other errors back off while `/readyz` is probed); after a 410 that kube's watcher
-/// does not relist after by itself, `connect` starts a new watch. Every watch of the process
-/// that is not an index kind (the webhook configurations) goes through this; the index's
-/// kinds use the same policy in the watcher component.
+/// does not relist after by itself, `connect` starts a new watch.
 pub fn retrying<K, S, F>(
     client: Client,
     connect: F,
@@ -265,12 +239,12 @@ where
 {
     retrying_with(
         ReadyzProbe::new(client),
-        RetryPolicy::new(Backoff::new()),
+        RetryPolicy::new(backoff()),
         connect,
     )
 }
 
-pub(crate) fn retrying_with<K, S, F, P>(
+fn retrying_with<K, S, F, P>(
     probe: P,
     retry: RetryPolicy,
     mut connect: F,
@@ -292,7 +266,7 @@ where
     futures::stream::unfold(state, |mut state| async move {
         if !state.wait.is_zero() {
             let waited = wait_out(std::mem::take(&mut state.wait), &state.probe).await;
-            tracing::debug!(?waited, "retrying the watch");
+            tracing::debug!(waited = waited.as_str(), "retrying the watch");
         }
         let next = state.stream.next().await?;
         match &next {
@@ -403,38 +377,22 @@ mod tests {
     }
 
     #[test]
-    fn backoff_doubles_to_the_cap_and_resets() {
-        let mut backoff = Backoff::with_random(|| 0.0);
-        let delays: Vec<Duration> = (0..8).map(|_| backoff.next_delay()).collect();
-        assert_eq!(secs(&delays), [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0]);
-        backoff.reset();
-        assert_eq!(backoff.next_delay(), BACKOFF_INITIAL);
-    }
-
-    #[test]
-    fn jitter_shortens_by_at_most_a_quarter() {
-        let mut longest = Backoff::with_random(|| 0.0);
-        let mut shortest = Backoff::with_random(|| 1.0);
-        let mut random = Backoff::new();
-        for _ in 0..12 {
-            let (max, min) = (longest.next_delay(), shortest.next_delay());
-            assert_eq!(min, max.mul_f64(1.0 - JITTER));
-            let delay = random.next_delay();
-            assert!(
-                min <= delay && delay <= max,
-                "{delay:?} not in {min:?}..={max:?}"
-            );
-            assert!(delay <= BACKOFF_MAX);
-        }
-        let samples: std::collections::HashSet<u64> =
-            (0..16).map(|_| (random_unit() * 1e9) as u64).collect();
-        assert!(samples.len() > 1, "the jitter varies");
+    fn watches_back_off_from_one_second_to_thirty_shortened_by_up_to_a_quarter() {
+        let mut longest = backoff().with_random(|| 0.0);
+        let mut shortest = backoff().with_random(|| 1.0);
+        let longest: Vec<Duration> = (0..8).map(|_| longest.next_delay()).collect();
+        let shortest: Vec<Duration> = (0..8).map(|_| shortest.next_delay()).collect();
+        assert_eq!(secs(&longest), [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0]);
+        assert_eq!(
+            secs(&shortest),
+            [0.75, 1.5, 3.0, 6.0, 12.0, 22.5, 22.5, 22.5]
+        );
     }
 
     #[tokio::test(start_paused = true)]
     async fn an_expired_watch_relists_at_once_but_not_in_a_loop() {
         use WatchFailure::{Expired, Unreachable};
-        let mut policy = RetryPolicy::new(Backoff::with_random(|| 0.0));
+        let mut policy = RetryPolicy::new(backoff().with_random(|| 0.0));
         let start = Instant::now();
         let at = |ms: u64| start + Duration::from_millis(ms);
         let steps: [(u64, WatchFailure, f64); 9] = [
@@ -598,7 +556,7 @@ mod retrying_tests {
             };
             futures::stream::iter(items)
         };
-        let policy = RetryPolicy::new(Backoff::with_random(|| 0.0));
+        let policy = RetryPolicy::new(backoff().with_random(|| 0.0));
         let start = Instant::now();
         let seen: Vec<(Duration, bool)> = retrying_with(AlwaysReady, policy, connect)
             .map(|item| (start.elapsed(), item.is_ok()))
