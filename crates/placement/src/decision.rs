@@ -9,18 +9,18 @@ use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, Patch, PatchOperation};
 use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm, Toleration};
 use poolkeeper_config::{Constraints, Mode};
-use poolkeeper_index::{Node, NodePool, PlacementView, PoolType};
+use poolkeeper_index::{NodePool, PlacementView, PoolType};
 use serde_json::{Value, json};
 
 use crate::affinity::NodeConstraints;
 use crate::candidates::{Reach, in_pools, reach};
+use crate::messages::{
+    self, missing_tolerations_message, no_match_message, outside_message, runs_outside_message,
+};
 use crate::pod::{PLACEMENT_ANNOTATION, PodPlacement};
 use crate::policy::{BindingOrigin, PlacementPolicy};
 use crate::pools::PoolSet;
-use crate::tolerations::{describe_toleration, tolerations_cover};
-
-/// How many offending nodes a denial names.
-const MAX_NAMED_NODES: usize = 5;
+use crate::tolerations::tolerations_cover;
 
 /// Why a decision came out the way it did; a short, stable string for
 /// metrics and logs. In `warn` and `dryrun` mode it stays the reason the
@@ -279,16 +279,6 @@ pub fn pool_binding<'a>(
     })
 }
 
-fn describe_binding(binding: &PoolBinding<'_>, namespace: &str, pool_label: &str) -> String {
-    match binding.source {
-        BindingSource::PodLabel => {
-            format!("by its label {pool_label}={}", binding.pools.joined())
-        }
-        BindingSource::Namespace => format!("through namespace {namespace:?}"),
-        BindingSource::NamespaceLabel => format!("through the labels of namespace {namespace:?}"),
-    }
-}
-
 /// The pools a Pod is bound to, those of them that exist, and the binding.
 pub(crate) struct Bound<'v, 'p> {
     pub(crate) existing: Vec<&'v NodePool>,
@@ -331,18 +321,8 @@ pub(crate) fn bound_pools<'v, 'p>(
         .partition(|(_, pool)| pool.is_some());
     let missing = PoolSet::new(missing.into_iter().map(|(name, _)| name.clone()));
     let existing: Vec<&NodePool> = existing.into_iter().filter_map(|(_, pool)| pool).collect();
-    let how = || describe_binding(&binding, namespace, pool_label);
     if existing.is_empty() {
-        let warning = format!(
-            "{} (bound {}) {} not exist; the pod is not restricted to a node pool",
-            binding.pools,
-            how(),
-            if binding.pools.len() == 1 {
-                "does"
-            } else {
-                "do"
-            }
-        );
+        let warning = messages::pools_missing_warning(&binding, namespace, pool_label);
         return Err(Box::new(
             Decision::allow(Reason::PoolMissing)
                 .with_warning(warning)
@@ -351,12 +331,7 @@ pub(crate) fn bound_pools<'v, 'p>(
         ));
     }
     let missing_warning = missing.map(|missing| {
-        format!(
-            "{missing} (bound {}) {} not exist; nodes labelled with {} still count",
-            how(),
-            if missing.len() == 1 { "does" } else { "do" },
-            if missing.len() == 1 { "it" } else { "them" }
-        )
+        messages::some_pools_missing_warning(&missing, &binding, namespace, pool_label)
     });
     Ok(Bound {
         existing,
@@ -700,49 +675,6 @@ fn validate_in_pools(
     }
 }
 
-/// Names the Edge pools among `pools`.
-fn missing_tolerations_message(missing: &[&Toleration], pools: &[&NodePool]) -> String {
-    let list: Vec<String> = missing.iter().map(|t| describe_toleration(t)).collect();
-    let edge = PoolSet::new(
-        pools
-            .iter()
-            .filter(|pool| pool.pool_type == PoolType::Edge)
-            .map(|pool| pool.name.clone()),
-    );
-    let edge = edge.map_or_else(String::new, |edge| edge.to_string());
-    format!(
-        "pod must tolerate {} to run on edge {edge}",
-        list.join(", ")
-    )
-}
-
-fn outside_message(
-    outside: &[&Node],
-    constraints: &NodeConstraints<'_>,
-    pools: &PoolSet,
-) -> String {
-    let count = outside.len();
-    let names = name_nodes(outside);
-    let the_pools = if pools.len() == 1 {
-        "the pool"
-    } else {
-        "the pools"
-    };
-    if constraints.is_unconstrained() {
-        format!(
-            "pod is bound to {pools} but has no node constraints, so it may be scheduled onto {} outside {the_pools}: {names}",
-            count_nodes(count)
-        )
-    } else {
-        format!(
-            "pod is bound to {pools} but {} outside {the_pools} {} its {}: {names}",
-            count_nodes(count),
-            if count == 1 { "matches" } else { "match" },
-            constraints.describe()
-        )
-    }
-}
-
 /// The audit's decision for a Pod that exists, as `enforce` judges it
 /// (the binding's mode is reported in [`Decision::mode`] but not applied:
 /// the audit shows what runs outside its pool in every mode).
@@ -779,69 +711,4 @@ pub fn audit(pod: &PodPlacement, view: &PlacementView<'_>, policy: &PlacementPol
         mode: bound.binding.mode,
         ..decision.for_pools(pools)
     }
-}
-
-fn runs_outside_message(node: &Node, pool_label: &str, pools: &PoolSet) -> String {
-    let node_pool = match node.labels.get(pool_label) {
-        Some(other) => format!("in node pool {other:?}"),
-        None => "in no node pool".to_owned(),
-    };
-    format!(
-        "pod is bound to {pools} but runs on node {:?}, which is {node_pool}",
-        node.name
-    )
-}
-
-fn no_match_message(
-    view: &PlacementView<'_>,
-    constraints: &NodeConstraints<'_>,
-    pools: &PoolSet,
-) -> String {
-    let mut message = format!("no node matches the pod's {}", constraints.describe());
-    if let Some(affinity) = &constraints.required_affinity {
-        if !affinity.errors().is_empty() {
-            message.push_str(&format!(
-                " (invalid node selector terms match nothing: {})",
-                affinity.errors().join("; ")
-            ));
-        } else if affinity.matches_nothing() {
-            message.push_str(
-                " (the required node affinity has no node selector term with a requirement)",
-            );
-        }
-    }
-    let pool_nodes: usize = pools
-        .names()
-        .iter()
-        .map(|pool| view.nodes_in_pool(pool).count())
-        .sum();
-    let has = if pools.len() == 1 { "has" } else { "have" };
-    if pool_nodes == 0 {
-        message.push_str(&format!("; {pools} {has} no nodes"));
-    } else {
-        message.push_str(&format!("; {pools} {has} {}", count_nodes(pool_nodes)));
-    }
-    message
-}
-
-fn count_nodes(n: usize) -> String {
-    if n == 1 {
-        "1 node".to_owned()
-    } else {
-        format!("{n} nodes")
-    }
-}
-
-fn name_nodes(nodes: &[&Node]) -> String {
-    let mut names: Vec<&str> = nodes
-        .iter()
-        .take(MAX_NAMED_NODES)
-        .map(|node| node.name.as_str())
-        .collect();
-    names.sort_unstable();
-    let mut text = names.join(", ");
-    if nodes.len() > MAX_NAMED_NODES {
-        text.push_str(&format!(" and {} more", nodes.len() - MAX_NAMED_NODES));
-    }
-    text
 }
