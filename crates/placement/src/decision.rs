@@ -18,7 +18,7 @@ use crate::messages::{
     self, missing_tolerations_message, no_match_message, outside_message, runs_outside_message,
 };
 use crate::pod::{PLACEMENT_ANNOTATION, PodPlacement};
-use crate::policy::{BindingOrigin, PlacementPolicy};
+use crate::policy::{Binding, BindingOrigin, PlacementPolicy};
 use crate::pools::PoolSet;
 use crate::tolerations::tolerations_cover;
 
@@ -54,6 +54,9 @@ pub enum Reason {
     /// Validate: every node the Pod may land on is in its pool (audit: the
     /// node it runs on is).
     InPool,
+    /// Validate: the Pod's pool label names a pool outside its namespace's
+    /// binding (a label may only narrow a binding to pools inside it).
+    LabelOutsideBinding,
     /// Validate: an Edge pool's tolerations are missing.
     MissingEdgeTolerations,
     /// Validate: the Pod's constraints select no node.
@@ -80,6 +83,7 @@ impl Reason {
             Reason::Unchanged => "unchanged",
             Reason::Patched => "patched",
             Reason::InPool => "in_pool",
+            Reason::LabelOutsideBinding => "label_outside_binding",
             Reason::MissingEdgeTolerations => "missing_edge_tolerations",
             Reason::NoMatchingNode => "no_matching_node",
             Reason::OutsidePool => "outside_pool",
@@ -218,7 +222,8 @@ pub fn warn_text(denial: &str) -> String {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub enum BindingSource {
-    /// The Pod carries the pool label.
+    /// The Pod carries the pool label: in a namespace without binding, or
+    /// naming one pool of its namespace's binding.
     PodLabel,
     /// The policy ConfigMap binds the Pod's namespace.
     Namespace,
@@ -243,11 +248,24 @@ pub struct PoolBinding<'a> {
     pub pools: Cow<'a, PoolSet>,
     pub source: BindingSource,
     pub mode: Mode,
+    /// The binding of the Pod's namespace, when it has one: the pools the
+    /// Pod's own pool label may narrow it to.
+    pub namespace_binding: Option<&'a Binding>,
+    /// The Pod's pool label, when it names a pool outside its namespace's
+    /// binding. The binding places the Pod all the same (`pools` are the
+    /// binding's); the validating decisions refuse it.
+    pub label_outside: Option<&'a str>,
 }
 
-/// The pool a Pod belongs to: its own `pool_label` label (when not empty),
-/// else its namespace's binding in the policy. The mode is the namespace's
-/// binding's, else the policy's default mode.
+/// The pool a Pod belongs to, by the namespace's binding and the Pod's own
+/// `pool_label` label (an empty value does not count):
+/// - a namespace without binding: the label, if any, binds the Pod;
+/// - a bound namespace: the label may only narrow the binding to one of its
+///   pools; a label naming a pool outside it is kept in
+///   [`PoolBinding::label_outside`] and the binding applies.
+///
+/// The mode is the namespace's binding's, else the policy's default mode.
+/// An excluded namespace binds nothing, whatever its Pods' labels say.
 ///
 /// `namespace` comes from the AdmissionRequest: on CREATE the Pod's
 /// `metadata.namespace` may still be empty.
@@ -260,22 +278,52 @@ pub fn pool_binding<'a>(
     if policy.is_excluded(namespace) {
         return None;
     }
-    let mode = policy.mode_for_namespace(namespace);
-    let labelled = pod.labels.get(pool_label).filter(|pool| !pool.is_empty());
-    if let Some(pool) = labelled {
-        return Some(PoolBinding {
-            pools: Cow::Owned(PoolSet::one(pool)),
-            source: BindingSource::PodLabel,
-            mode,
-        });
+    let labelled = pod
+        .labels
+        .get(pool_label)
+        .map(String::as_str)
+        .filter(|pool| !pool.is_empty());
+    let by_label = |pool: &str, namespace_binding| PoolBinding {
+        pools: Cow::Owned(PoolSet::one(pool)),
+        source: BindingSource::PodLabel,
+        mode: policy.mode_for_namespace(namespace),
+        namespace_binding,
+        label_outside: None,
+    };
+    let Some(binding) = policy.binding(namespace) else {
+        return labelled.map(|pool| by_label(pool, None));
+    };
+    match labelled {
+        Some(pool) if binding.pools.contains(pool) => Some(by_label(pool, Some(binding))),
+        label_outside => Some(PoolBinding {
+            pools: Cow::Borrowed(&binding.pools),
+            source: match binding.origin {
+                BindingOrigin::ConfigMap => BindingSource::Namespace,
+                BindingOrigin::NamespaceLabel => BindingSource::NamespaceLabel,
+            },
+            mode: binding.mode,
+            namespace_binding: Some(binding),
+            label_outside,
+        }),
     }
-    policy.binding(namespace).map(|binding| PoolBinding {
-        pools: Cow::Borrowed(&binding.pools),
-        source: match binding.origin {
-            BindingOrigin::ConfigMap => BindingSource::Namespace,
-            BindingOrigin::NamespaceLabel => BindingSource::NamespaceLabel,
-        },
+}
+
+/// The refusal of a Pod whose pool label leaves its namespace's binding,
+/// as `enforce` decides it (the binding's mode is in [`Decision::mode`],
+/// not applied): the validating decisions ([`validate`], [`audit`]) check
+/// it before anything else, so a missing pool or a Pod already running
+/// inside the binding does not excuse the label.
+fn label_refusal(
+    binding: Option<&PoolBinding<'_>>,
+    namespace: &str,
+    pool_label: &str,
+) -> Option<Decision> {
+    let binding = binding?;
+    let label = binding.label_outside?;
+    let message = messages::label_outside_message(label, binding, namespace, pool_label);
+    Some(Decision {
         mode: binding.mode,
+        ..Decision::deny(Reason::LabelOutsideBinding, message).for_pools(&binding.pools)
     })
 }
 
@@ -301,16 +349,15 @@ impl Bound<'_, '_> {
     }
 }
 
-/// The bound pools of which at least one exists, or the decision to return
-/// instead.
+/// The pools of `binding` of which at least one exists, or the decision to
+/// return instead (unbound, every pool missing).
 pub(crate) fn bound_pools<'v, 'p>(
-    pod: &'p PodPlacement,
+    binding: Option<PoolBinding<'p>>,
     namespace: &str,
     view: &'v PlacementView<'_>,
-    policy: &'p PlacementPolicy,
 ) -> Result<Bound<'v, 'p>, Box<Decision>> {
     let pool_label = view.pool_label();
-    let Some(binding) = pool_binding(pod, namespace, policy, pool_label) else {
+    let Some(binding) = binding else {
         return Err(Box::new(Decision::allow(Reason::Unbound)));
     };
     let (existing, missing): (Vec<_>, Vec<_>) = binding
@@ -366,6 +413,11 @@ pub(crate) fn missing_edge_tolerations<'p>(
 ///
 /// - Unbound Pod -> allowed, unchanged. Missing pool -> allowed, unchanged,
 ///   with a warning.
+/// - The pool is [`pool_binding`]'s: a pool label narrowing the namespace's
+///   binding places the Pod in that one pool; a label naming a pool outside
+///   the binding is not followed (the binding places the Pod, [`validate`]
+///   refuses the label), so no mode ever places a Pod outside its
+///   namespace's binding.
 /// - `nodeName`, `nodeSelector` and required node affinity all empty -> adds
 ///   the required node affinity `poolLabel In [pool]` (the index's pool
 ///   label, [`PlacementView::pool_label`]). Only the required
@@ -423,7 +475,10 @@ pub(crate) fn mutate_at(
     policy: &PlacementPolicy,
     target: &PatchTarget,
 ) -> Decision {
-    let bound = match bound_pools(pod, namespace, view, policy) {
+    // A pool label outside the namespace's binding is not followed: the
+    // binding places the Pod, and `validate` refuses the label.
+    let binding = pool_binding(pod, namespace, policy, view.pool_label());
+    let bound = match bound_pools(binding, namespace, view) {
         Ok(bound) => bound,
         Err(decision) => return *decision,
     };
@@ -616,6 +671,8 @@ fn to_value<T: serde::Serialize>(value: &T) -> Value {
 
 /// The validating decision.
 ///
+/// - A pool label naming a pool outside the namespace's binding
+///   ([`pool_binding`]) -> denied, naming both, before any other rule.
 /// - Unbound Pod -> allowed. No bound pool exists -> allowed with a warning.
 /// - Any bound pool is an Edge pool whose edge tolerations the Pod does not
 ///   all tolerate -> denied.
@@ -638,7 +695,12 @@ pub fn validate(
     if pod.is_mirror() {
         return Decision::allow(Reason::MirrorPod);
     }
-    match bound_pools(pod, namespace, view, policy) {
+    let binding = pool_binding(pod, namespace, policy, view.pool_label());
+    if let Some(refusal) = label_refusal(binding.as_ref(), namespace, view.pool_label()) {
+        let mode = refusal.mode;
+        return refusal.with_mode(mode);
+    }
+    match bound_pools(binding, namespace, view) {
         Ok(bound) => bound.finish(validate_in_pools(pod, &bound, view, policy)),
         Err(decision) => *decision,
     }
@@ -679,6 +741,9 @@ fn validate_in_pools(
 /// (the binding's mode is reported in [`Decision::mode`] but not applied:
 /// the audit shows what runs outside its pool in every mode).
 ///
+/// - A pool label outside the namespace's binding: denied, as [`validate`]
+///   says, wherever the Pod runs (the label claims a pool the tenant may
+///   not choose).
 /// - Unbound Pod, missing pool: allowed, as [`validate`] says.
 /// - Scheduled Pod (`spec.nodeName` set): denied with `outside_pool` when
 ///   its node is not in the pool; allowed (`in_pool`) when it is; allowed
@@ -689,7 +754,11 @@ fn validate_in_pools(
 /// A denial is a violation.
 pub fn audit(pod: &PodPlacement, view: &PlacementView<'_>, policy: &PlacementPolicy) -> Decision {
     let namespace = pod.namespace.as_str();
-    let bound = match bound_pools(pod, namespace, view, policy) {
+    let binding = pool_binding(pod, namespace, policy, view.pool_label());
+    if let Some(refusal) = label_refusal(binding.as_ref(), namespace, view.pool_label()) {
+        return refusal;
+    }
+    let bound = match bound_pools(binding, namespace, view) {
         Ok(bound) => bound,
         Err(decision) => return *decision,
     };

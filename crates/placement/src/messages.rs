@@ -167,3 +167,22 @@ pub(crate) fn some_pools_missing_warning(
         if missing.len() == 1 { "it" } else { "them" }
     )
 }
+
+/// The refusal of a Pod whose pool label names `label`, a pool outside its
+/// namespace's binding: both are named.
+pub(crate) fn label_outside_message(
+    label: &str,
+    binding: &PoolBinding<'_>,
+    namespace: &str,
+    pool_label: &str,
+) -> String {
+    let by_labels = match binding.source {
+        BindingSource::NamespaceLabel => " by its labels",
+        BindingSource::PodLabel | BindingSource::Namespace => "",
+    };
+    format!(
+        "pod's label {pool_label}={label} names node pool {label:?}, but namespace {namespace:?} \
+         is bound{by_labels} to {}: a pod's pool label may only name pools of its namespace's binding",
+        binding.pools
+    )
+}
