@@ -253,12 +253,26 @@ fn binding(out: &mut String, explained: &Explanation) {
         )
     };
     field(out, "Node pool", &pool);
-    let by = match binding.source {
+    let mut by = match binding.source {
         BindingSource::PodLabel => format!("the pod's label {}", binding.by),
         BindingSource::Namespace => format!("the binding of namespace {}", binding.by),
         BindingSource::NamespaceLabel => format!("the labels of namespace {}", binding.by),
     };
+    if let Some(pools) = &binding.narrows {
+        let _ = write!(
+            by,
+            ", one pool of the binding of namespace {} ({pools})",
+            explained.namespace
+        );
+    }
     field(out, "Bound by", &by);
+    if let Some(label) = &binding.refused_label {
+        field(
+            out,
+            "Refused pool label",
+            &format!("{label}: outside the namespace's binding"),
+        );
+    }
     field(out, "Mode", binding.mode.as_str());
 }
 
