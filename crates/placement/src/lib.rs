@@ -4,7 +4,9 @@
 //!   [`PlacementView`](poolkeeper_index::PlacementView) of the index (which
 //!   also says which label puts a Node into a pool) and the
 //!   [`PlacementPolicy`] loaded from the ConfigMap a [`PolicySource`] names.
-//!   A Pod's pool is its own pool label, else its namespace's binding.
+//!   A Pod's pool is its namespace's binding, which its own pool label may
+//!   only narrow (a label naming a pool outside the binding is refused);
+//!   in a namespace without binding, its pool label.
 //!   Matching follows Kubernetes exactly: `nodeName`, `nodeSelector` and
 //!   required node affinity for the nodes, `Toleration.ToleratesTaint` for
 //!   the edge tolerations.
