@@ -35,6 +35,7 @@ mod explain;
 mod messages;
 mod names;
 mod objects;
+mod patch;
 mod pod;
 mod policy;
 mod pools;
