@@ -527,4 +527,20 @@ fn a_pool_label_outside_the_namespace_binding_is_explained_as_refused() {
         explained["validate"]["message"],
         "pod's label apps.openyurt.io/nodepool=cloud names node pool \"cloud\", but namespace \"shop-hangzhou\" is bound to node pool \"hangzhou\": a pod's pool label may only name pools of its namespace's binding"
     );
+    // A label naming one pool of a two-pool binding narrows it.
+    let narrowed = dir.path().join("narrowed.yaml");
+    std::fs::write(
+        &narrowed,
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: narrowed\n  namespace: shop-east\n  \
+         labels: {apps.openyurt.io/nodepool: hangzhou}\nspec:\n  containers: [{name: c, image: busybox}]\n",
+    )
+    .unwrap();
+    let objects = rollout_with_two_pool_bindings(dir.path());
+    let text = explain_text(&objects, narrowed.to_str().unwrap());
+    let expected = "Bound by:               the pod's label apps.openyurt.io/nodepool=hangzhou, one pool of the binding\n                        of namespace shop-east (beijing,hangzhou)";
+    assert!(text.contains(expected), "lacks {expected:?}:\n{text}");
+    assert!(
+        text.contains("Node pool:              hangzhou (Edge, 2 nodes)"),
+        "{text}"
+    );
 }
