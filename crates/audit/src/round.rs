@@ -248,8 +248,9 @@ impl<'r> Tally<'r> {
 /// The LISTs of one round: each bound namespace, then the labelled Pods
 /// of every namespace. A namespace's LIST leaves out the Pods on the Nodes
 /// of its pools (as `view` has them), as many Nodes as fit in
-/// [`LEAVE_OUT_BYTES`]: such a Pod is in its pool, unless a pool label binds
-/// it elsewhere, and the labelled Pods have their own LIST. So the API
+/// [`LEAVE_OUT_BYTES`]: such a Pod is in its pool, unless its pool label
+/// narrows the binding or leaves it, and the labelled Pods have their own
+/// LIST. So the API
 /// server encodes and sends only the Pods that may be violations.
 pub fn queries(policy: &PlacementPolicy, view: &PlacementView<'_>) -> Vec<PodQuery> {
     let pool_label = view.pool_label();

@@ -5,22 +5,21 @@
 use std::borrow::Cow;
 use std::fmt;
 
-use json_patch::jsonptr::PointerBuf;
-use json_patch::{AddOperation, Patch, PatchOperation};
-use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm, Toleration};
+use json_patch::Patch;
+use k8s_openapi::api::core::v1::Toleration;
 use poolkeeper_config::{Constraints, Mode};
-use poolkeeper_index::{Node, NodePool, PlacementView, PoolType};
-use serde_json::{Value, json};
+use poolkeeper_index::{NodePool, PlacementView, PoolType};
 
 use crate::affinity::NodeConstraints;
 use crate::candidates::{Reach, in_pools, reach};
-use crate::pod::{PLACEMENT_ANNOTATION, PodPlacement};
-use crate::policy::{BindingOrigin, PlacementPolicy};
+use crate::messages::{
+    self, missing_tolerations_message, no_match_message, outside_message, runs_outside_message,
+};
+use crate::patch::{add, annotation_op, pool_affinity_op, rebase, to_value};
+use crate::pod::PodPlacement;
+use crate::policy::{Binding, BindingOrigin, PlacementPolicy};
 use crate::pools::PoolSet;
-use crate::tolerations::{describe_toleration, tolerations_cover};
-
-/// How many offending nodes a denial names.
-const MAX_NAMED_NODES: usize = 5;
+use crate::tolerations::tolerations_cover;
 
 /// Why a decision came out the way it did; a short, stable string for
 /// metrics and logs. In `warn` and `dryrun` mode it stays the reason the
@@ -54,6 +53,9 @@ pub enum Reason {
     /// Validate: every node the Pod may land on is in its pool (audit: the
     /// node it runs on is).
     InPool,
+    /// Validate: the Pod's pool label names a pool outside its namespace's
+    /// binding (a label may only narrow a binding to pools inside it).
+    LabelOutsideBinding,
     /// Validate: an Edge pool's tolerations are missing.
     MissingEdgeTolerations,
     /// Validate: the Pod's constraints select no node.
@@ -80,6 +82,7 @@ impl Reason {
             Reason::Unchanged => "unchanged",
             Reason::Patched => "patched",
             Reason::InPool => "in_pool",
+            Reason::LabelOutsideBinding => "label_outside_binding",
             Reason::MissingEdgeTolerations => "missing_edge_tolerations",
             Reason::NoMatchingNode => "no_matching_node",
             Reason::OutsidePool => "outside_pool",
@@ -218,7 +221,8 @@ pub fn warn_text(denial: &str) -> String {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub enum BindingSource {
-    /// The Pod carries the pool label.
+    /// The Pod carries the pool label: in a namespace without binding, or
+    /// naming one pool of its namespace's binding.
     PodLabel,
     /// The policy ConfigMap binds the Pod's namespace.
     Namespace,
@@ -243,11 +247,24 @@ pub struct PoolBinding<'a> {
     pub pools: Cow<'a, PoolSet>,
     pub source: BindingSource,
     pub mode: Mode,
+    /// The binding of the Pod's namespace, when it has one: the pools the
+    /// Pod's own pool label may narrow it to.
+    pub namespace_binding: Option<&'a Binding>,
+    /// The Pod's pool label, when it names a pool outside its namespace's
+    /// binding. The binding places the Pod all the same (`pools` are the
+    /// binding's); the validating decisions refuse it.
+    pub label_outside: Option<&'a str>,
 }
 
-/// The pool a Pod belongs to: its own `pool_label` label (when not empty),
-/// else its namespace's binding in the policy. The mode is the namespace's
-/// binding's, else the policy's default mode.
+/// The pool a Pod belongs to, by the namespace's binding and the Pod's own
+/// `pool_label` label (an empty value does not count):
+/// - a namespace without binding: the label, if any, binds the Pod;
+/// - a bound namespace: the label may only narrow the binding to one of its
+///   pools; a label naming a pool outside it is kept in
+///   [`PoolBinding::label_outside`] and the binding applies.
+///
+/// The mode is the namespace's binding's, else the policy's default mode.
+/// An excluded namespace binds nothing, whatever its Pods' labels say.
 ///
 /// `namespace` comes from the AdmissionRequest: on CREATE the Pod's
 /// `metadata.namespace` may still be empty.
@@ -260,33 +277,53 @@ pub fn pool_binding<'a>(
     if policy.is_excluded(namespace) {
         return None;
     }
-    let mode = policy.mode_for_namespace(namespace);
-    let labelled = pod.labels.get(pool_label).filter(|pool| !pool.is_empty());
-    if let Some(pool) = labelled {
-        return Some(PoolBinding {
-            pools: Cow::Owned(PoolSet::one(pool)),
-            source: BindingSource::PodLabel,
-            mode,
-        });
+    let labelled = pod
+        .labels
+        .get(pool_label)
+        .map(String::as_str)
+        .filter(|pool| !pool.is_empty());
+    let by_label = |pool: &str, namespace_binding| PoolBinding {
+        pools: Cow::Owned(PoolSet::one(pool)),
+        source: BindingSource::PodLabel,
+        mode: policy.mode_for_namespace(namespace),
+        namespace_binding,
+        label_outside: None,
+    };
+    let Some(binding) = policy.binding(namespace) else {
+        return labelled.map(|pool| by_label(pool, None));
+    };
+    match labelled {
+        Some(pool) if binding.pools.contains(pool) => Some(by_label(pool, Some(binding))),
+        label_outside => Some(PoolBinding {
+            pools: Cow::Borrowed(&binding.pools),
+            source: match binding.origin {
+                BindingOrigin::ConfigMap => BindingSource::Namespace,
+                BindingOrigin::NamespaceLabel => BindingSource::NamespaceLabel,
+            },
+            mode: binding.mode,
+            namespace_binding: Some(binding),
+            label_outside,
+        }),
     }
-    policy.binding(namespace).map(|binding| PoolBinding {
-        pools: Cow::Borrowed(&binding.pools),
-        source: match binding.origin {
-            BindingOrigin::ConfigMap => BindingSource::Namespace,
-            BindingOrigin::NamespaceLabel => BindingSource::NamespaceLabel,
-        },
-        mode: binding.mode,
-    })
 }
 
-fn describe_binding(binding: &PoolBinding<'_>, namespace: &str, pool_label: &str) -> String {
-    match binding.source {
-        BindingSource::PodLabel => {
-            format!("by its label {pool_label}={}", binding.pools.joined())
-        }
-        BindingSource::Namespace => format!("through namespace {namespace:?}"),
-        BindingSource::NamespaceLabel => format!("through the labels of namespace {namespace:?}"),
-    }
+/// The refusal of a Pod whose pool label leaves its namespace's binding,
+/// as `enforce` decides it (the binding's mode is in [`Decision::mode`],
+/// not applied): the validating decisions ([`validate`], [`audit`]) check
+/// it before anything else, so a missing pool or a Pod already running
+/// inside the binding does not excuse the label.
+fn label_refusal(
+    binding: Option<&PoolBinding<'_>>,
+    namespace: &str,
+    pool_label: &str,
+) -> Option<Decision> {
+    let binding = binding?;
+    let label = binding.label_outside?;
+    let message = messages::label_outside_message(label, binding, namespace, pool_label);
+    Some(Decision {
+        mode: binding.mode,
+        ..Decision::deny(Reason::LabelOutsideBinding, message).for_pools(&binding.pools)
+    })
 }
 
 /// The pools a Pod is bound to, those of them that exist, and the binding.
@@ -311,16 +348,15 @@ impl Bound<'_, '_> {
     }
 }
 
-/// The bound pools of which at least one exists, or the decision to return
-/// instead.
+/// The pools of `binding` of which at least one exists, or the decision to
+/// return instead (unbound, every pool missing).
 pub(crate) fn bound_pools<'v, 'p>(
-    pod: &'p PodPlacement,
+    binding: Option<PoolBinding<'p>>,
     namespace: &str,
     view: &'v PlacementView<'_>,
-    policy: &'p PlacementPolicy,
 ) -> Result<Bound<'v, 'p>, Box<Decision>> {
     let pool_label = view.pool_label();
-    let Some(binding) = pool_binding(pod, namespace, policy, pool_label) else {
+    let Some(binding) = binding else {
         return Err(Box::new(Decision::allow(Reason::Unbound)));
     };
     let (existing, missing): (Vec<_>, Vec<_>) = binding
@@ -331,18 +367,8 @@ pub(crate) fn bound_pools<'v, 'p>(
         .partition(|(_, pool)| pool.is_some());
     let missing = PoolSet::new(missing.into_iter().map(|(name, _)| name.clone()));
     let existing: Vec<&NodePool> = existing.into_iter().filter_map(|(_, pool)| pool).collect();
-    let how = || describe_binding(&binding, namespace, pool_label);
     if existing.is_empty() {
-        let warning = format!(
-            "{} (bound {}) {} not exist; the pod is not restricted to a node pool",
-            binding.pools,
-            how(),
-            if binding.pools.len() == 1 {
-                "does"
-            } else {
-                "do"
-            }
-        );
+        let warning = messages::pools_missing_warning(&binding, namespace, pool_label);
         return Err(Box::new(
             Decision::allow(Reason::PoolMissing)
                 .with_warning(warning)
@@ -351,12 +377,7 @@ pub(crate) fn bound_pools<'v, 'p>(
         ));
     }
     let missing_warning = missing.map(|missing| {
-        format!(
-            "{missing} (bound {}) {} not exist; nodes labelled with {} still count",
-            how(),
-            if missing.len() == 1 { "does" } else { "do" },
-            if missing.len() == 1 { "it" } else { "them" }
-        )
+        messages::some_pools_missing_warning(&missing, &binding, namespace, pool_label)
     });
     Ok(Bound {
         existing,
@@ -391,6 +412,11 @@ pub(crate) fn missing_edge_tolerations<'p>(
 ///
 /// - Unbound Pod -> allowed, unchanged. Missing pool -> allowed, unchanged,
 ///   with a warning.
+/// - The pool is [`pool_binding`]'s: a pool label narrowing the namespace's
+///   binding places the Pod in that one pool; a label naming a pool outside
+///   the binding is not followed (the binding places the Pod, [`validate`]
+///   refuses the label), so no mode ever places a Pod outside its
+///   namespace's binding.
 /// - `nodeName`, `nodeSelector` and required node affinity all empty -> adds
 ///   the required node affinity `poolLabel In [pool]` (the index's pool
 ///   label, [`PlacementView::pool_label`]). Only the required
@@ -405,7 +431,8 @@ pub(crate) fn missing_edge_tolerations<'p>(
 ///   such a Pod is left as written for the validating webhook to judge.
 /// - Edge pool -> adds each edge toleration the Pod does not already
 ///   tolerate, appending to `spec.tolerations`.
-/// - A patched Pod records the decision in [`PLACEMENT_ANNOTATION`].
+/// - A patched Pod records the decision in
+///   [`PLACEMENT_ANNOTATION`](crate::pod::PLACEMENT_ANNOTATION).
 /// - The binding's mode applies ([`Decision::with_mode`]): `enforce` and
 ///   `warn` patch, `dryrun` withholds the patch.
 ///
@@ -448,7 +475,10 @@ pub(crate) fn mutate_at(
     policy: &PlacementPolicy,
     target: &PatchTarget,
 ) -> Decision {
-    let bound = match bound_pools(pod, namespace, view, policy) {
+    // A pool label outside the namespace's binding is not followed: the
+    // binding places the Pod, and `validate` refuses the label.
+    let binding = pool_binding(pod, namespace, policy, view.pool_label());
+    let bound = match bound_pools(binding, namespace, view) {
         Ok(bound) => bound,
         Err(decision) => return *decision,
     };
@@ -489,158 +519,10 @@ pub(crate) fn mutate_at(
     bound.finish(decision)
 }
 
-/// The affinity operation the Pod needs, if any: the pool requirement for an
-/// unconstrained Pod, or (narrowing) ANDed into each required term that
-/// lacks it. `nodeName` is never rewritten, so a Pod naming its node is
-/// judged as written.
-fn pool_affinity_op(
-    pod: &PodPlacement,
-    pool_label: &str,
-    pools: &PoolSet,
-    constraints: Constraints,
-) -> Option<PatchOperation> {
-    let own = NodeConstraints::from_pod(pod);
-    if own.is_unconstrained() {
-        return Some(add_pool_affinity(pod, pool_label, pools));
-    }
-    if constraints == Constraints::Judge || own.node_name.is_some() {
-        return None;
-    }
-    let Some(required) = pod.required_node_affinity() else {
-        return Some(add_pool_affinity(pod, pool_label, pools));
-    };
-    let requirement = pool_requirement(pool_label, pools);
-    let has_it = |term: &NodeSelectorTerm| {
-        term.match_expressions
-            .as_ref()
-            .is_some_and(|expressions| expressions.contains(&requirement))
-    };
-    if required.node_selector_terms.iter().all(has_it) {
-        return None;
-    }
-    let mut narrowed = required.clone();
-    for term in narrowed
-        .node_selector_terms
-        .iter_mut()
-        .filter(|t| !has_it(t))
-    {
-        term.match_expressions
-            .get_or_insert_with(Vec::new)
-            .push(requirement.clone());
-    }
-    Some(add(
-        &[
-            "spec",
-            "affinity",
-            "nodeAffinity",
-            "requiredDuringSchedulingIgnoredDuringExecution",
-        ],
-        to_value(&narrowed),
-    ))
-}
-
-fn pool_requirement(pool_label: &str, pools: &PoolSet) -> NodeSelectorRequirement {
-    NodeSelectorRequirement {
-        key: pool_label.to_owned(),
-        operator: "In".to_owned(),
-        values: Some(pools.names().to_vec()),
-    }
-}
-
-/// Records pool, binding, mode and constraints in [`PLACEMENT_ANNOTATION`].
-fn annotation_op(
-    pod: &PodPlacement,
-    binding: &PoolBinding<'_>,
-    constraints: Constraints,
-) -> PatchOperation {
-    let value = placement_record(binding, constraints);
-    match pod.annotations {
-        None => add(
-            &["metadata", "annotations"],
-            json!({PLACEMENT_ANNOTATION: value}),
-        ),
-        Some(_) => add(
-            &["metadata", "annotations", PLACEMENT_ANNOTATION],
-            Value::String(value),
-        ),
-    }
-}
-
-/// The text of [`PLACEMENT_ANNOTATION`]: a JSON object with its keys in a
-/// fixed order (pool, binding, mode, constraints); several pools are joined
-/// by commas.
-pub fn placement_record(binding: &PoolBinding<'_>, constraints: Constraints) -> String {
-    let quoted = |text: &str| Value::String(text.to_owned()).to_string();
-    format!(
-        "{{\"pool\":{},\"binding\":{},\"mode\":{},\"constraints\":{}}}",
-        quoted(&binding.pools.joined()),
-        quoted(binding.source.as_str()),
-        quoted(binding.mode.as_str()),
-        quoted(constraints.as_str())
-    )
-}
-
-fn rebase(op: PatchOperation, base: &[&str]) -> PatchOperation {
-    if base.is_empty() {
-        return op;
-    }
-    match op {
-        PatchOperation::Add(AddOperation { path, value }) => {
-            let mut tokens: Vec<String> = base.iter().map(|t| (*t).to_owned()).collect();
-            tokens.extend(path.tokens().map(|t| t.decoded().into_owned()));
-            PatchOperation::Add(AddOperation {
-                path: PointerBuf::from_tokens(tokens),
-                value,
-            })
-        }
-        other => other,
-    }
-}
-
-fn add(path: &[&str], value: Value) -> PatchOperation {
-    PatchOperation::Add(AddOperation {
-        path: PointerBuf::from_tokens(path.iter().copied()),
-        value,
-    })
-}
-
-/// The `add` operation that creates the required node affinity at the
-/// deepest level missing, leaving sibling fields alone.
-fn add_pool_affinity(pod: &PodPlacement, pool_label: &str, pools: &PoolSet) -> PatchOperation {
-    // Built as JSON directly: the `k8s_openapi` types through `to_value`
-    // cost a mutation several times as much.
-    let required = json!({"nodeSelectorTerms": [{"matchExpressions": [
-        {"key": pool_label, "operator": "In", "values": pools.names()}
-    ]}]});
-    let affinity = pod.spec.as_ref().and_then(|spec| spec.affinity.as_ref());
-    match affinity.map(|affinity| affinity.node_affinity.is_some()) {
-        None => add(
-            &["spec", "affinity"],
-            json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}}),
-        ),
-        Some(false) => add(
-            &["spec", "affinity", "nodeAffinity"],
-            json!({"requiredDuringSchedulingIgnoredDuringExecution": required}),
-        ),
-        Some(true) => add(
-            &[
-                "spec",
-                "affinity",
-                "nodeAffinity",
-                "requiredDuringSchedulingIgnoredDuringExecution",
-            ],
-            required,
-        ),
-    }
-}
-
-fn to_value<T: serde::Serialize>(value: &T) -> Value {
-    // Serializing k8s-openapi structs into a Value cannot fail.
-    serde_json::to_value(value).unwrap_or(Value::Null)
-}
-
 /// The validating decision.
 ///
+/// - A pool label naming a pool outside the namespace's binding
+///   ([`pool_binding`]) -> denied, naming both, before any other rule.
 /// - Unbound Pod -> allowed. No bound pool exists -> allowed with a warning.
 /// - Any bound pool is an Edge pool whose edge tolerations the Pod does not
 ///   all tolerate -> denied.
@@ -663,7 +545,12 @@ pub fn validate(
     if pod.is_mirror() {
         return Decision::allow(Reason::MirrorPod);
     }
-    match bound_pools(pod, namespace, view, policy) {
+    let binding = pool_binding(pod, namespace, policy, view.pool_label());
+    if let Some(refusal) = label_refusal(binding.as_ref(), namespace, view.pool_label()) {
+        let mode = refusal.mode;
+        return refusal.with_mode(mode);
+    }
+    match bound_pools(binding, namespace, view) {
         Ok(bound) => bound.finish(validate_in_pools(pod, &bound, view, policy)),
         Err(decision) => *decision,
     }
@@ -700,53 +587,13 @@ fn validate_in_pools(
     }
 }
 
-/// Names the Edge pools among `pools`.
-fn missing_tolerations_message(missing: &[&Toleration], pools: &[&NodePool]) -> String {
-    let list: Vec<String> = missing.iter().map(|t| describe_toleration(t)).collect();
-    let edge = PoolSet::new(
-        pools
-            .iter()
-            .filter(|pool| pool.pool_type == PoolType::Edge)
-            .map(|pool| pool.name.clone()),
-    );
-    let edge = edge.map_or_else(String::new, |edge| edge.to_string());
-    format!(
-        "pod must tolerate {} to run on edge {edge}",
-        list.join(", ")
-    )
-}
-
-fn outside_message(
-    outside: &[&Node],
-    constraints: &NodeConstraints<'_>,
-    pools: &PoolSet,
-) -> String {
-    let count = outside.len();
-    let names = name_nodes(outside);
-    let the_pools = if pools.len() == 1 {
-        "the pool"
-    } else {
-        "the pools"
-    };
-    if constraints.is_unconstrained() {
-        format!(
-            "pod is bound to {pools} but has no node constraints, so it may be scheduled onto {} outside {the_pools}: {names}",
-            count_nodes(count)
-        )
-    } else {
-        format!(
-            "pod is bound to {pools} but {} outside {the_pools} {} its {}: {names}",
-            count_nodes(count),
-            if count == 1 { "matches" } else { "match" },
-            constraints.describe()
-        )
-    }
-}
-
 /// The audit's decision for a Pod that exists, as `enforce` judges it
 /// (the binding's mode is reported in [`Decision::mode`] but not applied:
 /// the audit shows what runs outside its pool in every mode).
 ///
+/// - A pool label outside the namespace's binding: denied, as [`validate`]
+///   says, wherever the Pod runs (the label claims a pool the tenant may
+///   not choose).
 /// - Unbound Pod, missing pool: allowed, as [`validate`] says.
 /// - Scheduled Pod (`spec.nodeName` set): denied with `outside_pool` when
 ///   its node is not in the pool; allowed (`in_pool`) when it is; allowed
@@ -757,7 +604,11 @@ fn outside_message(
 /// A denial is a violation.
 pub fn audit(pod: &PodPlacement, view: &PlacementView<'_>, policy: &PlacementPolicy) -> Decision {
     let namespace = pod.namespace.as_str();
-    let bound = match bound_pools(pod, namespace, view, policy) {
+    let binding = pool_binding(pod, namespace, policy, view.pool_label());
+    if let Some(refusal) = label_refusal(binding.as_ref(), namespace, view.pool_label()) {
+        return refusal;
+    }
+    let bound = match bound_pools(binding, namespace, view) {
         Ok(bound) => bound,
         Err(decision) => return *decision,
     };
@@ -779,69 +630,4 @@ pub fn audit(pod: &PodPlacement, view: &PlacementView<'_>, policy: &PlacementPol
         mode: bound.binding.mode,
         ..decision.for_pools(pools)
     }
-}
-
-fn runs_outside_message(node: &Node, pool_label: &str, pools: &PoolSet) -> String {
-    let node_pool = match node.labels.get(pool_label) {
-        Some(other) => format!("in node pool {other:?}"),
-        None => "in no node pool".to_owned(),
-    };
-    format!(
-        "pod is bound to {pools} but runs on node {:?}, which is {node_pool}",
-        node.name
-    )
-}
-
-fn no_match_message(
-    view: &PlacementView<'_>,
-    constraints: &NodeConstraints<'_>,
-    pools: &PoolSet,
-) -> String {
-    let mut message = format!("no node matches the pod's {}", constraints.describe());
-    if let Some(affinity) = &constraints.required_affinity {
-        if !affinity.errors().is_empty() {
-            message.push_str(&format!(
-                " (invalid node selector terms match nothing: {})",
-                affinity.errors().join("; ")
-            ));
-        } else if affinity.matches_nothing() {
-            message.push_str(
-                " (the required node affinity has no node selector term with a requirement)",
-            );
-        }
-    }
-    let pool_nodes: usize = pools
-        .names()
-        .iter()
-        .map(|pool| view.nodes_in_pool(pool).count())
-        .sum();
-    let has = if pools.len() == 1 { "has" } else { "have" };
-    if pool_nodes == 0 {
-        message.push_str(&format!("; {pools} {has} no nodes"));
-    } else {
-        message.push_str(&format!("; {pools} {has} {}", count_nodes(pool_nodes)));
-    }
-    message
-}
-
-fn count_nodes(n: usize) -> String {
-    if n == 1 {
-        "1 node".to_owned()
-    } else {
-        format!("{n} nodes")
-    }
-}
-
-fn name_nodes(nodes: &[&Node]) -> String {
-    let mut names: Vec<&str> = nodes
-        .iter()
-        .take(MAX_NAMED_NODES)
-        .map(|node| node.name.as_str())
-        .collect();
-    names.sort_unstable();
-    let mut text = names.join(", ");
-    if nodes.len() > MAX_NAMED_NODES {
-        text.push_str(&format!(" and {} more", nodes.len() - MAX_NAMED_NODES));
-    }
-    text
 }

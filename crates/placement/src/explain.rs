@@ -69,6 +69,14 @@ pub struct BindingReport {
     /// Bound pools that do not exist.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub missing_pools: Vec<String>,
+    /// The pools of the namespace's binding, joined by commas, when the
+    /// Pod's label narrows it to one of them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub narrows: Option<String>,
+    /// The Pod's pool label (`label=pool`) when it names a pool outside
+    /// its namespace's binding: refused, the binding applies.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refused_label: Option<String>,
     /// Nodes carrying the pool label with a bound pool's name.
     pub pool_nodes: usize,
 }
@@ -235,6 +243,13 @@ fn binding_report(
             .iter()
             .map(|name| view.nodes_in_pool(name).count())
             .sum(),
+        narrows: binding
+            .namespace_binding
+            .filter(|_| binding.source == BindingSource::PodLabel)
+            .map(|namespace_binding| namespace_binding.pools.joined()),
+        refused_label: binding
+            .label_outside
+            .map(|label| format!("{}={label}", view.pool_label())),
     }
 }
 

@@ -4,7 +4,9 @@
 //!   [`PlacementView`](poolkeeper_index::PlacementView) of the index (which
 //!   also says which label puts a Node into a pool) and the
 //!   [`PlacementPolicy`] loaded from the ConfigMap a [`PolicySource`] names.
-//!   A Pod's pool is its own pool label, else its namespace's binding.
+//!   A Pod's pool is its namespace's binding, which its own pool label may
+//!   only narrow (a label naming a pool outside the binding is refused);
+//!   in a namespace without binding, its pool label.
 //!   Matching follows Kubernetes exactly: `nodeName`, `nodeSelector` and
 //!   required node affinity for the nodes, `Toleration.ToleratesTaint` for
 //!   the edge tolerations.
@@ -30,8 +32,10 @@ mod candidates;
 mod decision;
 mod error;
 mod explain;
+mod messages;
 mod names;
 mod objects;
+mod patch;
 mod pod;
 mod policy;
 mod pools;
@@ -42,6 +46,7 @@ pub use cache::{LoadedPolicy, PolicyCache};
 pub use decision::{BindingSource, Decision, PoolBinding, Reason, audit, mutate, validate};
 pub use error::PlacementError;
 pub use explain::{BindingReport, Explanation, NodeSet, Verdict, explain};
+pub use messages::count_nodes;
 pub use objects::{OfflineObjects, build_index_from_objects};
 pub use pod::{Annotations, PlacementAffinity, PlacementNodeAffinity, PlacementSpec, PodPlacement};
 pub use policy::{Binding, BindingOrigin, PlacementPolicy, PolicySource};

@@ -6,31 +6,16 @@ use std::process::ExitCode;
 
 use base64::Engine as _;
 use poolkeeper_bus::WebhookKind;
-use poolkeeper_config::{Config, ConfigErrors};
-use poolkeeper_placement::{
-    PlacementError, PlacementPolicy, PolicySource, build_index_from_objects,
-};
+use poolkeeper_placement::{PlacementPolicy, PolicySource};
 use serde_json::Value;
 
-use crate::cli::EXIT_INVALID_INPUT;
+use crate::input::{EXIT_INVALID_INPUT, InputError, load_config, offline_index, read_bytes};
 
 /// Why `admit` could not decide.
 #[derive(Debug, thiserror::Error)]
 pub enum AdmitError {
-    #[error("{}: invalid configuration:\n{errors}", file.display())]
-    Config { file: PathBuf, errors: ConfigErrors },
-    #[error("{}: {source}", file.display())]
-    Read {
-        file: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("{}: {source}", file.display())]
-    Objects {
-        file: PathBuf,
-        #[source]
-        source: PlacementError,
-    },
+    #[error(transparent)]
+    Input(#[from] InputError),
     #[error("{}: {source}", file.display())]
     Review {
         file: PathBuf,
@@ -61,17 +46,6 @@ pub fn execute(
     }
 }
 
-/// The configuration of `--config`, or the defaults.
-pub fn load_config(config: Option<&Path>) -> Result<Config, AdmitError> {
-    match config {
-        Some(path) => Config::load(path).map_err(|errors| AdmitError::Config {
-            file: path.to_owned(),
-            errors,
-        }),
-        None => Ok(Config::default()),
-    }
-}
-
 /// The pretty-printed response JSON, as Kubernetes sends it (the patch in
 /// base64); the patch itself goes to stderr for people.
 pub fn respond(
@@ -82,20 +56,9 @@ pub fn respond(
 ) -> Result<String, AdmitError> {
     let config = load_config(config)?;
     let source = PolicySource::from(&config.placement);
-    let objects_yaml = read(objects)?;
-    let review_json = std::fs::read(review).map_err(|source| AdmitError::Read {
-        file: review.to_owned(),
-        source,
-    })?;
-    let offline = build_index_from_objects(&objects_yaml, &config.placement.pool_label, &source)
-        .map_err(|source| AdmitError::Objects {
-            file: objects.to_owned(),
-            source,
-        })?;
-    for note in &offline.notes {
-        eprintln!("{}: {note}", objects.display());
-    }
-    let view = offline.index.placement();
+    let index = offline_index(objects, &config, &source)?;
+    let review_json = read_bytes(review)?;
+    let view = index.placement();
     let policy = PlacementPolicy::load(&view, &source);
     let response =
         poolkeeper_webhook::review_response(webhook, &review_json, &view, policy.as_ref())
@@ -116,11 +79,4 @@ fn decoded_patch(review: &Value) -> Option<String> {
         .decode(patch)
         .ok()?;
     Some(String::from_utf8_lossy(&bytes).into_owned())
-}
-
-pub(crate) fn read(path: &Path) -> Result<String, AdmitError> {
-    std::fs::read_to_string(path).map_err(|source| AdmitError::Read {
-        file: path.to_owned(),
-        source,
-    })
 }

@@ -10,8 +10,7 @@ use clap::ValueEnum;
 use poolkeeper_audit::{AuditError, AuditSettings, KubePods, Round, audit_round, cluster_index};
 use poolkeeper_config::Config;
 
-use crate::admit::{AdmitError, load_config};
-use crate::cli::EXIT_INVALID_INPUT;
+use crate::input::{EXIT_INVALID_INPUT, InputError, load_config};
 
 /// Exit code when the audit found violations.
 pub const EXIT_VIOLATIONS: u8 = 1;
@@ -28,7 +27,7 @@ pub enum AuditOutput {
 #[derive(Debug, thiserror::Error)]
 pub enum AuditCommandError {
     #[error(transparent)]
-    Input(#[from] AdmitError),
+    Input(#[from] InputError),
     #[error("cannot start the async runtime: {0}")]
     Runtime(#[source] std::io::Error),
     #[error(transparent)]

@@ -5,8 +5,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use poolkeeper_bus::WebhookKind;
 use poolkeeper_config::Config;
 
-/// Exit code for invalid configuration or unreadable input.
-pub const EXIT_INVALID_INPUT: u8 = 2;
+use crate::input::EXIT_INVALID_INPUT;
 
 #[derive(Debug, Parser)]
 #[command(

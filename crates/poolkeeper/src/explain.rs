@@ -14,11 +14,10 @@ use poolkeeper_config::Config;
 use poolkeeper_index::Index;
 use poolkeeper_placement::{
     BindingSource, Explanation, Manifest, NodeSet, PlacementError, PlacementPolicy, PolicySource,
-    Verdict, build_index_from_objects, explain_manifest,
+    Verdict, count_nodes, explain_manifest,
 };
 
-use crate::admit::{AdmitError, load_config, read};
-use crate::cli::EXIT_INVALID_INPUT;
+use crate::input::{EXIT_INVALID_INPUT, InputError, load_config, offline_index, read};
 
 /// Terminal width the text is wrapped to.
 const WIDTH: usize = 100;
@@ -57,7 +56,7 @@ pub enum StateInput {
 #[derive(Debug, thiserror::Error)]
 pub enum ExplainError {
     #[error(transparent)]
-    Input(#[from] AdmitError),
+    Input(#[from] InputError),
     #[error("{}: {source}", file.display())]
     Pod {
         file: PathBuf,
@@ -169,22 +168,6 @@ fn manifest(file: &Path, namespace: Option<String>) -> Result<(Manifest, String)
     Ok((manifest, namespace))
 }
 
-fn offline_index(
-    objects: &Path,
-    config: &Config,
-    source: &PolicySource,
-) -> Result<Index, ExplainError> {
-    let offline = build_index_from_objects(&read(objects)?, &config.placement.pool_label, source)
-        .map_err(|source| AdmitError::Objects {
-        file: objects.to_owned(),
-        source,
-    })?;
-    for note in &offline.notes {
-        eprintln!("{}: {note}", objects.display());
-    }
-    Ok(offline.index)
-}
-
 fn live(
     pod: PodInput,
     kubeconfig: Option<&Path>,
@@ -270,12 +253,26 @@ fn binding(out: &mut String, explained: &Explanation) {
         )
     };
     field(out, "Node pool", &pool);
-    let by = match binding.source {
+    let mut by = match binding.source {
         BindingSource::PodLabel => format!("the pod's label {}", binding.by),
         BindingSource::Namespace => format!("the binding of namespace {}", binding.by),
         BindingSource::NamespaceLabel => format!("the labels of namespace {}", binding.by),
     };
+    if let Some(pools) = &binding.narrows {
+        let _ = write!(
+            by,
+            ", one pool of the binding of namespace {} ({pools})",
+            explained.namespace
+        );
+    }
     field(out, "Bound by", &by);
+    if let Some(label) = &binding.refused_label {
+        field(
+            out,
+            "Refused pool label",
+            &format!("{label}: outside the namespace's binding"),
+        );
+    }
     field(out, "Mode", binding.mode.as_str());
 }
 
@@ -360,14 +357,6 @@ fn within_term(problem: &str) -> &str {
         .split_once("nodeSelectorTerms[")
         .and_then(|(_, rest)| rest.split_once("]."))
         .map_or(problem, |(_, within)| within)
-}
-
-fn count_nodes(n: usize) -> String {
-    if n == 1 {
-        "1 node".to_owned()
-    } else {
-        format!("{n} nodes")
-    }
 }
 
 fn capitalized(text: &str) -> String {

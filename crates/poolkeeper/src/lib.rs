@@ -6,4 +6,5 @@ pub mod audit;
 pub mod cli;
 pub mod controller;
 pub mod explain;
+pub mod input;
 pub mod logging;

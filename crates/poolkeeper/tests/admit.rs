@@ -191,3 +191,36 @@ fn an_unknown_webhook_is_a_usage_error() {
         describe(&output)
     );
 }
+
+/// A Pod of a bound namespace whose pool label names another pool: the
+/// validating webhook refuses it naming both, the mutating one places it by
+/// the namespace's binding, never into the labelled pool.
+#[test]
+fn a_pool_label_outside_the_namespace_binding_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut review = read_json(&example("review-plain-pod.json"));
+    review["request"]["object"]["metadata"]["labels"] =
+        json!({"apps.openyurt.io/nodepool": "cloud"});
+    let review_path = dir.path().join("review-escape.json");
+    std::fs::write(&review_path, review.to_string()).unwrap();
+    let review_path = review_path.to_str().unwrap();
+
+    let response = response_of(&admit(&example("cluster.yaml"), review_path, "validate"));
+    assert_eq!(response["allowed"], false, "{response}");
+    assert_eq!(response["status"]["code"], 403, "{response}");
+    assert_eq!(
+        response["status"]["message"],
+        "pod's label apps.openyurt.io/nodepool=cloud names node pool \"cloud\", but namespace \"shop-hangzhou\" is bound to node pool \"hangzhou\": a pod's pool label may only name pools of its namespace's binding",
+        "{response}"
+    );
+
+    let response = response_of(&admit(&example("cluster.yaml"), review_path, "mutate"));
+    let mut pod = review["request"]["object"].clone();
+    json_patch::patch(&mut pod, &patch_of(&response)).expect("the patch applies to the Pod");
+    assert_eq!(
+        pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+            [0]["matchExpressions"][0]["values"],
+        json!(["hangzhou"]),
+        "{pod}"
+    );
+}

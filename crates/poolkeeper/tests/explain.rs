@@ -132,7 +132,8 @@ fn in_pool(pool: &str) -> Value {
 }
 
 /// Every validating reason, in enforce (shop-hangzhou, shop-empty, labels),
-/// warn (shop-beijing) and dryrun (shop-canary) over `rollout.yaml`.
+/// warn (shop-beijing, shop-east) and dryrun (shop-canary, shop-east-canary)
+/// over `rollout.yaml` and its two-pool bindings.
 fn cases() -> Vec<Case> {
     let none = json!({});
     let pooled = |pool: &str| json!({(POOL): pool});
@@ -229,8 +230,15 @@ fn cases() -> Vec<Case> {
             "shop-beijing",
             pooled("hangzhou"),
             json!({}),
+            "label_outside_binding",
+        ),
+        case(
+            "shop-east",
+            pooled("hangzhou"),
+            json!({}),
             "missing_edge_tolerations",
         ),
+        case("shop-east", pooled("beijing"), json!({}), "outside_pool"),
         case("shop-canary", none.clone(), json!({}), "outside_pool"),
         case(
             "shop-canary",
@@ -247,6 +255,12 @@ fn cases() -> Vec<Case> {
         ),
         case(
             "shop-canary",
+            pooled("hangzhou"),
+            json!({}),
+            "label_outside_binding",
+        ),
+        case(
+            "shop-east-canary",
             pooled("hangzhou"),
             json!({}),
             "missing_edge_tolerations",
@@ -268,9 +282,32 @@ fn cases() -> Vec<Case> {
             "shop-hangzhou",
             pooled("beijing"),
             json!({}),
-            "outside_pool",
+            "label_outside_binding",
+        ),
+        case(
+            "shop-hangzhou",
+            pooled("hangzhou"),
+            tolerant(in_pool("hangzhou")),
+            "in_pool",
         ),
     ]
+}
+
+/// `rollout.yaml` with two bindings to both pools more, in warn
+/// (`shop-east`) and dryrun (`shop-east-canary`): a Pod's pool label may
+/// narrow those to the Edge pool.
+fn rollout_with_two_pool_bindings(dir: &Path) -> String {
+    let rollout = std::fs::read_to_string(example("rollout.yaml")).unwrap();
+    let extended = rollout.replace(
+        "    edgeTolerations:\n",
+        "      - {namespace: shop-east, nodePools: [hangzhou, beijing], mode: warn}\n      \
+         - {namespace: shop-east-canary, nodePools: [hangzhou, beijing], mode: dryrun}\n    \
+         edgeTolerations:\n",
+    );
+    assert_ne!(extended, rollout, "the bindings are added");
+    let path = dir.join("rollout.yaml");
+    std::fs::write(&path, extended).unwrap();
+    path.to_str().unwrap().to_owned()
 }
 
 fn pod(i: usize, case: &Case) -> Value {
@@ -332,8 +369,8 @@ fn answered(verdict: &Value) -> Value {
 
 #[test]
 fn json_verdicts_equal_admits_answers_for_every_reason_and_mode() {
-    let objects = example("rollout.yaml");
     let dir = tempfile::tempdir().unwrap();
+    let objects = rollout_with_two_pool_bindings(dir.path());
     let cases = cases();
     assert!(cases.len() >= 20);
     let mut covered = std::collections::BTreeSet::new();
@@ -358,6 +395,7 @@ fn json_verdicts_equal_admits_answers_for_every_reason_and_mode() {
         covered.insert((case.validate, mode));
     }
     for reason in [
+        "label_outside_binding",
         "missing_edge_tolerations",
         "no_matching_node",
         "outside_pool",
@@ -452,6 +490,57 @@ fn workload_manifests_are_explained_through_their_template() {
     assert!(text.contains("add /spec/template/spec/affinity"), "{text}");
     assert!(
         text.contains("Validating webhook:     allowed (reason in_pool"),
+        "{text}"
+    );
+}
+
+/// In a bound namespace a Pod's pool label may only narrow the binding: a
+/// label naming another pool is shown as refused, the binding places the Pod
+/// and the validating webhook denies it naming both.
+#[test]
+fn a_pool_label_outside_the_namespace_binding_is_explained_as_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let pod = dir.path().join("pod.yaml");
+    std::fs::write(
+        &pod,
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: escape\n  namespace: shop-hangzhou\n  \
+         labels: {apps.openyurt.io/nodepool: cloud}\nspec:\n  containers: [{name: c, image: busybox}]\n",
+    )
+    .unwrap();
+    let text = explain_text(&example("cluster.yaml"), pod.to_str().unwrap());
+    for expected in [
+        "Node pool:              hangzhou (Edge,",
+        "Bound by:               the binding of namespace shop-hangzhou",
+        "Refused pool label:     apps.openyurt.io/nodepool=cloud: outside the namespace's binding",
+        "Mutating webhook:       allowed, patched (reason patched, mode enforce)",
+        "Validating webhook:     denied (reason label_outside_binding, mode enforce)",
+        "  Message:              pod's label apps.openyurt.io/nodepool=cloud names node pool \"cloud\",",
+    ] {
+        assert!(text.contains(expected), "lacks {expected:?}:\n{text}");
+    }
+    let explained = explain_json(&example("cluster.yaml"), &pod);
+    assert_eq!(
+        explained["binding"]["refusedLabel"],
+        "apps.openyurt.io/nodepool=cloud"
+    );
+    assert_eq!(
+        explained["validate"]["message"],
+        "pod's label apps.openyurt.io/nodepool=cloud names node pool \"cloud\", but namespace \"shop-hangzhou\" is bound to node pool \"hangzhou\": a pod's pool label may only name pools of its namespace's binding"
+    );
+    // A label naming one pool of a two-pool binding narrows it.
+    let narrowed = dir.path().join("narrowed.yaml");
+    std::fs::write(
+        &narrowed,
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: narrowed\n  namespace: shop-east\n  \
+         labels: {apps.openyurt.io/nodepool: hangzhou}\nspec:\n  containers: [{name: c, image: busybox}]\n",
+    )
+    .unwrap();
+    let objects = rollout_with_two_pool_bindings(dir.path());
+    let text = explain_text(&objects, narrowed.to_str().unwrap());
+    let expected = "Bound by:               the pod's label apps.openyurt.io/nodepool=hangzhou, one pool of the binding\n                        of namespace shop-east (beijing,hangzhou)";
+    assert!(text.contains(expected), "lacks {expected:?}:\n{text}");
+    assert!(
+        text.contains("Node pool:              hangzhou (Edge, 2 nodes)"),
         "{text}"
     );
 }

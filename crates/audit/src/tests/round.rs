@@ -29,14 +29,16 @@ fn pods() -> Vec<poolkeeper_placement::PodPlacement> {
             json!({"nodeSelector": {"x": "y"}}),
         ),
         pod("shop-hangzhou", "on-unknown", json!({}), on("gone")),
-        // On a Node of its namespace's pool, but labelled into another.
+        // On a Node of its namespace's pool, but labelled with a pool
+        // outside its namespace's binding: the label is the violation.
         pod(
             "shop-hangzhou",
             "labelled-away",
             labels(&[(POOL, "beijing")]),
             on("hz-1"),
         ),
-        // shop-beijing (dryrun): one outside, one labelled into hangzhou.
+        // shop-beijing (dryrun): one outside, one labelled with hangzhou,
+        // outside its binding.
         pod("shop-beijing", "out-hz", json!({}), on("hz-1")),
         pod(
             "shop-beijing",
@@ -77,8 +79,9 @@ async fn judges_bound_namespaces_and_labelled_pods_once_each() {
     assert_eq!(round.pods, 10);
     let expected = [
         (("default", "beijing", "outside_pool"), 1),
+        (("shop-beijing", "beijing", "label_outside_binding"), 1),
         (("shop-beijing", "beijing", "outside_pool"), 1),
-        (("shop-hangzhou", "beijing", "outside_pool"), 1),
+        (("shop-hangzhou", "hangzhou", "label_outside_binding"), 1),
         (("shop-hangzhou", "hangzhou", "no_matching_node"), 1),
         (("shop-hangzhou", "hangzhou", "outside_pool"), 2),
     ];
@@ -87,7 +90,7 @@ async fn judges_bound_namespaces_and_labelled_pods_once_each() {
         .map(|((ns, pool, reason), n)| ((ns.to_owned(), pool.to_owned(), reason), n))
         .collect();
     assert_eq!(counts(&round), expected);
-    assert_eq!(round.violations(), 6);
+    assert_eq!(round.violations(), 7);
     assert!(!round.truncated);
 
     let found: Vec<(&str, &str, Option<&str>)> = round
@@ -103,6 +106,7 @@ async fn judges_bound_namespaces_and_labelled_pods_once_each() {
             ("shop-hangzhou", "out-free", Some("free-1")),
             ("shop-hangzhou", "pending-out", None),
             ("shop-hangzhou", "labelled-away", Some("hz-1")),
+            ("shop-beijing", "relabelled", Some("hz-2")),
             ("default", "labelled-out", Some("hz-1")),
         ],
         "bound namespaces in order, then the labelled Pods"
@@ -115,6 +119,19 @@ async fn judges_bound_namespaces_and_labelled_pods_once_each() {
     );
     assert_eq!(round.findings[0].mode, poolkeeper_placement::Mode::Dryrun);
     assert_eq!(out_bj.mode, poolkeeper_placement::Mode::Enforce);
+    // As the validating webhook refuses it, wherever the Pod runs.
+    let away = &round.findings[4];
+    assert_eq!(
+        (away.reason, away.pool.as_str()),
+        ("label_outside_binding", "hangzhou")
+    );
+    assert!(
+        away.message.starts_with(
+            "pod's label apps.openyurt.io/nodepool=beijing names node pool \"beijing\", but namespace \"shop-hangzhou\" is bound to node pool \"hangzhou\""
+        ),
+        "{}",
+        away.message
+    );
 }
 
 #[tokio::test]
@@ -197,7 +214,7 @@ async fn only_the_first_violations_are_detailed_but_all_are_counted() {
         .unwrap();
     assert_eq!(round.findings.len(), 2);
     assert!(round.truncated);
-    assert_eq!(round.violations(), 6);
+    assert_eq!(round.violations(), 7);
     let event = round.to_event();
     let json = serde_json::to_value(&event).unwrap();
     assert_eq!(json["type"], "AuditCompleted");
@@ -280,7 +297,7 @@ async fn without_bindings_only_labelled_pods_are_listed() {
     assert_eq!(
         round.violations(),
         2,
-        "default/labelled-out, shop-hangzhou/labelled-away"
+        "default/labelled-out, shop-hangzhou/labelled-away (no binding: the labels bind)"
     );
     assert!(
         lister

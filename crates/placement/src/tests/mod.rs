@@ -9,6 +9,7 @@ mod modes;
 mod mutate;
 mod objects;
 mod pod;
+mod pod_label;
 mod policy;
 mod pool_sets;
 mod properties;

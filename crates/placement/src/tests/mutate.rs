@@ -176,33 +176,6 @@ fn cloud_pool_gets_affinity_only() {
 }
 
 #[test]
-fn pod_label_overrides_namespace_binding() {
-    let index = cluster();
-    let pod = pod_json(json!({POOL: "beijing"}), json!({}));
-    let (decision, patched, _) = run(&index, &policy(), "shop-hangzhou", &pod);
-    assert_eq!(decision.pool.as_deref(), Some("beijing"));
-    assert_eq!(
-        patched["spec"]["affinity"]["nodeAffinity"],
-        pool_affinity("beijing")
-    );
-    assert!(
-        patched["spec"].get("tolerations").is_none(),
-        "beijing is a Cloud pool"
-    );
-
-    // An empty label value binds nothing: the namespace decides.
-    let pod = pod_json(json!({POOL: ""}), json!({}));
-    let (decision, _, _) = run(&index, &policy(), "shop-hangzhou", &pod);
-    assert_eq!(decision.pool.as_deref(), Some("hangzhou"));
-
-    // A label binds a Pod in a namespace without binding.
-    let pod = pod_json(json!({POOL: "hangzhou"}), json!({}));
-    let (decision, _, _) = run(&index, &policy(), "default", &pod);
-    assert_eq!(decision.pool.as_deref(), Some("hangzhou"));
-    assert_eq!(decision.reason, Reason::Patched);
-}
-
-#[test]
 fn pod_anti_affinity_is_preserved() {
     let index = cluster();
     let anti = json!({"requiredDuringSchedulingIgnoredDuringExecution": [

@@ -324,14 +324,15 @@ fn constraints() -> impl Strategy<Value = Value> {
 }
 
 /// A Pod bound to a pool with nodes, by its namespace, by its own pool
-/// label, or by both (the label wins): `(namespace, pool, pod)`.
+/// label, or by both (a label naming its namespace's pool): `(namespace,
+/// pool, pod)`.
 fn random_pod() -> impl Strategy<Value = (String, String, Value)> {
     let binding = prop::sample::select(vec![
         ("shop-hangzhou", None),
         ("shop-beijing", None),
         ("plain", Some("hangzhou")),
         ("plain", Some("beijing")),
-        ("shop-hangzhou", Some("beijing")),
+        ("shop-hangzhou", Some("hangzhou")),
     ]);
     let tolerations = prop::option::of(prop::collection::vec(
         prop::sample::select(TOLERATIONS),

@@ -6,8 +6,7 @@ use poolkeeper_index::{IndexResource, PoolType};
 use serde_json::{Value, json};
 
 use super::{
-    POOL, cluster, expr, expr_no_values, index, k8s_node, labelled_pod, node, pod, policy,
-    pool_node, required,
+    POOL, cluster, expr, expr_no_values, index, k8s_node, node, pod, policy, pool_node, required,
 };
 use crate::{Decision, PlacementPolicy, Reason, validate};
 
@@ -549,25 +548,6 @@ fn names_at_most_five_offenders_sorted_with_the_count() {
             "pod is bound to node pool \"p\" but 12 nodes outside the pool match its nodeSelector: out-00, out-01, out-02, out-03, out-04 and 7 more"
         )
     );
-}
-
-#[test]
-fn pod_label_binding_overrides_namespace() {
-    let index = cluster();
-    let spec = tolerant(required(pool_terms("hangzhou")));
-    let in_beijing_ns = labelled_pod(json!({POOL: "hangzhou"}), spec.clone());
-    let decision = validate(
-        &in_beijing_ns,
-        "shop-beijing",
-        &index.placement(),
-        &policy(),
-    );
-    assert_eq!(decision.reason, Reason::InPool);
-    assert_eq!(decision.pool.as_deref(), Some("hangzhou"));
-
-    let unlabelled = labelled_pod(json!({}), spec);
-    let decision = validate(&unlabelled, "shop-beijing", &index.placement(), &policy());
-    assert_eq!(decision.reason, Reason::OutsidePool);
 }
 
 #[test]

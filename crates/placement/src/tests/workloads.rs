@@ -11,7 +11,7 @@ use crate::{
 };
 
 /// A workload of `kind` whose template has `labels` and `spec`.
-fn workload(kind: WorkloadKind, labels: Value, spec: Value) -> Workload {
+pub(super) fn workload(kind: WorkloadKind, labels: Value, spec: Value) -> Workload {
     let mut template_spec = json!({"containers": [{"name": "c", "image": "registry.example/c:1"}]});
     template_spec
         .as_object_mut()

@@ -289,9 +289,9 @@ async fn a_node_moved_to_another_pool_makes_its_pods_violations() {
     let env = cluster(true, &[SHOP]).await;
     let client = env.client();
     write_policy(&client, &[(SHOP, "cloud", "enforce")]).await;
-    // On a Node of its namespace's pool, but bound to edge by its label:
-    // the namespace's LIST leaves its Nodes out, the labelled Pods' LIST
-    // reads it.
+    // On a Node of its namespace's pool, but labelled with edge, outside
+    // its namespace's binding: the namespace's LIST leaves its Nodes out,
+    // the labelled Pods' LIST reads it.
     let mut tagged = pinned("tagged", "cloud-1");
     tagged
         .metadata
@@ -315,6 +315,10 @@ async fn a_node_moved_to_another_pool_makes_its_pods_violations() {
     })
     .await;
     assert_eq!(round["pods"], 1, "web-1 and web-2 left out");
+    assert_eq!(
+        round["violations"][0]["reason"], "label_outside_binding",
+        "{round}"
+    );
 
     let relabel = json!({"metadata": {"labels": {POOL_LABEL: "edge"}}});
     Api::<Node>::all(client.clone())

@@ -12,7 +12,9 @@ use poolkeeper_testenv::eventually;
 use serde_json::{Value, json};
 
 use crate::harness::{TIMEOUT, metric_sum, scheduled_node, wait_placed};
-use crate::objects::{POOL_LABEL, dry_run, node_affinity, plain_pod, pod, write_policy};
+use crate::objects::{
+    POOL_LABEL, dry_run, labelled_pod, node_affinity, plain_pod, pod, pool_affinity, write_policy,
+};
 use crate::placement::{
     BINDINGS, CLOUD_NAMESPACE, CLOUD_NODES, Cluster, EDGE_NAMESPACE, EDGE_NODES, Webhooks, setup,
 };
@@ -230,6 +232,57 @@ async fn pods_of_a_two_pool_binding_land_only_on_those_pools_nodes() {
         status
             .message
             .contains(r#"node pools "cloud", "edge" but 1 node outside the pools"#),
+        "{}",
+        status.message
+    );
+    cluster.running.stop().await;
+}
+
+/// In a bound namespace a Pod's pool label may only narrow the binding: a
+/// label naming a pool outside it is refused naming both, one naming a pool
+/// of a two-pool binding places the Pod on that pool alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_label_narrows_its_namespace_binding_and_cannot_leave_it() {
+    let cluster = setup(Webhooks::Both).await;
+    let escape = labelled_pod("escape", json!({POOL_LABEL: "edge"}), json!({}));
+    let status = cluster.deny(CLOUD_NAMESPACE, &escape).await;
+    assert!(
+        status.message.contains(
+            "pod's label apps.openyurt.io/nodepool=edge names node pool \"edge\", but namespace \"shop-cloud\" is bound to node pool \"cloud\""
+        ),
+        "{}",
+        status.message
+    );
+
+    let [_, cloud] = BINDINGS;
+    write_policy(
+        &cluster.client,
+        &[(EDGE_NAMESPACE, "edge,cloud", "enforce"), cloud],
+    )
+    .await;
+    eventually("shop-edge placed on both pools", TIMEOUT, || async {
+        (cluster.placed_pools(EDGE_NAMESPACE).await == ["cloud", "edge"]).then_some(())
+    })
+    .await
+    .unwrap();
+    for i in 0..4 {
+        let name = format!("narrowed-{i}");
+        let narrowed = labelled_pod(&name, json!({POOL_LABEL: "edge"}), json!({}));
+        let created = cluster.admit(EDGE_NAMESPACE, &narrowed).await;
+        assert_eq!(pool_affinity(&created).as_deref(), Some("edge"), "{name}");
+        let node = scheduled_node(&cluster.env, EDGE_NAMESPACE, &name).await;
+        assert!(EDGE_NODES.contains(&node.as_str()), "{name} ran on {node}");
+    }
+    let status = cluster
+        .deny(
+            EDGE_NAMESPACE,
+            &labelled_pod("elsewhere", json!({POOL_LABEL: "gpu"}), json!({})),
+        )
+        .await;
+    assert!(
+        status
+            .message
+            .contains(r#"but namespace "shop-edge" is bound to node pools "cloud", "edge""#),
         "{}",
         status.message
     );
