@@ -219,6 +219,7 @@ pub fn audit_notice(violation: &AuditViolation) -> Notice {
         "outside_pool" => "OutsidePool",
         "no_matching_node" => "NoMatchingNode",
         "missing_edge_tolerations" => "MissingEdgeTolerations",
+        "label_outside_binding" => "LabelOutsideBinding",
         _ => "PlacementViolation",
     };
     Notice::warning(

@@ -251,6 +251,29 @@ mod tests {
         }
     }
 
+    /// Each reason the audit reports has its own Event reason; an unknown
+    /// one still gives a Warning.
+    #[test]
+    fn audit_reasons_become_event_reasons() {
+        for (reason, event_reason) in [
+            ("outside_pool", "OutsidePool"),
+            ("no_matching_node", "NoMatchingNode"),
+            ("missing_edge_tolerations", "MissingEdgeTolerations"),
+            ("label_outside_binding", "LabelOutsideBinding"),
+            ("something_new", "PlacementViolation"),
+        ] {
+            let violation = AuditViolation {
+                reason,
+                ..violation("web", true)
+            };
+            assert_eq!(
+                crate::notice::audit_notice(&violation).reason,
+                event_reason,
+                "{reason}"
+            );
+        }
+    }
+
     /// The audit's Warnings come from the bus: one per violation found for
     /// the first time, regarding the object by UID.
     #[tokio::test]
