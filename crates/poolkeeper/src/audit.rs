@@ -31,7 +31,7 @@ pub enum AuditCommandError {
     #[error("cannot start the async runtime: {0}")]
     Runtime(#[source] std::io::Error),
     #[error(transparent)]
-    Client(#[from] crate::controller::ControllerError),
+    Client(#[from] poolkeeper_kube::ClientError),
     #[error(transparent)]
     Audit(#[from] AuditError),
     #[error("cannot print the result: {0}")]
@@ -80,7 +80,7 @@ fn run(kubeconfig: Option<&Path>, config: Option<&Path>) -> Result<Round, AuditC
         .build()
         .map_err(AuditCommandError::Runtime)?;
     runtime.block_on(async {
-        let client = crate::controller::client(kubeconfig).await?;
+        let client = poolkeeper_kube::client(kubeconfig).await?;
         let index = cluster_index(
             &client,
             &config.placement.pool_label,

@@ -70,7 +70,7 @@ pub enum ExplainError {
     #[error("cannot start the async runtime: {0}")]
     Runtime(#[source] std::io::Error),
     #[error(transparent)]
-    Client(#[from] crate::controller::ControllerError),
+    Client(#[from] poolkeeper_kube::ClientError),
     #[error(transparent)]
     Cluster(#[from] AuditError),
     #[error("the placement policy is invalid: {0}")]
@@ -179,7 +179,7 @@ fn live(
         .build()
         .map_err(ExplainError::Runtime)?;
     runtime.block_on(async {
-        let client = crate::controller::client(kubeconfig).await?;
+        let client = poolkeeper_kube::client(kubeconfig).await?;
         let (pod, namespace) = match pod {
             PodInput::Manifest { file, namespace } => manifest(&file, namespace)?,
             PodInput::Cluster { namespace, name } => (
