@@ -1,23 +1,23 @@
 //! The executor component: dirty keys, passes, per-key requeues.
 
+mod passes;
 mod secrets;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use futures::future::BoxFuture;
 use json_patch::Patch as JsonPatch;
 use poolkeeper_bus::{
     Bus, ClassOutcome, Delivery, Event, ObjectKey, Requeue, ResourceKind, Subscription,
 };
 use poolkeeper_index::{Index, MachineClass};
-use poolkeeper_supervisor::{Activity, BoxError, Component, Context};
+use poolkeeper_supervisor::{BoxError, Component, Context};
 use tokio::time::Instant;
 
+use self::passes::Passes;
 use crate::decision::{ClassDecision, after_write_error, decide};
 use crate::enqueue::{MachineUse, deletion_announced, machines_to_enqueue};
 use crate::patch::finalizer_patch;
@@ -70,39 +70,42 @@ impl<W: ClassWriter> Executor<W> {
             secret_finalizer: self.worker.settings.secret_finalizer.clone(),
             ..State::default()
         };
-        let mut pass: Option<PassFuture> = None;
+        let mut passes = Passes::new(ctx.activity().clone());
+        let mut reconciled = 0_usize;
         loop {
-            if pass.is_none() && state.wants_pass() {
-                pass = Some(self.start_pass(&mut state, ctx.activity().clone()));
-            }
+            passes.fill(&self.worker);
             tokio::select! {
                 biased;
                 () = ctx.cancelled() => return Ok(()),
                 // Reading the bus first keeps this subscription drained while
-                // a pass publishes, so the executor never lags on its own events.
+                // passes publish, so the executor never lags on its own events.
                 delivery = self.subscription.next_delivery() => {
                     let _busy = ctx.busy("handling an event");
                     if state.on_delivery(&delivery) == Effect::StopWriting {
-                        pass = None;
+                        passes.clear();
+                    }
+                }
+                // A pass opens once the bus is drained: its first event must
+                // not push unread ones out of this subscription.
+                () = std::future::ready(()), if state.wants_pass() => {
+                    if let Some((number, keys)) = state.next_pass(&self.worker.index) {
+                        passes.open(&self.worker.bus, number, keys);
                     }
                 }
                 key = state.requeues.next() => {
-                    state.dirty.insert(key);
+                    state.mark_dirty(key);
                     state.pass_requested = true;
                 }
-                results = finish(&mut pass) => {
-                    pass = None;
-                    state.apply(results);
+                (pass, result) = passes.next() => {
+                    passes.finished(&self.worker.bus, pass, &result);
+                    state.apply(result);
+                    reconciled += 1;
+                    if reconciled.is_multiple_of(PUBLISH_BURST) {
+                        tokio::task::yield_now().await;
+                    }
                 }
             }
         }
-    }
-
-    fn start_pass(&self, state: &mut State, activity: Activity) -> PassFuture {
-        state.passes += 1;
-        let number = state.passes;
-        let keys = state.take_pass_keys(&self.worker.index);
-        Box::pin(self.worker.clone().run_pass(number, keys, activity))
     }
 }
 
@@ -116,20 +119,10 @@ impl<W: ClassWriter> Component for Executor<W> {
     }
 }
 
-type PassFuture = Pin<Box<dyn Future<Output = Vec<Reconciled>> + Send>>;
-
-/// The results of the running pass, or never if none runs.
-async fn finish(pass: &mut Option<PassFuture>) -> Vec<Reconciled> {
-    match pass {
-        Some(pass) => pass.await,
-        None => std::future::pending().await,
-    }
-}
-
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Effect {
     None,
-    /// Leadership was lost: the running pass must be dropped.
+    /// Leadership was lost: the open passes must be dropped.
     StopWriting,
 }
 
@@ -138,6 +131,12 @@ enum Effect {
 struct State {
     /// Classes and Secrets to look at in the next pass.
     dirty: BTreeSet<Target>,
+    /// Keys of the open passes, queued or being reconciled: no other pass
+    /// takes them until their reconciliation is done.
+    taken: HashSet<Target>,
+    /// Taken keys that became dirty again; they go back to `dirty` when
+    /// their reconciliation is done.
+    deferred: BTreeSet<Target>,
     /// The next pass looks at every class (and Secret) in the index.
     full: bool,
     pass_requested: bool,
@@ -156,7 +155,34 @@ struct State {
 
 impl State {
     fn wants_pass(&self) -> bool {
-        self.pass_requested && !self.follower && !self.stopping
+        self.pass_requested
+            && !self.follower
+            && !self.stopping
+            && (self.full || !self.dirty.is_empty() || self.taken.is_empty())
+    }
+
+    /// The number and keys of the pass to open now, if any. A requested
+    /// pass with nothing to do but keys still being reconciled waits for
+    /// them: triggers while passes are open coalesce into one next pass.
+    fn next_pass(&mut self, index: &Index) -> Option<(u64, Vec<(Target, Seen)>)> {
+        if !self.wants_pass() {
+            return None;
+        }
+        let keys = self.take_pass_keys(index);
+        if keys.is_empty() && !self.taken.is_empty() {
+            self.pass_requested = true;
+            return None;
+        }
+        self.passes += 1;
+        Some((self.passes, keys))
+    }
+
+    fn mark_dirty(&mut self, target: Target) {
+        if self.taken.contains(&target) {
+            self.deferred.insert(target);
+        } else {
+            self.dirty.insert(target);
+        }
     }
 
     fn on_delivery(&mut self, delivery: &Delivery) -> Effect {
@@ -202,6 +228,8 @@ impl State {
         self.follower = true;
         self.pass_requested = false;
         self.dirty.clear();
+        self.taken.clear();
+        self.deferred.clear();
         self.requeues.clear();
         // Whatever happens until leadership comes back is caught up by one
         // full pass.
@@ -215,25 +243,29 @@ impl State {
     fn on_resource_changed(&mut self, kind: ResourceKind, key: &ObjectKey, related: &[ObjectKey]) {
         match kind {
             ResourceKind::MachineClass => {
-                self.dirty.insert(Target::Class(key.clone()));
+                self.mark_dirty(Target::Class(key.clone()));
                 if self.secret_finalizer.is_some() {
-                    self.dirty
-                        .extend(related.iter().cloned().map(Target::Secret));
+                    for secret in related {
+                        self.mark_dirty(Target::Secret(secret.clone()));
+                    }
                 }
             }
-            ResourceKind::Machine => self
-                .dirty
-                .extend(related.iter().cloned().map(Target::Class)),
+            ResourceKind::Machine => {
+                for class in related {
+                    self.mark_dirty(Target::Class(class.clone()));
+                }
+            }
             ResourceKind::Secret if self.secret_finalizer.is_some() => {
-                self.dirty.insert(Target::Secret(key.clone()));
+                self.mark_dirty(Target::Secret(key.clone()));
             }
             _ => {}
         }
     }
 
     /// The keys of the next pass with what was last seen of each class;
-    /// resets the dirty set. A full pass takes every class, and every Secret
-    /// a class references or that carries the Secret finalizer.
+    /// resets the dirty set and marks the keys taken. A full pass takes
+    /// every class, and every Secret a class references or that carries the
+    /// Secret finalizer; of those, the ones still taken are deferred.
     fn take_pass_keys(&mut self, index: &Index) -> Vec<(Target, Seen)> {
         let mut keys = std::mem::take(&mut self.dirty);
         if std::mem::take(&mut self.full) {
@@ -248,6 +280,10 @@ impl State {
             }
         }
         self.pass_requested = false;
+        let (deferred, keys): (Vec<_>, Vec<_>) =
+            keys.into_iter().partition(|key| self.taken.contains(key));
+        self.deferred.extend(deferred);
+        self.taken.extend(keys.iter().cloned());
         keys.into_iter()
             .map(|target| {
                 let seen = match &target {
@@ -259,27 +295,32 @@ impl State {
             .collect()
     }
 
-    fn apply(&mut self, results: Vec<Reconciled>) {
-        for result in results {
-            if result.requeue == Requeue::Never {
-                self.requeues.cancel(&result.key);
-                if let Target::Class(key) = &result.key {
-                    self.seen.remove(key);
-                }
-                continue;
-            }
-            self.requeues
-                .schedule(result.key.clone(), result.requeue_after);
-            // Nothing is remembered of a Secret between passes.
-            let Target::Class(key) = result.key else {
-                continue;
-            };
-            let seen = self.seen.entry(key).or_default();
-            if let Some(hash) = result.seen.spec_hash {
-                seen.spec_hash = Some(hash);
-            }
-            seen.deletion_enqueued = result.seen.deletion_enqueued;
+    /// Takes in one key's reconciliation; a key that became dirty while it
+    /// ran gets a pass of its own now.
+    fn apply(&mut self, result: Reconciled) {
+        self.taken.remove(&result.key);
+        if self.deferred.remove(&result.key) {
+            self.dirty.insert(result.key.clone());
+            self.pass_requested = true;
         }
+        if result.requeue == Requeue::Never {
+            self.requeues.cancel(&result.key);
+            if let Target::Class(key) = &result.key {
+                self.seen.remove(key);
+            }
+            return;
+        }
+        self.requeues
+            .schedule(result.key.clone(), result.requeue_after);
+        // Nothing is remembered of a Secret between passes.
+        let Target::Class(key) = result.key else {
+            return;
+        };
+        let seen = self.seen.entry(key).or_default();
+        if let Some(hash) = result.seen.spec_hash {
+            seen.spec_hash = Some(hash);
+        }
+        seen.deletion_enqueued = result.seen.deletion_enqueued;
     }
 }
 
@@ -340,83 +381,6 @@ struct Worker<W> {
 }
 
 impl<W: ClassWriter> Worker<W> {
-    async fn run_pass(
-        self: Arc<Self>,
-        pass: u64,
-        keys: Vec<(Target, Seen)>,
-        activity: Activity,
-    ) -> Vec<Reconciled> {
-        let started = Instant::now();
-        let total = keys.len();
-        self.bus
-            .publish(Event::ReconciliationStarted { pass, keys: total });
-        tracing::debug!(pass, keys = total, "reconciliation pass started");
-        let results = self.clone().reconcile_all(keys, activity).await;
-        self.report_pass(pass, &results, started.elapsed());
-        results
-    }
-
-    /// Reconciles `keys` with bounded concurrency, each key once.
-    async fn reconcile_all(
-        self: Arc<Self>,
-        keys: Vec<(Target, Seen)>,
-        activity: Activity,
-    ) -> Vec<Reconciled> {
-        // Re-armed after every key: a pass stalls only when no key completes.
-        let mut busy = Some(activity.busy("reconciliation pass"));
-        let mut results = Vec::with_capacity(keys.len());
-        let concurrency = self.settings.concurrency;
-        let mut reconciles = futures::stream::iter(keys)
-            .map(move |(key, seen)| {
-                let worker = self.clone();
-                async move { worker.reconcile(key, seen).await }
-            })
-            .buffer_unordered(concurrency);
-        while let Some(result) = reconciles.next().await {
-            drop(busy.take());
-            busy = Some(activity.busy("reconciliation pass"));
-            results.push(result);
-            if results.len() % PUBLISH_BURST == 0 {
-                tokio::task::yield_now().await;
-            }
-        }
-        results
-    }
-
-    fn report_pass(&self, pass: u64, results: &[Reconciled], duration: Duration) {
-        let keys = results.len();
-        let writes = results.iter().filter(|r| r.outcome.wrote()).count();
-        let mut failures = results
-            .iter()
-            .filter_map(|r| r.error.as_ref().map(|error| (&r.key, error)));
-        let first_failure = failures.next();
-        let failed = first_failure.map_or(0, |_| 1 + failures.count());
-        match first_failure {
-            None => tracing::debug!(
-                pass,
-                keys,
-                writes,
-                ?duration,
-                "reconciliation pass completed"
-            ),
-            Some((target, error)) => tracing::warn!(
-                pass,
-                keys,
-                writes,
-                failed,
-                first_failed = %target,
-                %error,
-                "reconciliation pass completed with failed writes"
-            ),
-        }
-        self.bus.publish(Event::ReconciliationCompleted {
-            pass,
-            duration,
-            writes,
-            failed,
-        });
-    }
-
     /// Reconciles one MachineClass (snapshot, decision, write, enqueues,
     /// and the event that reports it), or one Secret.
     async fn reconcile(&self, target: Target, seen: Seen) -> Reconciled {

@@ -104,6 +104,10 @@ struct FakeState {
     /// looked at.
     injected: HashMap<ObjectKey, VecDeque<Box<Status>>>,
     calls: Vec<Call>,
+    /// Classes whose patches never get an answer.
+    hanging: HashSet<ObjectKey>,
+    /// When each class patch came in, answered or not.
+    attempts: Vec<(Instant, ObjectKey)>,
     in_flight: usize,
     max_in_flight: usize,
     keys_in_flight: HashSet<ObjectKey>,
@@ -159,6 +163,22 @@ impl FakeWriter {
 
     pub fn set_latency(&self, latency: Duration) {
         self.state.lock().latency = latency;
+    }
+
+    /// Patches of class `key` hang, as on an API server that never answers,
+    /// until [`FakeWriter::answer`].
+    pub fn hang(&self, key: &ObjectKey) {
+        self.state.lock().hanging.insert(key.clone());
+    }
+
+    /// Patches of class `key` that come in from now on are answered again.
+    pub fn answer(&self, key: &ObjectKey) {
+        self.state.lock().hanging.remove(key);
+    }
+
+    /// `(when, class)` of every class patch that came in, answered or not.
+    pub fn attempts(&self) -> Vec<(Instant, ObjectKey)> {
+        self.state.lock().attempts.clone()
     }
 
     /// The next call for `key` is answered with `status`.
@@ -271,28 +291,49 @@ impl ClassWriter for FakeWriter {
     }
 
     async fn patch_finalizers(&self, key: &ObjectKey, patch: &JsonPatch) -> Result<(), WriteError> {
-        let latency = {
+        let (latency, hangs) = {
             let mut state = self.state.lock();
             state.in_flight += 1;
             state.max_in_flight = state.max_in_flight.max(state.in_flight);
             if !state.keys_in_flight.insert(key.clone()) {
                 state.overlaps += 1;
             }
-            state.latency
+            state.attempts.push((Instant::now(), key.clone()));
+            (state.latency, state.hanging.contains(key))
         };
+        // A caller that gives up drops this future: the call ends then.
+        let _in_flight = InFlight {
+            state: self.state.clone(),
+            key: key.clone(),
+        };
+        if hangs {
+            std::future::pending::<()>().await;
+        }
         if !latency.is_zero() {
             tokio::time::sleep(latency).await;
         }
         let mut state = self.state.lock();
         let result = Self::apply(&mut state, key, patch);
-        state.in_flight -= 1;
-        state.keys_in_flight.remove(key);
         state.calls.push(Call {
             at: Instant::now(),
             key: key.clone(),
             answer: Answer::of(&result),
         });
         result
+    }
+}
+
+/// One class patch in progress, counted out when it ends or is given up.
+struct InFlight {
+    state: Arc<Mutex<FakeState>>,
+    key: ObjectKey,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let mut state = self.state.lock();
+        state.in_flight -= 1;
+        state.keys_in_flight.remove(&self.key);
     }
 }
 

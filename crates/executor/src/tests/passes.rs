@@ -194,3 +194,156 @@ async fn a_lag_makes_the_next_pass_a_full_one() {
     );
     h.stop().await;
 }
+
+/// `(when, pass, writes, failed)` of every completed pass.
+fn completed(h: &Harness) -> Vec<(Duration, u64, usize, usize)> {
+    h.events()
+        .into_iter()
+        .filter_map(|(at, e)| match e {
+            Event::ReconciliationCompleted {
+                pass,
+                writes,
+                failed,
+                ..
+            } => Some((at, pass, writes, failed)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// When each patch of class `name` came in, answered or not.
+fn attempts(h: &Harness, name: &str) -> Vec<Duration> {
+    h.fake
+        .attempts()
+        .into_iter()
+        .filter(|(_, key)| key.name == name)
+        .map(|(at, _)| at - h.start)
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn writes_that_hang_hold_their_slots_only_and_other_classes_are_reconciled_at_once() {
+    let mut setup = Setup::default();
+    setup.settings.concurrency = 3;
+    let h = Harness::start_with(
+        &[class("a", &[]), class("b", &[]), class("c", &[])],
+        &[
+            machine("m-a", "a"),
+            machine("m-b", "b"),
+            machine("m-c", "c"),
+        ],
+        setup,
+    );
+    // Two of three slots hang until writeTimeout (30 s).
+    h.fake.hang(&key("a"));
+    h.fake.hang(&key("b"));
+    h.trigger(TriggerReason::LeadershipGained);
+    h.at(secs(1)).await;
+    let d = class("d", &[]);
+    h.fake.insert(&d);
+    h.apply(ResourceKind::MachineClass, d);
+    h.apply(ResourceKind::Machine, machine("m-d", "d"));
+    h.trigger(TriggerReason::Debounced);
+    h.at(secs(2)).await;
+    h.delete::<Machine>(ResourceKind::Machine, "m-c");
+    h.trigger(TriggerReason::Debounced);
+    h.at(secs(20)).await;
+    h.fake.answer(&key("a"));
+    h.fake.answer(&key("b"));
+    h.at(secs(40)).await;
+    let mut calls = h.calls();
+    calls.sort_by(|x, y| (x.0, &x.1).cmp(&(y.0, &y.1)));
+    assert_eq!(
+        calls,
+        [
+            (ms(0), "c".into(), Answer::Accepted),
+            (secs(1), "d".into(), Answer::Accepted),
+            (secs(2), "c".into(), Answer::Accepted),
+            (secs(35), "a".into(), Answer::Accepted),
+            (secs(35), "b".into(), Answer::Accepted),
+        ]
+    );
+    assert_eq!(h.fake.finalizers(&key("c")), Some(vec![]));
+    assert_eq!(h.fake.finalizers(&key("d")), Some(vec![FINALIZER.into()]));
+    let until_timeout: Vec<_> = completed(&h)
+        .into_iter()
+        .filter(|c| c.0 <= secs(30))
+        .collect();
+    assert_eq!(
+        until_timeout,
+        [(secs(1), 2, 1, 0), (secs(2), 3, 1, 0), (secs(30), 1, 1, 2)],
+        "the passes after the hanging writes complete at their trigger"
+    );
+    let a: Vec<_> = h.reconciled().into_iter().filter(|r| r.1 == "a").collect();
+    assert_eq!(
+        a,
+        [
+            (secs(30), "a".into(), ClassOutcome::Error, SHORT),
+            (secs(35), "a".into(), ClassOutcome::FinalizerAdded, LONG),
+        ]
+    );
+    assert_eq!(attempts(&h, "a"), [ms(0), secs(35)]);
+    assert_eq!(h.fake.max_in_flight(), 3);
+    assert_eq!(h.fake.overlaps(), 0);
+    h.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_class_whose_write_hangs_is_left_out_of_later_passes_until_its_write_ends() {
+    let h = Harness::start(
+        &[class("a", &[]), class("b", &[FINALIZER])],
+        &[machine("m-a", "a"), machine("m-b", "b")],
+    );
+    h.fake.hang(&key("a"));
+    h.trigger(TriggerReason::LeadershipGained);
+    h.at(secs(1)).await;
+    // Work for "a" alone waits for its write; a full pass leaves it out.
+    h.machine_changed("m-a", &["a"]);
+    h.trigger(TriggerReason::Debounced);
+    h.at(secs(2)).await;
+    h.trigger(TriggerReason::LeadershipGained);
+    h.at(secs(20)).await;
+    h.fake.answer(&key("a"));
+    h.at(secs(31)).await;
+    let started: Vec<_> = h
+        .events()
+        .into_iter()
+        .filter_map(|(at, e)| match e {
+            Event::ReconciliationStarted { pass, keys } => Some((at, pass, keys)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        started,
+        [(ms(0), 1, 2), (secs(2), 2, 1), (secs(30), 3, 1)],
+        "the dirty class runs again as soon as its timed-out write ends"
+    );
+    assert_eq!(attempts(&h, "a"), [ms(0), secs(30)]);
+    assert_eq!(h.fake.overlaps(), 0);
+    assert_eq!(h.calls(), [(secs(30), "a".into(), Answer::Accepted)]);
+    assert_eq!(h.fake.finalizers(&key("a")), Some(vec![FINALIZER.into()]));
+    h.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_every_slot_hanging_other_classes_wait_at_most_the_write_timeout() {
+    let mut setup = Setup::default();
+    setup.settings.concurrency = 1;
+    let h = Harness::start_with(&[class("a", &[])], &[machine("m-a", "a")], setup);
+    h.fake.hang(&key("a"));
+    h.trigger(TriggerReason::LeadershipGained);
+    h.at(secs(1)).await;
+    let b = class("b", &[]);
+    h.fake.insert(&b);
+    h.apply(ResourceKind::MachineClass, b);
+    h.apply(ResourceKind::Machine, machine("m-b", "b"));
+    h.trigger(TriggerReason::Debounced);
+    h.at(secs(31)).await;
+    assert_eq!(h.calls(), [(secs(30), "b".into(), Answer::Accepted)]);
+    assert_eq!(
+        completed(&h),
+        [(secs(30), 1, 0, 1), (secs(30), 2, 1, 0)],
+        "the hanging write gives its slot up after writeTimeout"
+    );
+    h.stop().await;
+}
