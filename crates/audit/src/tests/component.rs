@@ -9,7 +9,7 @@ use poolkeeper_index::IndexResource;
 use poolkeeper_supervisor::testing::{BusRecorder, spawn};
 use serde_json::json;
 
-use super::{FakePods, cluster, k8s_node, on, pod, settings};
+use super::{FakePods, cluster, k8s_node, on, pod, policy, settings};
 use crate::{Audit, AuditSettings};
 
 const INTERVAL: Duration = Duration::from_secs(60);
@@ -29,7 +29,7 @@ fn setup() -> Setup {
     let recorder = BusRecorder::new(&bus);
     bus.start();
     Setup {
-        index: cluster(&settings),
+        index: cluster(),
         bus,
         recorder,
         lister: FakePods::new(vec![
@@ -43,6 +43,7 @@ fn setup() -> Setup {
 fn audit(s: &Setup) -> Box<Audit> {
     Box::new(Audit::with_lister(
         s.settings.clone(),
+        policy(),
         &s.bus,
         s.lister.clone(),
         s.index.clone(),
