@@ -112,9 +112,9 @@ fn the_defaults_render_deploy_s_installation_with_its_own_certificate() {
         "every entry has the CA"
     );
     assert!(!rendered.contains("cert-manager.io"));
-    assert!(rendered.contains(
-        "values: [kube-node-lease, kube-public, kube-system, poolkeeper-system]"
-    ));
+    assert!(
+        rendered.contains("values: [kube-node-lease, kube-public, kube-system, poolkeeper-system]")
+    );
 }
 
 #[test]
