@@ -43,21 +43,21 @@ impl Audit {
     /// `policy` over `index`.
     pub fn new(
         settings: AuditSettings,
-        policy: PolicyCache,
         bus: &Bus,
         client: kube::Client,
         index: Arc<Index>,
+        policy: PolicyCache,
     ) -> Self {
-        Self::with_lister(settings, policy, bus, KubePods::new(client), index)
+        Self::with_lister(settings, bus, KubePods::new(client), index, policy)
     }
 
     /// The audit with any Pod source.
     pub fn with_lister(
         settings: AuditSettings,
-        policy: PolicyCache,
         bus: &Bus,
         lister: impl PodLister,
         index: Arc<Index>,
+        policy: PolicyCache,
     ) -> Self {
         Self {
             lister: Box::new(lister),

@@ -37,7 +37,7 @@ impl RejectedBindings {
 
     /// Subscribes to `bus` right away: build it in the leader-gated
     /// factory. It reads the policy of `index`, which the watchers keep.
-    pub fn new(policy: PolicyCache, bus: &Bus, index: Arc<Index>) -> Self {
+    pub fn new(bus: &Bus, index: Arc<Index>, policy: PolicyCache) -> Self {
         Self {
             policy,
             index,

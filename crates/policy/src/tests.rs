@@ -96,9 +96,9 @@ impl Setup {
 
 fn reporter(s: &Setup) -> Box<RejectedBindings> {
     Box::new(RejectedBindings::new(
-        s.policy.clone(),
         &s.bus,
         s.index.clone(),
+        s.policy.clone(),
     ))
 }
 

@@ -249,9 +249,9 @@ impl Wiring<'_> {
         }
         let mut server = WebhookServer::new(
             WebhookSettings::from(self.config),
-            self.policy.clone(),
             &self.bus,
             self.index.clone(),
+            self.policy.clone(),
         );
         let addr = server.bind()?;
         Ok(Some((server, addr)))
@@ -358,10 +358,10 @@ impl<W: ClassWriter + Clone> LeaderComponents<W> {
         self.placement.then(|| {
             Box::new(Audit::new(
                 self.audit.clone(),
-                self.policy.clone(),
                 &self.bus,
                 self.client.clone(),
                 self.index.clone(),
+                self.policy.clone(),
             )) as _
         })
     }
@@ -371,9 +371,9 @@ impl<W: ClassWriter + Clone> LeaderComponents<W> {
     fn rejected_bindings(&self) -> Option<Box<dyn Component>> {
         self.placement.then(|| {
             Box::new(RejectedBindings::new(
-                self.policy.clone(),
                 &self.bus,
                 self.index.clone(),
+                self.policy.clone(),
             )) as _
         })
     }
@@ -382,10 +382,10 @@ impl<W: ClassWriter + Clone> LeaderComponents<W> {
         (self.placement && self.webhook).then(|| {
             Box::new(WebhookSelectors::new(
                 self.selectors.clone(),
-                self.policy.clone(),
                 &self.bus,
                 self.client.clone(),
                 self.index.clone(),
+                self.policy.clone(),
             )) as _
         })
     }

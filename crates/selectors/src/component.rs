@@ -51,10 +51,10 @@ impl WebhookSelectors {
     /// `policy`, over `index`, which the watchers keep.
     pub fn new(
         settings: SelectorSettings,
-        policy: PolicyCache,
         bus: &Bus,
         client: Client,
         index: Arc<Index>,
+        policy: PolicyCache,
     ) -> Self {
         Self {
             client,

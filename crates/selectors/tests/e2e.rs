@@ -82,7 +82,7 @@ impl Setup {
         if register {
             setup.register().await;
         }
-        let component = WebhookSelectors::new(settings, policy, &bus, identity, index);
+        let component = WebhookSelectors::new(settings, &bus, identity, index, policy);
         bus.start();
         let mut running = spawn(Box::new(component));
         running.wait_ready(WAIT).await;

@@ -42,13 +42,13 @@ impl std::fmt::Debug for WebhookServer {
 }
 
 impl WebhookServer {
-    /// Decides over `index` by the policy of `policy`, publishes
+    /// Decides over `index` by the policy `policy` holds, publishes
     /// `AdmissionDecided` on `bus`.
     pub fn new(
         settings: WebhookSettings,
-        policy: PolicyCache,
         bus: &Bus,
         index: Arc<Index>,
+        policy: PolicyCache,
     ) -> Self {
         let state = AppState::new(index, policy, bus.clone());
         Self {

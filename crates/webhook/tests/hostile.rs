@@ -71,9 +71,9 @@ impl Served {
         bus.start();
         let mut server = WebhookServer::new(
             settings,
-            PolicyCache::from(&Config::default().placement),
             &bus,
             Arc::new(Index::new("pool")),
+            PolicyCache::from(&Config::default().placement),
         );
         let addr = server.bind().unwrap();
         let mut running = spawn(Box::new(server));

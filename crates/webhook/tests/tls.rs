@@ -161,9 +161,9 @@ impl Served {
         };
         let mut server = WebhookServer::new(
             settings,
-            PolicyCache::from(&Config::default().placement),
             &bus,
             Arc::new(Index::new("pool")),
+            PolicyCache::from(&Config::default().placement),
         );
         let addr = server.bind().unwrap();
         assert_eq!(server.local_addr(), Some(addr));
@@ -353,9 +353,9 @@ async fn a_taken_port_is_a_failure() {
     // Reported by the bind step, before the server runs...
     let mut server = WebhookServer::new(
         settings.clone(),
-        PolicyCache::from(&Config::default().placement),
         &bus,
         Arc::clone(&index),
+        PolicyCache::from(&Config::default().placement),
     );
     let error = server.bind().unwrap_err();
     assert!(matches!(error, WebhookError::Listen { .. }), "{error:?}");
@@ -368,9 +368,9 @@ async fn a_taken_port_is_a_failure() {
     // ...and by the component when nothing bound it first.
     let server = WebhookServer::new(
         settings,
-        PolicyCache::from(&Config::default().placement),
         &bus,
         index,
+        PolicyCache::from(&Config::default().placement),
     );
     assert_eq!(server.readiness_check(), Some("webhook"));
     let running = spawn(Box::new(server));

@@ -43,10 +43,10 @@ fn setup() -> Setup {
 fn audit(s: &Setup) -> Box<Audit> {
     Box::new(Audit::with_lister(
         s.settings.clone(),
-        policy(),
         &s.bus,
         s.lister.clone(),
         s.index.clone(),
+        policy(),
     ))
 }
 
