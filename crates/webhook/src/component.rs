@@ -7,6 +7,7 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use poolkeeper_bus::Bus;
 use poolkeeper_index::Index;
+use poolkeeper_placement::PolicyCache;
 use poolkeeper_supervisor::{BoxError, Component, Context};
 
 use crate::connection::Connections;
@@ -41,9 +42,15 @@ impl std::fmt::Debug for WebhookServer {
 }
 
 impl WebhookServer {
-    /// Decides over `index`, publishes `AdmissionDecided` on `bus`.
-    pub fn new(settings: WebhookSettings, bus: &Bus, index: Arc<Index>) -> Self {
-        let state = AppState::new(index, settings.policy.clone(), bus.clone());
+    /// Decides over `index` by the policy `policy` holds, publishes
+    /// `AdmissionDecided` on `bus`.
+    pub fn new(
+        settings: WebhookSettings,
+        bus: &Bus,
+        index: Arc<Index>,
+        policy: PolicyCache,
+    ) -> Self {
+        let state = AppState::new(index, policy, bus.clone());
         Self {
             admission: Admission::new(&settings, state),
             settings,

@@ -523,12 +523,12 @@ mod tests {
     /// and the API server's field order gets the one pass.
     #[test]
     fn a_pod_read_on_the_way_is_decided_as_one_read_after() {
-        use crate::tests::{cluster, review as admission_review, settings};
+        use crate::tests::{cluster, policy, review as admission_review};
         use serde_json::json;
 
         let index = cluster();
         let view = index.placement();
-        let policy = PlacementPolicy::load(&view, settings().policy.source());
+        let policy = PlacementPolicy::load(&view, policy().source());
         let pod = |spec: Value| json!({"metadata": {"generateName": "web-"}, "spec": spec});
         let pinned = pod(json!({"nodeName": "bj-1"}));
         let as_sent = |operation: &str, object: Value| {

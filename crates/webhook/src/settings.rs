@@ -5,12 +5,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use poolkeeper_config::Config;
-use poolkeeper_placement::PolicyCache;
 
-/// Settings of the webhook server (`webhook.*` and
-/// `placement.policyConfigMap` in the configuration file). The
-/// configuration holds the defaults and the rules: a value it accepts is one
-/// the server can use.
+/// Settings of the webhook server (`webhook.*` in the configuration file).
+/// The configuration holds the defaults and the rules: a value it accepts is
+/// one the server can use. The placement policy is not a setting: the server
+/// reads it from the process's one `PolicyCache`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WebhookSettings {
     /// `webhook.listen`.
@@ -44,9 +43,6 @@ pub struct WebhookSettings {
     /// `webhook.maxConnections`: open connections, handshakes included;
     /// more wait in the listen backlog.
     pub max_connections: usize,
-    /// The placement policy (`placement.*`), parsed once per policy
-    /// generation and shared with the other readers given the same cache.
-    pub policy: PolicyCache,
     /// Where connections are served. Not a configuration key: the server
     /// runs [`WebhookRuntime::Shared`]; the other arrangement is kept so
     /// that the one-core benchmark measures both in one run (it has not
@@ -83,7 +79,6 @@ impl From<&Config> for WebhookSettings {
             body_read_timeout: config.webhook.body_read_timeout,
             idle_timeout: config.webhook.idle_timeout,
             max_connections: config.webhook.max_connections,
-            policy: PolicyCache::from(&config.placement),
             runtime: WebhookRuntime::Shared,
         }
     }

@@ -20,6 +20,7 @@ use poolkeeper_api::NodePool;
 use poolkeeper_bus::{AdmissionResult, Bus, Event, ObjectKey, WebhookKind};
 use poolkeeper_config::Config;
 use poolkeeper_index::{Index, IndexResource};
+use poolkeeper_placement::PolicyCache;
 use poolkeeper_supervisor::testing::BusRecorder;
 use serde_json::{Value, json};
 
@@ -70,14 +71,19 @@ pub(crate) fn settings() -> WebhookSettings {
     }
 }
 
+/// The placement policy's holder the tests run with: the defaults.
+pub(crate) fn policy() -> PolicyCache {
+    PolicyCache::from(&Config::default().placement)
+}
+
 fn policy_key() -> ObjectKey {
-    settings().policy.source().config_map_key()
+    policy().source().config_map_key()
 }
 
 /// The placement ConfigMap holding `yaml`.
 fn policy_config_map(yaml: &str) -> ConfigMap {
     let key = policy_key();
-    let source = settings().policy.source().clone();
+    let source = policy().source().clone();
     serde_json::from_value(json!({
         "metadata": {"namespace": key.namespace, "name": key.name},
         "data": {source.key: yaml}
@@ -117,7 +123,7 @@ fn fixture_with(settings: WebhookSettings) -> Fixture {
     let bus = Bus::default();
     let recorder = BusRecorder::new(&bus);
     bus.start();
-    let state = AppState::new(Arc::clone(&index), settings.policy.clone(), bus);
+    let state = AppState::new(Arc::clone(&index), policy(), bus);
     Fixture {
         router: Admission::new(&settings, state),
         index,
