@@ -43,24 +43,6 @@ pub struct WebhookSettings {
     /// `webhook.maxConnections`: open connections, handshakes included;
     /// more wait in the listen backlog.
     pub max_connections: usize,
-    /// Where connections are served. Not a configuration key: the server
-    /// runs [`WebhookRuntime::Shared`]; the other arrangement is kept so
-    /// that the one-core benchmark measures both in one run (it has not
-    /// shown a lower cost per admission at the API server's rates).
-    pub runtime: WebhookRuntime,
-}
-
-/// Where the server's connections and requests run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum WebhookRuntime {
-    /// On a single-threaded tokio runtime of a thread of its own, with
-    /// hyper's per-answer `date` header off and the decisions reaching the
-    /// bus in batches: an admission wakes one thread and its tasks never
-    /// migrate, and admissions stay apart from the other components' work.
-    Dedicated,
-    /// On the runtime that runs the other components, answers with a
-    /// `date` header, each decision published as it is made.
-    Shared,
 }
 
 impl From<&Config> for WebhookSettings {
@@ -74,12 +56,11 @@ impl From<&Config> for WebhookSettings {
             validate_path: webhook.validate_path.clone(),
             max_body_bytes: webhook.max_body_bytes,
             shutdown_timeout: webhook.shutdown_timeout,
-            tls_handshake_timeout: config.webhook.tls_handshake_timeout,
-            header_read_timeout: config.webhook.header_read_timeout,
-            body_read_timeout: config.webhook.body_read_timeout,
-            idle_timeout: config.webhook.idle_timeout,
-            max_connections: config.webhook.max_connections,
-            runtime: WebhookRuntime::Shared,
+            tls_handshake_timeout: webhook.tls_handshake_timeout,
+            header_read_timeout: webhook.header_read_timeout,
+            body_read_timeout: webhook.body_read_timeout,
+            idle_timeout: webhook.idle_timeout,
+            max_connections: webhook.max_connections,
         }
     }
 }
