@@ -12,19 +12,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use poolkeeper_gomod::required_version;
+use poolkeeper_gomod::{CONTROL_PLANE_BINARIES, KUBEBUILDER_ASSETS, required_version};
 
 use crate::run::{display, elapsed};
 use crate::{Error, Result, target_dir, workspace_root};
-
-pub const KUBEBUILDER_ASSETS: &str = "KUBEBUILDER_ASSETS";
-pub const BINARIES: [&str; 5] = [
-    "etcd",
-    "kube-apiserver",
-    "kube-controller-manager",
-    "kube-scheduler",
-    "kubectl",
-];
 
 /// Reproducible, static, stripped binaries; modules exactly as go.sum pins them.
 const GOFLAGS: &str = "-buildvcs=false -mod=readonly";
@@ -197,12 +188,15 @@ pub fn command(args: &[String]) -> Result<()> {
     Ok(())
 }
 
-/// The directory holding the three binaries: KUBEBUILDER_ASSETS when set, otherwise the cache,
+/// The directory holding the control-plane binaries: KUBEBUILDER_ASSETS when set, otherwise the cache,
 /// built first where missing or stale.
 pub fn ensure(root: &Path, force: bool) -> Result<PathBuf> {
     if let Some(assets) = std::env::var_os(KUBEBUILDER_ASSETS).filter(|v| !v.is_empty()) {
         let dir = PathBuf::from(assets);
-        let missing: Vec<_> = BINARIES.iter().filter(|b| !dir.join(b).is_file()).collect();
+        let missing: Vec<_> = CONTROL_PLANE_BINARIES
+            .iter()
+            .filter(|b| !dir.join(b).is_file())
+            .collect();
         if !missing.is_empty() {
             return Err(Error::ControlPlane(format!(
                 "{KUBEBUILDER_ASSETS}={} lacks {missing:?}; unset it to build the binaries from source",
