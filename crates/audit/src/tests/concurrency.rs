@@ -14,7 +14,8 @@ use super::{
     FAKE_VERSION, FakePods, POOL, Start, assert_failed_listing, cluster, labels, namespace_query,
     on, pod, policy_config_map, settings,
 };
-use crate::{AuditSettings, PodQuery, ReportKey, Round, audit_round};
+use crate::lister::PodQuery;
+use crate::{AuditSettings, ReportKey, Round, audit_round};
 
 fn namespace(i: usize) -> String {
     format!("ns-{i:02}")
