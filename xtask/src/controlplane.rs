@@ -374,19 +374,7 @@ fn build(
     source: &Path,
     out: &Path,
 ) -> Result<()> {
-    let go_version = go_command(source)
-        .args(["env", "GOVERSION"])
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
-        .ok_or_else(|| {
-            Error::ControlPlane(format!(
-                "the Go toolchain (`go`) was not found on PATH; it is needed once to build {}{}",
-                module.binaries.join(", "),
-                toolset.without_go
-            ))
-        })?;
+    let go_version = go_version(source, toolset, module)?;
     let staging = out.join(format!(".build-{}", module.name));
     let _ = std::fs::remove_dir_all(&staging);
     std::fs::create_dir_all(&staging)
@@ -430,13 +418,7 @@ fn build(
     if !compiled.success {
         return Err(failure("go build", &compiled.diagnostics, &retry));
     }
-    for binary in module.binaries {
-        let from = staging.join(binary);
-        let to = out.join(binary);
-        std::fs::rename(&from, &to)
-            .map_err(|e| Error::io(format!("moving {} to {}", from.display(), to.display()), e))?;
-    }
-    let _ = std::fs::remove_dir_all(&staging);
+    install(module, &staging, out)?;
     eprintln!(
         "{}: built {} in {} ({} packages compiled)",
         toolset.label,
@@ -444,6 +426,37 @@ fn build(
         elapsed(started.elapsed()),
         compiled.packages,
     );
+    Ok(())
+}
+
+/// The installed Go's version, e.g. `go1.26.0`; an error saying what it is needed for when
+/// there is none.
+fn go_version(source: &Path, toolset: &Toolset, module: &GoModule) -> Result<String> {
+    go_command(source)
+        .args(["env", "GOVERSION"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .ok_or_else(|| {
+            Error::ControlPlane(format!(
+                "the Go toolchain (`go`) was not found on PATH; it is needed once to build {}{}",
+                module.binaries.join(", "),
+                toolset.without_go
+            ))
+        })
+}
+
+/// Moves the module's binaries from the staging directory they were built in into the cache,
+/// so the cache never holds a half-written binary.
+fn install(module: &GoModule, staging: &Path, out: &Path) -> Result<()> {
+    for binary in module.binaries {
+        let from = staging.join(binary);
+        let to = out.join(binary);
+        std::fs::rename(&from, &to)
+            .map_err(|e| Error::io(format!("moving {} to {}", from.display(), to.display()), e))?;
+    }
+    let _ = std::fs::remove_dir_all(staging);
     Ok(())
 }
 
