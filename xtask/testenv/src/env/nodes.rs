@@ -46,7 +46,8 @@ impl TestEnv {
     /// Gives an existing Node the status of a Ready node (allocatable cpu 16, memory 64Gi, 110
     /// pods) and sets its taints to exactly `taints`, dropping the not-ready taint the
     /// apiserver's admission added when it was created. Nothing renews this status: the node
-    /// lifecycle controller is off (see [`TestEnvBuilder::controller_manager`]).
+    /// lifecycle controller is off (see
+    /// [`TestEnvBuilder::controller_manager`](super::TestEnvBuilder::controller_manager)).
     pub async fn make_node_ready(
         &self,
         name: &str,
