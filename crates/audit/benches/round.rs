@@ -38,9 +38,8 @@ use std::time::{Duration, Instant};
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use kube::core::ObjectList;
-use poolkeeper_audit::{
-    AuditSettings, PageStart, PodLister, PodPage, PodQuery, audit_round, join_chunks,
-};
+use poolkeeper_audit::testing::{PageStart, PodLister, PodPage, PodQuery, join_chunks};
+use poolkeeper_audit::{AuditSettings, audit_round};
 use poolkeeper_config::Config;
 use poolkeeper_index::{Index, IndexResource};
 use poolkeeper_placement::{PodPlacement, PolicyCache};

@@ -396,7 +396,7 @@ impl<W: ClassWriter> Worker<W> {
                 pass,
                 keys,
                 writes,
-                ?duration,
+                duration_ms = duration.as_millis() as u64,
                 "reconciliation pass completed"
             ),
             Some((target, error)) => tracing::warn!(
@@ -406,6 +406,7 @@ impl<W: ClassWriter> Worker<W> {
                 failed,
                 first_failed = %target,
                 %error,
+                duration_ms = duration.as_millis() as u64,
                 "reconciliation pass completed with failed writes"
             ),
         }

@@ -14,7 +14,8 @@ use super::{
     FAKE_VERSION, FakePods, POOL, Start, assert_failed_listing, cluster, labels, namespace_query,
     on, pod, policy, policy_config_map, settings,
 };
-use crate::{PodQuery, ReportKey, Round, audit_round};
+use crate::lister::PodQuery;
+use crate::{ReportKey, Round, audit_round};
 
 fn namespace(i: usize) -> String {
     format!("ns-{i:02}")

@@ -20,7 +20,8 @@ use poolkeeper_index::{Index, IndexResource};
 use poolkeeper_placement::{PodPlacement, PolicyCache, Workload, WorkloadKind};
 use serde_json::{Value, json};
 
-use crate::{AuditSettings, PageStart, PodLister, PodPage, PodQuery, WorkloadPage};
+use crate::AuditSettings;
+use crate::testing::{PageStart, PodLister, PodPage, PodQuery, WorkloadPage};
 
 pub(crate) const POOL: &str = "apps.openyurt.io/nodepool";
 

@@ -13,7 +13,8 @@ use super::{
 use poolkeeper_placement::{Workload, WorkloadKind};
 
 use crate::lister::RUNNING_OR_PENDING;
-use crate::{AuditError, PageStart, PodQuery, ReportKey, audit_round};
+use crate::lister::{PageStart, PodQuery};
+use crate::{AuditError, ReportKey, audit_round};
 
 fn pods() -> Vec<poolkeeper_placement::PodPlacement> {
     vec![
