@@ -211,7 +211,7 @@ fn static_checks(root: &Path, scope: &Scope, pipeline: &mut Pipeline) -> Result<
                 .arg("--check"),
         )
     })?;
-    pipeline.step("source checks (function length, tunable defaults)", |_| {
+    pipeline.step("source checks (function length, tunable defaults, event catalog)", |_| {
         crate::checks::run(root, &scope.packages)
     })?;
     pipeline.step("lint (cargo clippy -D warnings)", |_| {
