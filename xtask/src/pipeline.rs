@@ -211,9 +211,10 @@ fn static_checks(root: &Path, scope: &Scope, pipeline: &mut Pipeline) -> Result<
                 .arg("--check"),
         )
     })?;
-    pipeline.step("source checks (function length, tunable defaults, event catalog)", |_| {
-        crate::checks::run(root, &scope.packages)
-    })?;
+    pipeline.step(
+        "source checks (function length, tunable defaults, event catalog)",
+        |_| crate::checks::run(root, &scope.packages),
+    )?;
     pipeline.step("lint (cargo clippy -D warnings)", |_| {
         checked(
             cargo(root)
