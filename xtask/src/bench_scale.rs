@@ -55,7 +55,7 @@ fn run_bench(args: &[String], out: Option<&str>) -> Result<()> {
     let mut bench = Command::new(release.join("poolkeeper-scale"));
     bench
         .current_dir(&root)
-        .env("POOLKEEPER_CONTROL_PLANE", &binaries)
+        .env(poolkeeper_gomod::POOLKEEPER_CONTROL_PLANE, &binaries)
         .arg("--poolkeeper")
         .arg(release.join("poolkeeper"))
         .arg("--crds")

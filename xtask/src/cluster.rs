@@ -218,7 +218,7 @@ fn write_pause_archive(binaries: &Binaries) -> Result<()> {
         .map_err(|e| Error::io(format!("reading {}", program.display()), e))?;
     let image = oci::Image {
         reference: binaries.pause_image.clone(),
-        files: vec![oci::tar::Entry {
+        files: vec![oci::Entry {
             path: "pause".to_owned(),
             mode: 0o755,
             contents,

@@ -12,19 +12,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use poolkeeper_gomod::required_version;
+use poolkeeper_gomod::{CONTROL_PLANE_BINARIES, KUBEBUILDER_ASSETS, required_version};
 
 use crate::run::{display, elapsed};
 use crate::{Error, Result, target_dir, workspace_root};
-
-pub const KUBEBUILDER_ASSETS: &str = "KUBEBUILDER_ASSETS";
-pub const BINARIES: [&str; 5] = [
-    "etcd",
-    "kube-apiserver",
-    "kube-controller-manager",
-    "kube-scheduler",
-    "kubectl",
-];
 
 /// Reproducible, static, stripped binaries; modules exactly as go.sum pins them.
 const GOFLAGS: &str = "-buildvcs=false -mod=readonly";
@@ -197,12 +188,15 @@ pub fn command(args: &[String]) -> Result<()> {
     Ok(())
 }
 
-/// The directory holding the three binaries: KUBEBUILDER_ASSETS when set, otherwise the cache,
+/// The directory holding the control-plane binaries: KUBEBUILDER_ASSETS when set, otherwise the cache,
 /// built first where missing or stale.
 pub fn ensure(root: &Path, force: bool) -> Result<PathBuf> {
     if let Some(assets) = std::env::var_os(KUBEBUILDER_ASSETS).filter(|v| !v.is_empty()) {
         let dir = PathBuf::from(assets);
-        let missing: Vec<_> = BINARIES.iter().filter(|b| !dir.join(b).is_file()).collect();
+        let missing: Vec<_> = CONTROL_PLANE_BINARIES
+            .iter()
+            .filter(|b| !dir.join(b).is_file())
+            .collect();
         if !missing.is_empty() {
             return Err(Error::ControlPlane(format!(
                 "{KUBEBUILDER_ASSETS}={} lacks {missing:?}; unset it to build the binaries from source",
@@ -380,19 +374,7 @@ fn build(
     source: &Path,
     out: &Path,
 ) -> Result<()> {
-    let go_version = go_command(source)
-        .args(["env", "GOVERSION"])
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
-        .ok_or_else(|| {
-            Error::ControlPlane(format!(
-                "the Go toolchain (`go`) was not found on PATH; it is needed once to build {}{}",
-                module.binaries.join(", "),
-                toolset.without_go
-            ))
-        })?;
+    let go_version = go_version(source, toolset, module)?;
     let staging = out.join(format!(".build-{}", module.name));
     let _ = std::fs::remove_dir_all(&staging);
     std::fs::create_dir_all(&staging)
@@ -436,13 +418,7 @@ fn build(
     if !compiled.success {
         return Err(failure("go build", &compiled.diagnostics, &retry));
     }
-    for binary in module.binaries {
-        let from = staging.join(binary);
-        let to = out.join(binary);
-        std::fs::rename(&from, &to)
-            .map_err(|e| Error::io(format!("moving {} to {}", from.display(), to.display()), e))?;
-    }
-    let _ = std::fs::remove_dir_all(&staging);
+    install(module, &staging, out)?;
     eprintln!(
         "{}: built {} in {} ({} packages compiled)",
         toolset.label,
@@ -450,6 +426,37 @@ fn build(
         elapsed(started.elapsed()),
         compiled.packages,
     );
+    Ok(())
+}
+
+/// The installed Go's version, e.g. `go1.26.0`; an error saying what it is needed for when
+/// there is none.
+fn go_version(source: &Path, toolset: &Toolset, module: &GoModule) -> Result<String> {
+    go_command(source)
+        .args(["env", "GOVERSION"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .ok_or_else(|| {
+            Error::ControlPlane(format!(
+                "the Go toolchain (`go`) was not found on PATH; it is needed once to build {}{}",
+                module.binaries.join(", "),
+                toolset.without_go
+            ))
+        })
+}
+
+/// Moves the module's binaries from the staging directory they were built in into the cache,
+/// so the cache never holds a half-written binary.
+fn install(module: &GoModule, staging: &Path, out: &Path) -> Result<()> {
+    for binary in module.binaries {
+        let from = staging.join(binary);
+        let to = out.join(binary);
+        std::fs::rename(&from, &to)
+            .map_err(|e| Error::io(format!("moving {} to {}", from.display(), to.display()), e))?;
+    }
+    let _ = std::fs::remove_dir_all(staging);
     Ok(())
 }
 

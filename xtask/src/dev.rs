@@ -44,7 +44,7 @@ pub fn command(args: &[String]) -> Result<()> {
     let debug = target_dir(&root).join("debug");
     let mut up = std::process::Command::new(debug.join("poolkeeper-testenv"));
     up.current_dir(&root)
-        .env("POOLKEEPER_CONTROL_PLANE", &binaries)
+        .env(poolkeeper_gomod::POOLKEEPER_CONTROL_PLANE, &binaries)
         .arg("up")
         .arg("--kubeconfig-out")
         .arg(target_dir(&root).join("dev").join("kubeconfig"));

@@ -28,7 +28,8 @@ commands:
                             plane, end-to-end and doc tests (of the whole workspace, or of the
                             named packages)
   checks [-p PACKAGE]...    the source checks alone: no function over 80 lines, no default for a
-                            tunable (`*Settings`, `Retries`) outside crates/config
+                            tunable (`*Settings`, `Retries`) outside crates/config, and the
+                            event catalog held to the code
   dev [--no-controller] [-- ARGS]
                             control plane + CRDs + sample objects + webhooks, with poolkeeper
                             running against it (ARGS are appended to `poolkeeper run`); Ctrl-C stops

@@ -5,12 +5,49 @@
 //! the Dockerfile itself (`dockerfile`), so it is the image `buildah bud` builds.
 
 pub mod dockerfile;
-pub mod sha256;
-pub mod tar;
 
 use std::path::Path;
 
+use sha2::{Digest, Sha256};
+
 use crate::{Error, Result};
+
+/// One regular file of an archive, owned by root, dated at the epoch (reproducible).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// Relative path, `/`-separated.
+    pub path: String,
+    pub mode: u32,
+    pub contents: Vec<u8>,
+}
+
+/// A ustar archive of `entries`, in memory: an image layer, or the OCI image layout.
+pub fn archive(entries: &[Entry]) -> Result<Vec<u8>> {
+    let mut builder = tar::Builder::new(Vec::new());
+    for entry in entries {
+        let mut header = tar::Header::new_ustar();
+        header.set_entry_type(tar::EntryType::Regular);
+        header.set_mode(entry.mode & 0o7777);
+        header.set_uid(0);
+        header.set_gid(0);
+        header.set_mtime(0);
+        header.set_size(entry.contents.len() as u64);
+        builder
+            .append_data(&mut header, &entry.path, entry.contents.as_slice())
+            .map_err(|e| Error::io(format!("tar entry {:?}", entry.path), e))?;
+    }
+    builder
+        .into_inner()
+        .map_err(|e| Error::io("finishing a tar archive", e))
+}
+
+/// The lowercase hex SHA-256 of `data`: the content digest of an OCI blob.
+pub fn sha256_hex(data: &[u8]) -> String {
+    Sha256::digest(data)
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
+}
 
 /// What an image holds and how it runs.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -18,7 +55,7 @@ pub struct Image {
     /// The full reference containerd stores it under, e.g. `docker.io/library/poolkeeper:0.1.0`
     /// (what `poolkeeper:0.1.0` in a Pod spec resolves to).
     pub reference: String,
-    pub files: Vec<tar::Entry>,
+    pub files: Vec<Entry>,
     pub user: Option<String>,
     pub entrypoint: Vec<String>,
     pub cmd: Vec<String>,
@@ -50,10 +87,10 @@ pub fn full_reference(name: &str) -> String {
 
 /// Writes the archive and returns the digest of the image's manifest.
 pub fn write_archive(image: &Image, path: &Path) -> Result<String> {
-    let layer = tar::archive(&image.files)?;
-    let layer_digest = format!("sha256:{}", sha256::hex_digest(&layer));
+    let layer = archive(&image.files)?;
+    let layer_digest = format!("sha256:{}", sha256_hex(&layer));
     let config = config_json(image, &layer_digest);
-    let config_digest = format!("sha256:{}", sha256::hex_digest(config.as_bytes()));
+    let config_digest = format!("sha256:{}", sha256_hex(config.as_bytes()));
     let manifest = format!(
         r#"{{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{},"layers":[{}]}}"#,
         descriptor(
@@ -69,7 +106,7 @@ pub fn write_archive(image: &Image, path: &Path) -> Result<String> {
             ""
         ),
     );
-    let manifest_digest = format!("sha256:{}", sha256::hex_digest(manifest.as_bytes()));
+    let manifest_digest = format!("sha256:{}", sha256_hex(manifest.as_bytes()));
     let tag = image
         .reference
         .rsplit_once(':')
@@ -88,18 +125,18 @@ pub fn write_archive(image: &Image, path: &Path) -> Result<String> {
             &annotations
         )
     );
-    let blob = |digest: &str, contents: Vec<u8>| tar::Entry {
+    let blob = |digest: &str, contents: Vec<u8>| Entry {
         path: format!("blobs/sha256/{}", digest.trim_start_matches("sha256:")),
         mode: 0o644,
         contents,
     };
     let layout = [
-        tar::Entry {
+        Entry {
             path: "oci-layout".to_owned(),
             mode: 0o644,
             contents: br#"{"imageLayoutVersion":"1.0.0"}"#.to_vec(),
         },
-        tar::Entry {
+        Entry {
             path: "index.json".to_owned(),
             mode: 0o644,
             contents: index.into_bytes(),
@@ -108,7 +145,7 @@ pub fn write_archive(image: &Image, path: &Path) -> Result<String> {
         blob(&config_digest, config.into_bytes()),
         blob(&layer_digest, layer),
     ];
-    let bytes = tar::archive(&layout)?;
+    let bytes = archive(&layout)?;
     std::fs::write(path, bytes).map_err(|e| Error::io(format!("writing {}", path.display()), e))?;
     Ok(manifest_digest)
 }
@@ -215,7 +252,7 @@ mod tests {
     fn the_archive_holds_a_consistent_layout() {
         let image = Image {
             reference: "docker.io/library/demo:1".to_owned(),
-            files: vec![tar::Entry {
+            files: vec![Entry {
                 path: "demo".to_owned(),
                 mode: 0o755,
                 contents: b"#!demo".to_vec(),
@@ -241,6 +278,153 @@ mod tests {
         assert!(text.contains(r#""ExposedPorts":{"9443/tcp":{}}"#));
         assert!(text.contains(r#""Entrypoint":["/demo"],"Cmd":["run"]"#));
         assert_eq!(write_twice_same_digest(&image), digest);
+    }
+
+    #[test]
+    fn digests_are_sha256() {
+        let cases: [(&[u8], &str); 3] = [
+            (
+                b"",
+                "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+            ),
+            (
+                b"abc",
+                "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad",
+            ),
+            (
+                b"The quick brown fox jumps over the lazy dog",
+                "d7a8fbb307d7809469ca9abcb0082e4f8d5651e46d3cdb762d02d0bf37c9e592",
+            ),
+        ];
+        for (input, expected) in cases {
+            assert_eq!(sha256_hex(input), expected, "{input:?}");
+        }
+    }
+
+    /// Each entry of an archive as a tar reader sees it: path, mode, owner, mtime, contents.
+    fn read_back(bytes: &[u8]) -> Vec<(String, u32, u64, u64, u64, Vec<u8>)> {
+        let mut archive = tar::Archive::new(bytes);
+        archive
+            .entries()
+            .unwrap()
+            .map(|entry| {
+                let mut entry = entry.unwrap();
+                let header = entry.header();
+                assert_eq!(header.entry_type(), tar::EntryType::Regular);
+                assert!(header.as_ustar().is_some(), "a ustar header");
+                let fields = (
+                    entry.path().unwrap().to_string_lossy().into_owned(),
+                    header.mode().unwrap(),
+                    header.uid().unwrap(),
+                    header.gid().unwrap(),
+                    header.mtime().unwrap(),
+                );
+                let mut contents = Vec::new();
+                std::io::Read::read_to_end(&mut entry, &mut contents).unwrap();
+                (fields.0, fields.1, fields.2, fields.3, fields.4, contents)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_layer_reads_back_as_written() {
+        let entries = [
+            Entry {
+                path: "poolkeeper".to_owned(),
+                mode: 0o755,
+                contents: b"binary".to_vec(),
+            },
+            Entry {
+                path: "etc/poolkeeper/poolkeeper.yaml".to_owned(),
+                mode: 0o644,
+                contents: vec![7; 513],
+            },
+            Entry {
+                path: "empty".to_owned(),
+                mode: 0o600,
+                contents: Vec::new(),
+            },
+        ];
+        let bytes = archive(&entries).unwrap();
+        // Whole 512-byte blocks, ending in the two zero blocks of the end of the archive.
+        assert_eq!(bytes.len() % 512, 0);
+        assert!(bytes[bytes.len() - 1024..].iter().all(|b| *b == 0));
+        let read: Vec<_> = read_back(&bytes);
+        let written: Vec<_> = entries
+            .iter()
+            .map(|e| (e.path.clone(), e.mode, 0, 0, 0, e.contents.clone()))
+            .collect();
+        assert_eq!(read, written);
+        assert_eq!(archive(&entries).unwrap(), bytes, "reproducible");
+    }
+
+    #[test]
+    fn paths_outside_the_archive_are_refused() {
+        for path in ["", "/abs", "../up", "a/../../up"] {
+            let entry = Entry {
+                path: path.to_owned(),
+                mode: 0o644,
+                contents: Vec::new(),
+            };
+            let error = archive(&[entry]).unwrap_err().to_string();
+            assert!(error.contains("tar entry"), "{path:?}: {error}");
+        }
+    }
+
+    #[test]
+    fn every_blob_is_stored_under_its_digest_and_referenced_with_its_size() {
+        let image = Image {
+            reference: "docker.io/library/demo:1".to_owned(),
+            files: vec![Entry {
+                path: "demo".to_owned(),
+                mode: 0o755,
+                contents: b"#!demo".to_vec(),
+            }],
+            entrypoint: vec!["/demo".to_owned()],
+            ..Image::default()
+        };
+        let path = std::env::temp_dir().join(format!("xtask-oci-blobs-{}", std::process::id()));
+        let manifest_digest = write_archive(&image, &path).unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let entries = read_back(&bytes);
+        let names: Vec<&str> = entries.iter().map(|e| e.0.as_str()).collect();
+        assert_eq!(names[..2], ["oci-layout", "index.json"]);
+        let text = |name: &str| {
+            let entry = entries.iter().find(|e| e.0 == name).unwrap();
+            String::from_utf8(entry.5.clone()).unwrap()
+        };
+        let blobs: Vec<_> = entries
+            .iter()
+            .filter_map(|e| Some((e.0.strip_prefix("blobs/sha256/")?, &e.5)))
+            .collect();
+        assert_eq!(blobs.len(), 3, "manifest, config, layer");
+        for (digest, contents) in &blobs {
+            assert_eq!(*digest, sha256_hex(contents));
+            let descriptor = format!(r#""digest":"sha256:{digest}","size":{}"#, contents.len());
+            let referenced = text("index.json").contains(&descriptor)
+                || blobs
+                    .iter()
+                    .any(|(_, other)| String::from_utf8_lossy(other).contains(&descriptor));
+            assert!(referenced, "blob {digest} is referenced with its size");
+        }
+        assert!(text("index.json").contains(&manifest_digest));
+        // The layer (the one blob that is not JSON) holds the image's files, and the config
+        // names it by its digest.
+        let (layer_digest, layer) = blobs
+            .iter()
+            .find(|(_, contents)| !contents.starts_with(b"{"))
+            .unwrap();
+        assert_eq!(read_back(layer)[0].5, b"#!demo");
+        let config = blobs
+            .iter()
+            .find_map(|(_, c)| {
+                String::from_utf8(c.to_vec())
+                    .ok()
+                    .filter(|t| t.contains("rootfs"))
+            })
+            .unwrap();
+        assert!(config.contains(&format!(r#""diff_ids":["sha256:{layer_digest}"]"#)));
     }
 
     /// Reproducible: the same image gives the same manifest digest.

@@ -5,11 +5,11 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
+use poolkeeper_gomod::POOLKEEPER_CONTROL_PLANE;
+
 use crate::run::{cargo, display, elapsed};
 use crate::{Error, Result, controlplane, workspace_root};
 
-/// Directory of the control-plane binaries, read by poolkeeper-testenv.
-const POOLKEEPER_CONTROL_PLANE: &str = "POOLKEEPER_CONTROL_PLANE";
 /// The kustomize executable, read by the deploy/ manifest check.
 const POOLKEEPER_KUSTOMIZE: &str = "POOLKEEPER_KUSTOMIZE";
 
@@ -211,9 +211,10 @@ fn static_checks(root: &Path, scope: &Scope, pipeline: &mut Pipeline) -> Result<
                 .arg("--check"),
         )
     })?;
-    pipeline.step("source checks (function length, tunable defaults)", |_| {
-        crate::checks::run(root, &scope.packages)
-    })?;
+    pipeline.step(
+        "source checks (function length, tunable defaults, event catalog)",
+        |_| crate::checks::run(root, &scope.packages),
+    )?;
     pipeline.step("lint (cargo clippy -D warnings)", |_| {
         checked(
             cargo(root)

@@ -69,7 +69,7 @@ pub fn command(args: &[String]) -> Result<()> {
     let out = target_dir(&root).join(profile);
     let mut soak = Command::new(out.join("examples").join("soak"));
     soak.current_dir(&root)
-        .env("POOLKEEPER_CONTROL_PLANE", &binaries)
+        .env(poolkeeper_gomod::POOLKEEPER_CONTROL_PLANE, &binaries)
         .arg("--poolkeeper")
         .arg(out.join("poolkeeper"))
         .arg("--duration")

@@ -35,7 +35,9 @@ fn target() -> PathBuf {
 
 /// The directory holding kubectl: the one `cargo xtask test` exports, else the dev cache.
 fn control_plane_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("POOLKEEPER_CONTROL_PLANE").filter(|d| !d.is_empty()) {
+    if let Some(dir) =
+        std::env::var_os(poolkeeper_gomod::POOLKEEPER_CONTROL_PLANE).filter(|d| !d.is_empty())
+    {
         return PathBuf::from(dir);
     }
     let go_mod = std::fs::read_to_string(root().join("xtask/controlplane/kubernetes/go.mod"))

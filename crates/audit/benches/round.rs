@@ -38,12 +38,11 @@ use std::time::{Duration, Instant};
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use kube::core::ObjectList;
-use poolkeeper_audit::{
-    AuditSettings, PageStart, PodLister, PodPage, PodQuery, audit_round, join_chunks,
-};
+use poolkeeper_audit::testing::{PageStart, PodLister, PodPage, PodQuery, join_chunks};
+use poolkeeper_audit::{AuditSettings, audit_round};
 use poolkeeper_config::Config;
 use poolkeeper_index::{Index, IndexResource};
-use poolkeeper_placement::PodPlacement;
+use poolkeeper_placement::{PodPlacement, PolicyCache};
 use serde_json::{Value, json};
 use stats_alloc::{INSTRUMENTED_SYSTEM, StatsAlloc};
 
@@ -110,7 +109,12 @@ fn node(i: usize, nodes: usize) -> Node {
     .expect("node parses")
 }
 
-fn index(scale: Scale, settings: &AuditSettings) -> Arc<Index> {
+/// The placement policy's holder of the default configuration.
+fn policy() -> PolicyCache {
+    PolicyCache::from(&Config::default().placement)
+}
+
+fn index(scale: Scale) -> Arc<Index> {
     let index = Index::new(POOL_LABEL);
     index.reset(
         (0..scale.nodes)
@@ -131,7 +135,9 @@ fn index(scale: Scale, settings: &AuditSettings) -> Arc<Index> {
         .map(|b| json!({"namespace": format!("team-{b}"), "nodePool": format!("pool-{}", b % POOLS)}))
         .collect();
     let policy = serde_json::to_string(&json!({"bindings": bindings})).expect("policy");
-    let source = settings.policy.source();
+    let source = PolicyCache::from(&Config::default().placement)
+        .source()
+        .clone();
     let config_map: ConfigMap = serde_json::from_value(json!({
         "metadata": {"name": source.name, "namespace": source.namespace},
         "data": {(source.key.clone()): policy},
@@ -470,7 +476,7 @@ struct Measured {
 fn measure(scale: Scale, decode: Decode) -> Measured {
     let mut settings = AuditSettings::from(&Config::default());
     settings.page_size = PAGE_SIZE;
-    let index = index(scale, &settings);
+    let index = index(scale);
     let peak = Arc::new(AtomicI64::new(0));
     let pages = pages(scale);
     let page_bytes = pages
@@ -496,7 +502,13 @@ fn measure(scale: Scale, decode: Decode) -> Measured {
         peak.store(before, Ordering::SeqCst);
         let started = Instant::now();
         let round = runtime
-            .block_on(audit_round(&lister, &index, &settings, &previous))
+            .block_on(audit_round(
+                &lister,
+                &index,
+                &policy(),
+                &settings,
+                &previous,
+            ))
             .expect("round");
         times.push(started.elapsed());
         with_result = live() - before;
@@ -587,7 +599,7 @@ fn paced(paced: &Paced) {
     let scale = paced.scale;
     let mut settings = AuditSettings::from(&Config::default());
     settings.page_size = PAGE_SIZE;
-    let index = index(scale, &settings);
+    let index = index(scale);
     let mut lister = BytesLister {
         pages: pages(scale),
         decode: Decode::Chunks,
@@ -621,7 +633,13 @@ fn paced(paced: &Paced) {
             .map(|_| {
                 let started = Instant::now();
                 let round = runtime
-                    .block_on(audit_round(&lister, &index, &settings, &HashSet::new()))
+                    .block_on(audit_round(
+                        &lister,
+                        &index,
+                        &policy(),
+                        &settings,
+                        &HashSet::new(),
+                    ))
                     .expect("round");
                 assert!(round.violations() > 0, "the layout has violations");
                 started.elapsed()

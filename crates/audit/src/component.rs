@@ -8,6 +8,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use poolkeeper_bus::Bus;
 use poolkeeper_index::Index;
+use poolkeeper_placement::PolicyCache;
 use poolkeeper_supervisor::{BoxError, Component, Context, error_chain};
 use tokio::time::MissedTickBehavior;
 
@@ -19,6 +20,7 @@ use crate::settings::AuditSettings;
 pub struct Audit {
     lister: Box<dyn PodLister>,
     index: Arc<Index>,
+    policy: PolicyCache,
     bus: Bus,
     settings: AuditSettings,
     /// The objects and reasons found so far that still violate; one that is
@@ -37,14 +39,16 @@ impl std::fmt::Debug for Audit {
 }
 
 impl Audit {
-    /// The audit of the cluster `client` talks to.
+    /// The audit of the cluster `client` talks to, by the policy of
+    /// `policy` over `index`.
     pub fn new(
         settings: AuditSettings,
         bus: &Bus,
         client: kube::Client,
         index: Arc<Index>,
+        policy: PolicyCache,
     ) -> Self {
-        Self::with_lister(settings, bus, KubePods::new(client), index)
+        Self::with_lister(settings, bus, KubePods::new(client), index, policy)
     }
 
     /// The audit with any Pod source.
@@ -53,10 +57,12 @@ impl Audit {
         bus: &Bus,
         lister: impl PodLister,
         index: Arc<Index>,
+        policy: PolicyCache,
     ) -> Self {
         Self {
             lister: Box::new(lister),
             index,
+            policy,
             bus: bus.clone(),
             settings,
             reported: HashSet::new(),
@@ -80,7 +86,13 @@ impl Audit {
             let _busy = ctx.busy("audit round");
             let result = tokio::select! {
                 () = ctx.cancelled() => return Ok(()),
-                result = audit_round(self.lister.as_ref(), &self.index, &self.settings, &self.reported) => result,
+                result = audit_round(
+                    self.lister.as_ref(),
+                    &self.index,
+                    &self.policy,
+                    &self.settings,
+                    &self.reported,
+                ) => result,
             };
             match result {
                 Ok(round) => self.complete(round),

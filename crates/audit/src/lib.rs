@@ -5,8 +5,8 @@
 //!   `audit`. Every `audit.interval` it runs a round ([`audit_round`]):
 //!   a paginated LIST of the Pods of each bound namespace (less those on
 //!   the Nodes of its pools, which cannot be violations, and those with the
-//!   pool label) and of the Pods carrying the pool label ([`PodLister`],
-//!   [`KubePods`]), each projected
+//!   pool label) and of the Pods carrying the pool label ([`KubePods`]),
+//!   each projected
 //!   ([`poolkeeper_placement::PodPlacement`]) and judged at once against
 //!   the index by [`poolkeeper_placement::audit`]; nothing is kept between
 //!   rounds and nothing is watched. At most `audit.concurrency` LISTs are
@@ -20,20 +20,26 @@
 mod component;
 mod error;
 mod lister;
-pub mod protobuf;
+mod page;
 mod round;
 mod settings;
 mod snapshot;
 
 pub use component::Audit;
 pub use error::AuditError;
-pub use lister::{
-    KubePods, PageStart, PodLister, PodPage, PodQuery, RUNNING_OR_PENDING, WorkloadPage,
-    decode_page, join_chunks,
-};
-pub use round::{ReportKey, Round, audit_round, queries};
+pub use lister::KubePods;
+pub use round::{ReportKey, Round, audit_round};
 pub use settings::AuditSettings;
 pub use snapshot::{cluster_index, cluster_pod};
+
+/// Not part of the API: the lister seam a round reads Pods through and the
+/// decoding of a LIST's pages, for the round bench (`benches/round.rs`), the
+/// fuzz targets and the end-to-end test of [`KubePods`] against an API server.
+#[doc(hidden)]
+pub mod testing {
+    pub use crate::lister::{PageStart, PodLister, PodQuery, RUNNING_OR_PENDING, WorkloadPage};
+    pub use crate::page::{PodPage, decode_page, join_chunks, protobuf};
+}
 
 #[cfg(test)]
 mod tests;

@@ -6,10 +6,10 @@ use http_body_util::BodyExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{DynamicObject, ListParams, VersionMatch};
-use kube::core::{GroupVersionKind, ObjectList, Request, Status};
-use poolkeeper_placement::{PodPlacement, Workload, WorkloadKind};
+use kube::core::{GroupVersionKind, Request};
+use poolkeeper_placement::{Workload, WorkloadKind};
 
-use crate::protobuf;
+use crate::page::{PodPage, api_error, decode_page, join_chunks, protobuf};
 
 /// Terminated Pods run nowhere: the API server leaves them out.
 pub const RUNNING_OR_PENDING: &str = "status.phase!=Succeeded,status.phase!=Failed";
@@ -80,17 +80,6 @@ pub struct WorkloadPage {
     pub continue_token: Option<String>,
 }
 
-/// One page of a LIST, already projected.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct PodPage {
-    pub pods: Vec<PodPlacement>,
-    /// Where the next page starts; `None` on the last page.
-    pub continue_token: Option<String>,
-    /// The list's `resourceVersion`: the API server's Pods were at least
-    /// this recent when it answered.
-    pub resource_version: Option<String>,
-}
-
 /// Where a LIST's page starts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PageStart<'a> {
@@ -152,7 +141,7 @@ pub trait PodLister: Send + Sync + 'static {
 
 /// The API server's Pods: the LIST `Api::<Pod>::list` sends, asking for the
 /// protobuf encoding first (half the API server's CPU of JSON, a third of
-/// the bytes; [`crate::protobuf`]) and JSON after it. Each page is decoded
+/// the bytes; [`crate::page::protobuf`]) and JSON after it. Each page is decoded
 /// from the response body straight into projections, so a page never
 /// exists as full Pods and its body is held once (kube's `Client::request`
 /// holds two copies). `benches/round.rs` measures the difference.
@@ -216,54 +205,6 @@ impl KubePods {
         }
         decode_page(body, protobuf)
     }
-}
-
-/// The page of Pods in the body of a LIST's response, `protobuf` when the
-/// API server answered in protobuf and JSON otherwise. A body that does not
-/// decode is a `kube::Error`, as kube reports its own JSON errors.
-pub fn decode_page(body: Vec<u8>, protobuf: bool) -> Result<PodPage, kube::Error> {
-    if protobuf {
-        return protobuf::decode_pod_page(body.into())
-            .map_err(|error| kube::Error::Service(Box::new(error)));
-    }
-    let list: ObjectList<PodPlacement> =
-        serde_json::from_slice(&body).map_err(kube::Error::SerdeError)?;
-    Ok(PodPage {
-        continue_token: list.metadata.continue_.filter(|token| !token.is_empty()),
-        resource_version: list
-            .metadata
-            .resource_version
-            .filter(|version| !version.is_empty()),
-        pods: list.items,
-    })
-}
-
-/// The API server's `Status` of a failed request, as kube reports it; a
-/// body that is no `Status` (a proxy's page) becomes its text.
-pub(crate) fn api_error(code: u16, body: Vec<u8>, protobuf: bool) -> kube::Error {
-    let body = bytes::Bytes::from(body);
-    let status = if protobuf {
-        protobuf::decode_status(body.clone(), code).ok()
-    } else {
-        serde_json::from_slice::<Status>(&body).ok()
-    };
-    let status = status.unwrap_or_else(|| {
-        let text = String::from_utf8_lossy(&body);
-        Status::failure(text.trim(), "Failed to parse error data").with_code(code)
-    });
-    kube::Error::Api(Box::new(status))
-}
-
-/// The body that arrived in `chunks`, in one buffer; each chunk is freed as
-/// soon as it is copied. The buffer grows as the chunks are copied rather
-/// than being sized for the whole body up front, so the chunks not yet
-/// copied and the buffer together stay under two copies of the body.
-pub fn join_chunks<B: AsRef<[u8]>>(chunks: impl IntoIterator<Item = B>) -> Vec<u8> {
-    let mut body = Vec::new();
-    for chunk in chunks {
-        body.extend_from_slice(chunk.as_ref());
-    }
-    body
 }
 
 impl std::fmt::Debug for KubePods {

@@ -13,7 +13,7 @@ use futures::StreamExt;
 use poolkeeper_bus::{AuditCount, AuditViolation, Event};
 use poolkeeper_index::{Index, PlacementView};
 use poolkeeper_placement::{
-    Decision, PlacementPolicy, PodPlacement, PoolSet, Workload, WorkloadKind, audit,
+    Decision, PlacementPolicy, PodPlacement, PolicyCache, PoolSet, Workload, WorkloadKind, audit,
     validate_workload,
 };
 use tokio::time::Instant;
@@ -327,6 +327,7 @@ struct Scope<'r> {
 pub async fn audit_round(
     lister: &dyn PodLister,
     index: &Index,
+    policy: &PolicyCache,
     settings: &AuditSettings,
     previous: &HashSet<ReportKey>,
 ) -> Result<Round, AuditError> {
@@ -334,7 +335,7 @@ pub async fn audit_round(
     // The view is a lock guard: never held across a LIST.
     let (loaded, queries) = {
         let view = index.placement();
-        let loaded = settings.policy.get(&view);
+        let loaded = policy.get(&view);
         let queries = match loaded.as_ref() {
             Ok(policy) => queries(policy, &view),
             Err(_) => Vec::new(),

@@ -3,9 +3,9 @@
 use std::time::Duration;
 
 use poolkeeper_config::Config;
-use poolkeeper_placement::PolicyCache;
 
-/// `audit.*` plus where the placement policy lives.
+/// `audit.*`. The placement policy is not a setting: the audit reads it
+/// from the process's one `PolicyCache`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AuditSettings {
     /// Time between two rounds; zero turns the audit off.
@@ -18,9 +18,6 @@ pub struct AuditSettings {
     /// Violations kept in detail per round (`AuditCompleted.violations`,
     /// Warning Events); every one is counted.
     pub max_reported: usize,
-    /// The placement policy (`placement.*`), parsed once per policy
-    /// generation and shared with the other readers given the same cache.
-    pub policy: PolicyCache,
 }
 
 impl From<&Config> for AuditSettings {
@@ -30,7 +27,6 @@ impl From<&Config> for AuditSettings {
             page_size: config.audit.page_size,
             concurrency: config.audit.concurrency,
             max_reported: config.audit.max_reported,
-            policy: PolicyCache::from(&config.placement),
         }
     }
 }

@@ -151,6 +151,7 @@ mod tests {
         config.placement.namespace_labels.pool = "a/b/c".into();
         config.placement.namespace_labels.mode = "-".into();
         config.placement.namespace_labels.constraints = String::new();
+        config.webhook_selectors.configuration_name = "Pool_Keeper".into();
         config.webhook_selectors.request_timeout = Duration::ZERO;
         config.webhook_selectors.retry_initial = Duration::from_secs(10);
         config.webhook_selectors.retry_max = Duration::ZERO;

@@ -79,6 +79,9 @@ impl Default for Config {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct WebhookSelectorsConfig {
+    /// The name of both webhook configurations (the mutating and the
+    /// validating one) whose selectors are kept.
+    pub configuration_name: String,
     /// Longest one read or patch of a configuration may take.
     #[serde(with = "duration")]
     pub request_timeout: Duration,
@@ -93,6 +96,7 @@ pub struct WebhookSelectorsConfig {
 impl Default for WebhookSelectorsConfig {
     fn default() -> Self {
         Self {
+            configuration_name: "poolkeeper".to_owned(),
             request_timeout: Duration::from_secs(30),
             retry_initial: Duration::from_millis(200),
             retry_max: Duration::from_secs(5),

@@ -56,6 +56,10 @@ pub(crate) fn validate(config: &Config) -> Vec<Violation> {
     webhook(&mut v, config);
     health(&mut v, config);
     let selectors = &config.webhook_selectors;
+    v.check(
+        "webhookSelectors.configurationName",
+        dns1123_subdomain(&selectors.configuration_name),
+    );
     v.positive("webhookSelectors.requestTimeout", selectors.request_timeout);
     v.positive("webhookSelectors.retryInitial", selectors.retry_initial);
     v.positive("webhookSelectors.retryMax", selectors.retry_max);

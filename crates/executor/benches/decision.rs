@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use poolkeeper_config::Config;
-use poolkeeper_executor::{ExecutorSettings, decide, finalizer_patch};
+use poolkeeper_executor::ExecutorSettings;
+use poolkeeper_executor::bench::{decide, finalizer_patch};
 use poolkeeper_index::{Index, IndexResource, MachineClass, ObjectKey};
 use serde_json::json;
 

@@ -63,7 +63,7 @@ mod tests {
     use poolkeeper_index::MachineClass;
 
     use super::*;
-    use crate::decide;
+    use crate::decision::decide;
     use crate::settings::ExecutorSettings;
 
     const FINALIZER: &str = "machine.sapcloud.io/machine-controller-manager";

@@ -5,10 +5,11 @@
 //! affected Machines on (`MachinesEnqueued`, one event per class and pass).
 //! Beside the classes, on the same passes and requeues, it keeps
 //! machine-controller-manager's Secret finalizer on every Secret a class
-//! references ([`decide_secret`], [`secret_patch`]).
+//! references (the pure `decide_secret` and its guarded `secret_patch`).
 //!
-//! - [`decide`] is the pure per-class decision; [`finalizer_patch`] turns it
-//!   into a guarded JSON patch.
+//! - `decide` is the pure per-class decision; `finalizer_patch` turns it
+//!   into a guarded JSON patch (both table-tested here, and measured by
+//!   `benches/decision.rs` through [`bench`]).
 //! - [`Executor`] is the [`poolkeeper_supervisor::Component`]: it collects
 //!   dirty keys from `ResourceChanged`, runs a pass per
 //!   `ReconciliationTriggered` (triggers during a pass coalesce into one next
@@ -31,12 +32,18 @@ mod settings;
 mod target;
 mod writer;
 
-pub use decision::{ClassDecision, FinalizerPatch, decide};
 pub use executor::Executor;
-pub use patch::finalizer_patch;
 
 pub use settings::{ExecutorSettings, Retries};
 pub use writer::{ClassWriter, KubeClassWriter, WriteError};
+
+/// Not part of the API: the pure class decision and its patch, for
+/// `benches/decision.rs`.
+#[doc(hidden)]
+pub mod bench {
+    pub use crate::decision::{ClassDecision, FinalizerPatch, decide};
+    pub use crate::patch::finalizer_patch;
+}
 
 #[cfg(test)]
 mod fake;

@@ -21,7 +21,7 @@ use crate::settings::Retries;
 /// forgotten: only an event can give it something to do (a class that comes
 /// to reference it, a change of its own), and each of those dirties it, so
 /// the namespace's other Secrets cost no periodic work.
-pub fn decide_secret(
+pub(crate) fn decide_secret(
     secret: &Secret,
     referencing_classes: usize,
     finalizer: &str,
@@ -57,7 +57,11 @@ pub fn decide_secret(
 /// The guarded finalizer-only JSON patch of a Secret for `change` (the same
 /// guards as a class's: the finalizer list, or the resourceVersion for the
 /// first finalizer), or `None` when it would change nothing.
-pub fn secret_patch(secret: &Secret, change: FinalizerPatch, finalizer: &str) -> Option<Patch> {
+pub(crate) fn secret_patch(
+    secret: &Secret,
+    change: FinalizerPatch,
+    finalizer: &str,
+) -> Option<Patch> {
     finalizers_patch(
         &secret.finalizers,
         &secret.resource_version,

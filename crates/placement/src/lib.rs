@@ -42,7 +42,7 @@ mod pools;
 mod tolerations;
 mod workload;
 
-pub use cache::{LoadedPolicy, PolicyCache};
+pub use cache::{LoadedPolicy, PolicyCache, ReportedRejections};
 pub use decision::{BindingSource, Decision, PoolBinding, Reason, audit, mutate, validate};
 pub use error::PlacementError;
 pub use explain::{BindingReport, Explanation, NodeSet, Verdict, explain};

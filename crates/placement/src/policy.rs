@@ -45,8 +45,10 @@ pub struct PolicySource {
     pub key: String,
     pub default_mode: Mode,
     pub default_constraints: Constraints,
-    /// Namespaces never bound: `placement.excludedNamespaces` and the
-    /// policy ConfigMap's own namespace.
+    /// Namespaces never bound and never matched by the webhooks:
+    /// `placement.excludedNamespaces` and poolkeeper's own namespace, which
+    /// is the policy ConfigMap's (`placement.policyConfigMap.namespace`):
+    /// whoever may write the policy there runs poolkeeper.
     pub excluded_namespaces: BTreeSet<String>,
     /// `placement.namespaceLabels`, when enabled.
     pub namespace_labels: Option<NamespaceLabels>,

@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use clap::ValueEnum;
 use poolkeeper_audit::{AuditError, AuditSettings, KubePods, Round, audit_round, cluster_index};
 use poolkeeper_config::Config;
+use poolkeeper_placement::PolicyCache;
 
 use crate::input::{EXIT_INVALID_INPUT, InputError, load_config};
 
@@ -81,13 +82,10 @@ fn run(kubeconfig: Option<&Path>, config: Option<&Path>) -> Result<Round, AuditC
         .map_err(AuditCommandError::Runtime)?;
     runtime.block_on(async {
         let client = poolkeeper_kube::client(kubeconfig).await?;
-        let index = cluster_index(
-            &client,
-            &config.placement.pool_label,
-            settings.policy.source(),
-        )
-        .await?;
-        let round = audit_round(&KubePods::new(client), &index, &settings, &HashSet::new()).await?;
+        let policy = PolicyCache::from(&config.placement);
+        let index = cluster_index(&client, &config.placement.pool_label, policy.source()).await?;
+        let lister = KubePods::new(client);
+        let round = audit_round(&lister, &index, &policy, &settings, &HashSet::new()).await?;
         Ok(round)
     })
 }

@@ -7,7 +7,7 @@
 //! | `admin` | admin server, metrics observer | listening | none (ready at once) |
 //! | `apiserver` | API server check | the API server answered | `apiServer.startupTimeout` (the check's own) |
 //! | `watchers` | one watcher per kind, sync tracker (`/readyz` check `index`) | every kind listed | `watchers.syncTimeout` |
-//! | `serve` | HTTPS admission server (if enabled), and leader election gating reconciler and executor (if MachineClasses are enabled), audit, webhook selectors and Kubernetes Event recorder | certificate loaded and serving; campaigning | `webhook.certificateTimeout` |
+//! | `serve` | HTTPS admission server (if enabled), and leader election gating reconciler and executor (if MachineClasses are enabled), audit and rejected-bindings reporter (if placement is enabled), webhook selectors (if the webhook is too) and Kubernetes Event recorder | certificate loaded and serving; campaigning | `webhook.certificateTimeout` |
 //!
 //! The two jobs share the last stage so that neither waits for the other: a
 //! replica still waiting for its serving certificate campaigns and protects
@@ -16,7 +16,7 @@
 //! `/readyz` fails, and leadership is released at once.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use kube::Client;
@@ -28,6 +28,7 @@ use poolkeeper_executor::{ClassWriter, Executor, ExecutorSettings, KubeClassWrit
 use poolkeeper_index::Index;
 use poolkeeper_kube::{ApiServerCheck, ClientError, LeaseElector, LeaseSettings};
 use poolkeeper_placement::PolicyCache;
+use poolkeeper_policy::RejectedBindings;
 use poolkeeper_reconciler::{Reconciler, ReconcilerSettings};
 use poolkeeper_recorder::{EventRecorder, RecorderSettings};
 use poolkeeper_selectors::{SelectorSettings, WebhookSelectors};
@@ -51,19 +52,13 @@ pub enum ControllerError {
     Supervisor(#[from] SupervisorError),
 }
 
-/// Builds the client from `kubeconfig`, or else in-cluster / `$KUBECONFIG`
-/// / `~/.kube/config` as kubectl does.
-pub async fn client(kubeconfig: Option<&Path>) -> Result<Client, ControllerError> {
-    Ok(poolkeeper_kube::client(kubeconfig).await?)
-}
-
 /// Runs poolkeeper until `shutdown` completes or a component fails.
 pub async fn run(
     config: Config,
     kubeconfig: Option<PathBuf>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ControllerError> {
-    let client = client(kubeconfig.as_deref()).await?;
+    let client = poolkeeper_kube::client(kubeconfig.as_deref()).await?;
     let controller = Controller::build(&config, client).await?;
     tracing::info!(admin = %controller.admin_addr(), "admin server listening");
     if let Some(webhook) = controller.webhook_addr() {
@@ -96,8 +91,9 @@ struct Wiring<'a> {
     client: Client,
     bus: Bus,
     index: Arc<Index>,
-    /// The one placement policy cache of the process: the webhook, the
-    /// webhook selectors and the audit parse each policy generation once.
+    /// The one holder of the placement policy: the webhook, the webhook
+    /// selectors, the audit and the rejected-bindings reporter read each
+    /// policy generation, and the excluded namespaces, from it.
     policy: PolicyCache,
     registry: Registry,
 }
@@ -213,24 +209,21 @@ impl Wiring<'_> {
         if !self.config.webhook.enabled {
             return Ok(None);
         }
-        let settings = WebhookSettings {
-            policy: self.policy.clone(),
-            ..WebhookSettings::from(self.config)
-        };
-        let mut server = WebhookServer::new(settings, &self.bus, self.index.clone());
+        let mut server = WebhookServer::new(
+            WebhookSettings::from(self.config),
+            &self.bus,
+            self.index.clone(),
+            self.policy.clone(),
+        );
         let addr = server.bind()?;
         Ok(Some((server, addr)))
     }
 
-    /// Leader election gating fresh reconciler and executor instances per
-    /// term, when MachineClass protection is enabled.
+    /// Leader election gating fresh instances of the leader's components
+    /// per term, when any of them runs.
     fn leader<W: ClassWriter + Clone>(&self, writer: W) -> Option<LeaderGated> {
         let config = self.config;
-        let classes = config.machine_classes.enabled;
-        let placement = config.placement.enabled;
-        let audit = placement && !config.audit.interval.is_zero();
-        let selectors = placement && config.webhook.enabled;
-        if !(classes || audit || selectors) {
+        if !(config.machine_classes.enabled || config.placement.enabled) {
             return None;
         }
         let election = &config.leader_election;
@@ -239,52 +232,21 @@ impl Wiring<'_> {
             let settings = LeaseSettings::new(election, identity.clone());
             Box::new(LeaseElector::new(self.client.clone(), settings)) as Box<dyn LeaderElector>
         });
-        let reconciler = ReconcilerSettings::from(config);
-        let executor = ExecutorSettings::from(config);
-        let recorder = RecorderSettings::from(config);
-        let audit_settings = AuditSettings {
+        let components = LeaderComponents {
+            classes: config.machine_classes.enabled,
+            placement: config.placement.enabled,
+            webhook: config.webhook.enabled,
+            reconciler: ReconcilerSettings::from(config),
+            executor: ExecutorSettings::from(config),
+            audit: AuditSettings::from(config),
+            selectors: SelectorSettings::from(config),
+            recorder: RecorderSettings::from(config),
             policy: self.policy.clone(),
-            ..AuditSettings::from(config)
-        };
-        let selector_settings = SelectorSettings {
-            policy: self.policy.clone(),
-            ..SelectorSettings::from(config)
-        };
-        let (bus, index, client) = (self.bus.clone(), self.index.clone(), self.client.clone());
-        let factory = {
-            let bus = bus.clone();
-            move || -> Vec<Box<dyn Component>> {
-                let events =
-                    EventRecorder::new(recorder.clone(), &bus, client.clone(), identity.clone());
-                let mut components: Vec<Box<dyn Component>> = Vec::new();
-                if classes {
-                    components.push(Box::new(Reconciler::new(reconciler.clone(), &bus)));
-                    components.push(Box::new(Executor::new(
-                        executor.clone(),
-                        &bus,
-                        index.clone(),
-                        writer.clone(),
-                    )));
-                }
-                if audit {
-                    components.push(Box::new(Audit::new(
-                        audit_settings.clone(),
-                        &bus,
-                        client.clone(),
-                        index.clone(),
-                    )));
-                }
-                if selectors {
-                    components.push(Box::new(WebhookSelectors::new(
-                        selector_settings.clone(),
-                        &bus,
-                        client.clone(),
-                        index.clone(),
-                    )));
-                }
-                components.push(Box::new(events));
-                components
-            }
+            bus: self.bus.clone(),
+            index: self.index.clone(),
+            client: self.client.clone(),
+            identity,
+            writer,
         };
         // Stopped before another replica can take the lease over.
         let stop_timeout = election
@@ -293,9 +255,109 @@ impl Wiring<'_> {
         Some(LeaderGated::new(
             "leader-election",
             elector,
-            bus,
+            self.bus.clone(),
             stop_timeout,
-            factory,
+            move || components.build(),
+        ))
+    }
+}
+
+/// What the leader runs, built afresh for each term: one method per
+/// component, each `None` when its part of poolkeeper is off.
+struct LeaderComponents<W> {
+    /// `machineClasses.enabled`: reconciler and executor.
+    classes: bool,
+    /// `placement.enabled`: audit (which idles while `audit.interval` is
+    /// 0s) and rejected-bindings reporter; the webhook selectors too when
+    /// `webhook.enabled`.
+    placement: bool,
+    webhook: bool,
+    reconciler: ReconcilerSettings,
+    executor: ExecutorSettings,
+    audit: AuditSettings,
+    selectors: SelectorSettings,
+    recorder: RecorderSettings,
+    policy: PolicyCache,
+    bus: Bus,
+    index: Arc<Index>,
+    client: Client,
+    identity: String,
+    writer: W,
+}
+
+impl<W: ClassWriter + Clone> LeaderComponents<W> {
+    fn build(&self) -> Vec<Box<dyn Component>> {
+        [
+            self.reconciler(),
+            self.executor(),
+            self.audit(),
+            self.rejected_bindings(),
+            self.selectors(),
+            Some(self.recorder()),
+        ]
+        .into_iter()
+        .flatten()
+        .collect()
+    }
+
+    fn reconciler(&self) -> Option<Box<dyn Component>> {
+        self.classes
+            .then(|| Box::new(Reconciler::new(self.reconciler.clone(), &self.bus)) as _)
+    }
+
+    fn executor(&self) -> Option<Box<dyn Component>> {
+        self.classes.then(|| {
+            Box::new(Executor::new(
+                self.executor.clone(),
+                &self.bus,
+                self.index.clone(),
+                self.writer.clone(),
+            )) as _
+        })
+    }
+
+    fn audit(&self) -> Option<Box<dyn Component>> {
+        self.placement.then(|| {
+            Box::new(Audit::new(
+                self.audit.clone(),
+                &self.bus,
+                self.client.clone(),
+                self.index.clone(),
+                self.policy.clone(),
+            )) as _
+        })
+    }
+
+    /// Whenever placement is enabled, so that an installation without the
+    /// webhook still reports the label bindings the audit does not apply.
+    fn rejected_bindings(&self) -> Option<Box<dyn Component>> {
+        self.placement.then(|| {
+            Box::new(RejectedBindings::new(
+                &self.bus,
+                self.index.clone(),
+                self.policy.clone(),
+            )) as _
+        })
+    }
+
+    fn selectors(&self) -> Option<Box<dyn Component>> {
+        (self.placement && self.webhook).then(|| {
+            Box::new(WebhookSelectors::new(
+                self.selectors.clone(),
+                &self.bus,
+                self.client.clone(),
+                self.index.clone(),
+                self.policy.clone(),
+            )) as _
+        })
+    }
+
+    fn recorder(&self) -> Box<dyn Component> {
+        Box::new(EventRecorder::new(
+            self.recorder.clone(),
+            &self.bus,
+            self.client.clone(),
+            self.identity.clone(),
         ))
     }
 }

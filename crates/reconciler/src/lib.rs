@@ -25,9 +25,6 @@ pub struct ReconcilerSettings {
     /// Longest a trigger waits after the first change of a burst; at least
     /// `debounce_interval` (the configuration checks it).
     pub max_delay: Duration,
-    /// Kinds whose changes lead to a trigger. Changes of other kinds do not
-    /// affect any reconciliation, so they would only cause empty passes.
-    pub kinds: Vec<ResourceKind>,
 }
 
 impl From<&Config> for ReconcilerSettings {
@@ -35,21 +32,21 @@ impl From<&Config> for ReconcilerSettings {
         Self {
             debounce_interval: config.reconciler.debounce_interval,
             max_delay: config.reconciler.max_delay,
-            kinds: debounced_kinds(config),
         }
     }
 }
 
-/// MachineClasses and Machines, and the Secrets they may reference when
-/// `machineClasses.protectSecrets` is on (a Secret created after the class
-/// that names it, or a finalizer someone removed, needs a pass).
-fn debounced_kinds(config: &Config) -> Vec<ResourceKind> {
-    let mut kinds = vec![ResourceKind::MachineClass, ResourceKind::Machine];
-    if config.machine_classes.protect_secrets {
-        kinds.push(ResourceKind::Secret);
-    }
-    kinds
-}
+/// The kinds whose changes can give the executor work, so they alone lead to
+/// a trigger: changes of other kinds would only cause empty passes. Whether
+/// a kind's changes arrive at all is the watchers' call, made from the
+/// configuration once: Secrets are watched only while
+/// `machineClasses.protectSecrets` is on (then a Secret created after the
+/// class that names it, or a finalizer someone removed, needs a pass).
+const TRIGGERING_KINDS: [ResourceKind; 3] = [
+    ResourceKind::MachineClass,
+    ResourceKind::Machine,
+    ResourceKind::Secret,
+];
 
 /// The debouncer component.
 pub struct Reconciler {
@@ -83,9 +80,7 @@ impl Reconciler {
         match delivery {
             Delivery::Lagged(_) => Some(Input::Lagged),
             Delivery::Event(envelope) => match &envelope.event {
-                Event::ResourceChanged { kind, initial, .. }
-                    if self.settings.kinds.contains(kind) =>
-                {
+                Event::ResourceChanged { kind, initial, .. } if TRIGGERING_KINDS.contains(kind) => {
                     Some(Input::Changed { initial: *initial })
                 }
                 Event::LeadershipChanged { leader: true } => Some(Input::LeadershipGained),

@@ -138,31 +138,48 @@ async fn initial_sync_changes_never_trigger() {
 #[tokio::test(start_paused = true)]
 async fn changes_of_other_kinds_do_not_trigger() {
     let h = Harness::start(1024);
-    h.bus.publish(Event::ResourceChanged {
-        kind: ResourceKind::Node,
-        key: ObjectKey::cluster("node-1"),
-        change: Change::Updated,
-        initial: false,
-        related: Vec::new(),
-    });
+    for kind in [
+        ResourceKind::NodePool,
+        ResourceKind::Node,
+        ResourceKind::ConfigMap,
+        ResourceKind::Namespace,
+    ] {
+        h.bus.publish(Event::ResourceChanged {
+            kind,
+            key: ObjectKey::cluster("x"),
+            change: Change::Updated,
+            initial: false,
+            related: Vec::new(),
+        });
+    }
     h.at_ms(10_000).await;
     assert_eq!(h.triggers(), []);
     h.stop().await;
 }
 
-#[test]
-fn secrets_trigger_while_they_are_protected() {
-    let mut config = Config::default();
-    assert!(
-        ReconcilerSettings::from(&config)
-            .kinds
-            .contains(&ResourceKind::Secret)
-    );
-    config.machine_classes.protect_secrets = false;
-    assert_eq!(
-        ReconcilerSettings::from(&config).kinds,
-        [ResourceKind::MachineClass, ResourceKind::Machine]
-    );
+#[tokio::test(start_paused = true)]
+async fn class_machine_and_secret_changes_trigger() {
+    for kind in [
+        ResourceKind::MachineClass,
+        ResourceKind::Machine,
+        ResourceKind::Secret,
+    ] {
+        let h = Harness::start(1024);
+        h.bus.publish(Event::ResourceChanged {
+            kind,
+            key: ObjectKey::namespaced("machine-system", "x"),
+            change: Change::Updated,
+            initial: false,
+            related: Vec::new(),
+        });
+        h.at_ms(10_000).await;
+        assert_eq!(
+            h.triggers(),
+            [(ms(500), TriggerReason::Debounced)],
+            "{kind}"
+        );
+        h.stop().await;
+    }
 }
 
 #[tokio::test(start_paused = true)]
@@ -246,7 +263,6 @@ async fn custom_interval_is_honoured() {
     let settings = ReconcilerSettings {
         debounce_interval: ms(2_000),
         max_delay: ms(3_000),
-        ..default_settings()
     };
     let h = Harness::start_with(1024, settings);
     h.change(false);

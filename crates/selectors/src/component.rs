@@ -11,12 +11,10 @@ use k8s_openapi::api::admissionregistration::v1::{
 };
 use kube::Client;
 use kube::runtime::watcher;
-use std::collections::BTreeSet;
 
-use poolkeeper_bus::{
-    BindingRejection, Bus, Delivery, Event, RejectedBinding, ResourceKind, Subscription,
-};
+use poolkeeper_bus::{Bus, Delivery, Event, ResourceKind, Subscription};
 use poolkeeper_index::Index;
+use poolkeeper_placement::PolicyCache;
 use poolkeeper_supervisor::{BoxError, Component, Context, error_chain};
 use tokio::time::Instant;
 
@@ -32,12 +30,9 @@ type Changes = Pin<Box<dyn Stream<Item = (ConfigurationKind, Result<(), watcher:
 pub struct WebhookSelectors {
     client: Client,
     index: Arc<Index>,
-    bus: Bus,
+    policy: PolicyCache,
     subscription: Subscription,
     settings: SelectorSettings,
-    /// The label bindings rejected when `BindingsRejected` was last
-    /// published.
-    rejected: BTreeSet<(String, BindingRejection)>,
 }
 
 impl std::fmt::Debug for WebhookSelectors {
@@ -52,15 +47,21 @@ impl WebhookSelectors {
     pub const NAME: &'static str = "webhook-selectors";
 
     /// Subscribes to `bus` right away: build it in the leader-gated
-    /// factory. It reads the bindings from `index`, which the watchers keep.
-    pub fn new(settings: SelectorSettings, bus: &Bus, client: Client, index: Arc<Index>) -> Self {
+    /// factory. It reads the bindings and the excluded namespaces from
+    /// `policy`, over `index`, which the watchers keep.
+    pub fn new(
+        settings: SelectorSettings,
+        bus: &Bus,
+        client: Client,
+        index: Arc<Index>,
+        policy: PolicyCache,
+    ) -> Self {
         Self {
             client,
             index,
-            bus: bus.clone(),
+            policy,
             subscription: bus.subscribe(Self::NAME),
             settings,
-            rejected: BTreeSet::new(),
         }
     }
 
@@ -72,7 +73,6 @@ impl WebhookSelectors {
             if schedule.is_due(Instant::now()) {
                 schedule.start();
                 let _busy = ctx.busy("updating the webhook selectors");
-                self.report_rejections();
                 let result = tokio::select! {
                     biased;
                     () = ctx.cancelled() => break,
@@ -117,8 +117,8 @@ impl WebhookSelectors {
         Box::pin(futures::stream::select(mutating, validating))
     }
 
-    /// A change of the placement ConfigMap or of a labelled Namespace, or
-    /// possibly one (the bus lagged).
+    /// A change of the placement ConfigMap or of a Namespace (its labels
+    /// may bind it), or possibly one (the bus lagged).
     fn concerns_bindings(&self, delivery: &Delivery) -> bool {
         match delivery {
             Delivery::Lagged(_) => true,
@@ -127,7 +127,7 @@ impl WebhookSelectors {
                     kind: ResourceKind::ConfigMap,
                     key,
                     ..
-                } => *key == self.settings.policy.source().config_map_key(),
+                } => *key == self.policy.source().config_map_key(),
                 Event::ResourceChanged {
                     kind: ResourceKind::Namespace,
                     ..
@@ -137,61 +137,18 @@ impl WebhookSelectors {
         }
     }
 
-    /// Publishes `BindingsRejected` when the label bindings that take no
-    /// effect changed, and logs the ones newly rejected.
-    fn report_rejections(&mut self) {
-        let policy = self.settings.policy.get(&self.index.placement());
-        let Ok(policy) = policy.as_ref() else {
-            return;
-        };
-        let now: BTreeSet<(String, BindingRejection)> = policy
-            .rejected_bindings()
-            .iter()
-            .map(|r| (r.namespace.clone(), r.reason))
-            .collect();
-        if now == self.rejected {
-            return;
-        }
-        let rejected: Vec<RejectedBinding> = policy
-            .rejected_bindings()
-            .iter()
-            .map(|r| RejectedBinding {
-                first_found: !self.rejected.contains(&(r.namespace.clone(), r.reason)),
-                ..r.clone()
-            })
-            .collect();
-        for binding in rejected.iter().filter(|r| r.first_found) {
-            tracing::warn!(
-                namespace = %binding.namespace,
-                reason = binding.reason.as_str(),
-                message = %binding.message,
-                "a namespace's label binding takes no effect"
-            );
-        }
-        self.rejected = now;
-        self.bus.publish(Event::BindingsRejected { rejected });
-    }
-
     /// The selectors the current bindings call for.
     fn desired(&self) -> Result<DesiredSelectors, SelectorError> {
-        let policy = self.settings.policy.get(&self.index.placement());
+        let policy = self.policy.get(&self.index.placement());
         let policy = policy
             .as_ref()
             .as_ref()
             .map_err(|error| SelectorError::Policy(error.to_string()))?;
-        let desired = desired_selectors(
+        Ok(desired_selectors(
             policy.bindings().map(|(namespace, _)| namespace),
             &self.settings.pool_label,
-            &self.settings.excluded_namespaces,
-        );
-        if !desired.ignored_bindings.is_empty() {
-            tracing::warn!(
-                namespaces = ?desired.ignored_bindings,
-                excluded = ?self.settings.excluded_namespaces,
-                "bindings of namespaces excluded from admission take no effect"
-            );
-        }
-        Ok(desired)
+            self.policy.excluded_namespaces(),
+        ))
     }
 
     /// Brings both configurations in step; tries the second even when the
@@ -224,7 +181,7 @@ impl WebhookSelectors {
                     kind = managed.kind.as_str(),
                     name = %managed.name,
                     namespaces = ?desired.namespaces,
-                    elapsed = ?started.elapsed(),
+                    elapsed_ms = started.elapsed().as_millis() as u64,
                     "webhook selectors updated to the bindings"
                 ),
                 Ok(Updated::InStep) => tracing::debug!(
@@ -247,7 +204,7 @@ impl WebhookSelectors {
                 let delay = schedule.retry(Instant::now(), error.is_conflict());
                 tracing::warn!(
                     error = %error_chain(&error),
-                    retry_in = ?delay,
+                    retry_in = %humantime::format_duration(delay),
                     "webhook selectors not updated"
                 );
             }

@@ -20,7 +20,7 @@ use crate::patch::{StoredConfiguration, StoredEntry, selector_patch};
 use crate::settings::{ConfigurationKind, ManagedConfiguration};
 
 /// The field manager of poolkeeper's selector patches (in `managedFields`).
-pub const FIELD_MANAGER: &str = "poolkeeper";
+pub(crate) const FIELD_MANAGER: &str = "poolkeeper";
 
 /// A Mutating- or ValidatingWebhookConfiguration.
 pub(crate) trait Configuration:
@@ -73,7 +73,7 @@ impl Configuration for ValidatingWebhookConfiguration {
 
 /// What one update did to a configuration.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Updated {
+pub(crate) enum Updated {
     /// Its selectors were right: nothing written.
     InStep,
     Patched,

@@ -6,16 +6,16 @@ use std::collections::BTreeSet;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 
 /// The label the API server puts on every namespace, with its name.
-pub const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
+pub(crate) const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
 
 /// What the bound-namespaces entry lists when nothing is bound: `In` needs
 /// a value, and this one is a valid label value but no namespace's name (a
 /// namespace name has no dots), so the entry matches no Pod.
-pub const NO_NAMESPACE: &str = "no-binding.poolkeeper.io";
+pub(crate) const NO_NAMESPACE: &str = "no-binding.poolkeeper.io";
 
 /// The two selectors of one webhook entry.
 #[derive(Clone, Debug, PartialEq)]
-pub struct EntrySelectors {
+pub(crate) struct EntrySelectors {
     pub namespace_selector: LabelSelector,
     pub object_selector: LabelSelector,
 }
@@ -23,7 +23,7 @@ pub struct EntrySelectors {
 /// The selectors of both managed entries of a configuration (the same in
 /// the mutating and the validating one).
 #[derive(Clone, Debug, PartialEq)]
-pub struct DesiredSelectors {
+pub(crate) struct DesiredSelectors {
     /// Every Pod of a bound namespace.
     pub bound_namespaces: EntrySelectors,
     /// Pods carrying the pool label in the other namespaces, so that no
@@ -31,25 +31,22 @@ pub struct DesiredSelectors {
     pub pool_labelled: EntrySelectors,
     /// The bound namespaces the first entry lists: sorted, each once.
     pub namespaces: Vec<String>,
-    /// Bound namespaces that are excluded from admission altogether: their
-    /// bindings take no effect when Pods are created.
-    pub ignored_bindings: Vec<String>,
 }
 
 /// The selectors for the namespaces in `bound` (in any order, repeats
 /// allowed), Pods naming their pool with `pool_label`, and the namespaces
-/// in `excluded` that no entry may match.
-pub fn desired_selectors<'a>(
+/// in `excluded` that no entry may match (the policy never binds one; were
+/// it to, the entry would still not list it).
+pub(crate) fn desired_selectors<'a>(
     bound: impl IntoIterator<Item = &'a str>,
     pool_label: &str,
-    excluded: &[String],
+    excluded: &BTreeSet<String>,
 ) -> DesiredSelectors {
     let excluded: BTreeSet<&str> = excluded.iter().map(String::as_str).collect();
-    let (ignored, namespaces): (BTreeSet<&str>, BTreeSet<&str>) = bound
+    let namespaces: BTreeSet<&str> = bound
         .into_iter()
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .partition(|namespace| excluded.contains(namespace));
+        .filter(|namespace| !excluded.contains(namespace))
+        .collect();
 
     let listed: Vec<String> = if namespaces.is_empty() {
         vec![NO_NAMESPACE.to_owned()]
@@ -81,7 +78,6 @@ pub fn desired_selectors<'a>(
             },
         },
         namespaces: namespaces.into_iter().map(str::to_owned).collect(),
-        ignored_bindings: ignored.into_iter().map(str::to_owned).collect(),
     }
 }
 
@@ -126,9 +122,21 @@ mod tests {
 
     const POOL_LABEL: &str = "apps.openyurt.io/nodepool";
 
-    fn excluded() -> Vec<String> {
-        vec!["kube-system".to_owned(), "poolkeeper-system".to_owned()]
+    /// The default excluded namespaces, as the placement policy's holder
+    /// gives them.
+    fn excluded() -> BTreeSet<String> {
+        let placement = poolkeeper_config::PlacementConfig::default();
+        poolkeeper_placement::PolicyCache::from(&placement)
+            .excluded_namespaces()
+            .clone()
     }
+
+    const EXCLUDED: [&str; 4] = [
+        "kube-node-lease",
+        "kube-public",
+        "kube-system",
+        "poolkeeper-system",
+    ];
 
     fn as_json(selector: &LabelSelector) -> Value {
         serde_json::to_value(selector).unwrap()
@@ -141,7 +149,6 @@ mod tests {
         listed: &'static [&'static str],
         /// Excluded by the pool-labelled entry.
         not_in: &'static [&'static str],
-        ignored: &'static [&'static str],
     }
 
     #[test]
@@ -151,36 +158,51 @@ mod tests {
                 what: "no binding: the first entry matches no namespace",
                 bound: &[],
                 listed: &[NO_NAMESPACE],
-                not_in: &["kube-system", "poolkeeper-system"],
-                ignored: &[],
+                not_in: &EXCLUDED,
             },
             Case {
                 what: "one binding",
                 bound: &["shop"],
                 listed: &["shop"],
-                not_in: &["kube-system", "poolkeeper-system", "shop"],
-                ignored: &[],
+                not_in: &[
+                    "kube-node-lease",
+                    "kube-public",
+                    "kube-system",
+                    "poolkeeper-system",
+                    "shop",
+                ],
             },
             Case {
                 what: "many, sorted and deduplicated",
                 bound: &["zoo", "alpha", "shop", "alpha", "zoo"],
                 listed: &["alpha", "shop", "zoo"],
-                not_in: &["alpha", "kube-system", "poolkeeper-system", "shop", "zoo"],
-                ignored: &[],
+                not_in: &[
+                    "alpha",
+                    "kube-node-lease",
+                    "kube-public",
+                    "kube-system",
+                    "poolkeeper-system",
+                    "shop",
+                    "zoo",
+                ],
             },
             Case {
-                what: "bindings of excluded namespaces are ignored",
-                bound: &["kube-system", "shop", "poolkeeper-system"],
+                what: "excluded namespaces are never listed",
+                bound: &["kube-system", "shop", "kube-public", "poolkeeper-system"],
                 listed: &["shop"],
-                not_in: &["kube-system", "poolkeeper-system", "shop"],
-                ignored: &["kube-system", "poolkeeper-system"],
+                not_in: &[
+                    "kube-node-lease",
+                    "kube-public",
+                    "kube-system",
+                    "poolkeeper-system",
+                    "shop",
+                ],
             },
             Case {
                 what: "only excluded namespaces bound",
                 bound: &["kube-system"],
                 listed: &[NO_NAMESPACE],
-                not_in: &["kube-system", "poolkeeper-system"],
-                ignored: &["kube-system"],
+                not_in: &EXCLUDED,
             },
         ];
         for Case {
@@ -188,7 +210,6 @@ mod tests {
             bound,
             listed,
             not_in,
-            ignored,
         } in cases
         {
             let desired = desired_selectors(bound.iter().copied(), POOL_LABEL, &excluded());
@@ -222,13 +243,12 @@ mod tests {
                 .filter(|ns| *ns != NO_NAMESPACE)
                 .collect();
             assert_eq!(desired.namespaces, expected_namespaces, "{what}");
-            assert_eq!(desired.ignored_bindings, *ignored, "{what}");
         }
     }
 
     #[test]
     fn the_pool_label_is_the_configured_one() {
-        let desired = desired_selectors(["shop"], "example.com/pool", &[]);
+        let desired = desired_selectors(["shop"], "example.com/pool", &BTreeSet::new());
         assert_eq!(
             as_json(&desired.pool_labelled.object_selector),
             json!({"matchExpressions": [{"key": "example.com/pool", "operator": "Exists"}]})

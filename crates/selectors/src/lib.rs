@@ -12,17 +12,20 @@
 //!   namespace can have when nothing is bound), `objectSelector` `{}`;
 //! - the *pool-labelled* entry: `objectSelector` `poolLabel Exists`,
 //!   `namespaceSelector` `kubernetes.io/metadata.name NotIn [bound
-//!   namespaces, kube-system, poolkeeper's namespace]`, so no Pod is decided
-//!   twice.
+//!   namespaces, excluded namespaces]`, so no Pod is decided twice and no
+//!   Pod of a namespace poolkeeper never places waits for it. The excluded
+//!   namespaces are the placement policy's (`placement.excludedNamespaces`
+//!   and poolkeeper's own, the policy ConfigMap's), from its one holder.
 //!
-//! - [`desired_selectors`] computes them from the bindings; [`selector_patch`]
+//! - `desired_selectors` computes them from the bindings; `selector_patch`
 //!   is the guarded JSON patch from a stored configuration to them (`None`
 //!   in a steady state). Both are pure.
 //! - [`WebhookSelectors`] is the leader-only
 //!   [`poolkeeper_supervisor::Component`] `webhook-selectors`: on start, on
-//!   every change of the placement ConfigMap and of either configuration
-//!   (a watch by name), it reads both configurations and patches only the
-//!   selectors that differ. Failures are logged and retried with backoff.
+//!   every change of the placement ConfigMap, of a Namespace and of either
+//!   configuration (a watch by name), it reads both configurations and
+//!   patches only the selectors that differ. Failures are logged and
+//!   retried with backoff.
 
 mod component;
 mod configuration;
@@ -33,10 +36,6 @@ mod schedule;
 mod settings;
 
 pub use component::WebhookSelectors;
-pub use configuration::{FIELD_MANAGER, Updated};
-pub use desired::{DesiredSelectors, EntrySelectors, NO_NAMESPACE, desired_selectors};
-pub use error::SelectorError;
-
 pub use settings::{ConfigurationKind, ManagedConfiguration, SelectorSettings};
 
 /// The code of this crate's README, compiled (and run where it can be) as doctests.

@@ -133,11 +133,8 @@ mod tests {
     }
 
     fn desired(bound: &[&str]) -> DesiredSelectors {
-        desired_selectors(
-            bound.iter().copied(),
-            POOL_LABEL,
-            &settings().excluded_namespaces,
-        )
+        let excluded = ["kube-system".to_owned(), "poolkeeper-system".to_owned()];
+        desired_selectors(bound.iter().copied(), POOL_LABEL, &excluded.into())
     }
 
     /// A stored MutatingWebhookConfiguration as JSON: an unmanaged entry

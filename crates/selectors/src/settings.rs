@@ -1,7 +1,6 @@
 use std::time::Duration;
 
 use poolkeeper_config::Config;
-use poolkeeper_placement::PolicyCache;
 
 /// Name of the webhook entry, in each configuration, for the Pods of bound
 /// namespaces (`deploy/webhooks`).
@@ -11,10 +10,6 @@ pub const MUTATE_BOUND_NAMESPACES: &str = "mutate-pods.poolkeeper.io";
 pub const MUTATE_POOL_LABELLED: &str = "mutate-labelled-pods.poolkeeper.io";
 pub const VALIDATE_BOUND_NAMESPACES: &str = "validate-pods.poolkeeper.io";
 pub const VALIDATE_POOL_LABELLED: &str = "validate-labelled-pods.poolkeeper.io";
-
-/// The namespace of Kubernetes' own components: never in poolkeeper's
-/// admission path, so the control plane can always recover.
-pub const KUBE_SYSTEM: &str = "kube-system";
 
 /// Which admission registration kind a configuration is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -45,20 +40,15 @@ pub struct ManagedConfiguration {
 }
 
 /// Settings of the selector keeper, from the configuration file (which
-/// also holds their defaults and rules).
+/// also holds their defaults and rules). The bindings and the namespaces no
+/// entry may match come from the placement policy's holder, not from here.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SelectorSettings {
+    /// Both named `webhookSelectors.configurationName`.
     pub mutating: ManagedConfiguration,
     pub validating: ManagedConfiguration,
     /// The label a Pod names its pool with (`placement.poolLabel`).
     pub pool_label: String,
-    /// Namespaces no webhook entry ever matches: `kube-system` and
-    /// poolkeeper's own (`leaderElection.leaseNamespace`).
-    pub excluded_namespaces: Vec<String>,
-    /// The bindings (`placement.*`: the policy ConfigMap and the labelled
-    /// Namespaces), parsed once per policy generation and shared with the
-    /// other readers given the same cache.
-    pub policy: PolicyCache,
     /// Longest one read or patch of a configuration may take
     /// (`webhookSelectors.requestTimeout`).
     pub request_timeout: Duration,
@@ -71,10 +61,7 @@ pub struct SelectorSettings {
 
 impl From<&Config> for SelectorSettings {
     fn from(config: &Config) -> Self {
-        // The configurations are named like the installation's other
-        // cluster objects (its Lease) until the configuration has a
-        // `webhook.configurationName` of its own.
-        let name = &config.leader_election.lease_name;
+        let name = &config.webhook_selectors.configuration_name;
         Self {
             mutating: ManagedConfiguration {
                 kind: ConfigurationKind::Mutating,
@@ -89,11 +76,6 @@ impl From<&Config> for SelectorSettings {
                 pool_labelled_entry: VALIDATE_POOL_LABELLED.to_owned(),
             },
             pool_label: config.placement.pool_label.clone(),
-            excluded_namespaces: vec![
-                KUBE_SYSTEM.to_owned(),
-                config.leader_election.lease_namespace.clone(),
-            ],
-            policy: PolicyCache::from(&config.placement),
             request_timeout: config.webhook_selectors.request_timeout,
             retry_initial: config.webhook_selectors.retry_initial,
             retry_max: config.webhook_selectors.retry_max,
@@ -115,11 +97,8 @@ mod tests {
     #[test]
     fn every_setting_comes_from_the_config() {
         let mut config = Config::default();
-        config.leader_election.lease_name = "pk-blue".to_owned();
-        config.leader_election.lease_namespace = "pk-system".to_owned();
+        config.webhook_selectors.configuration_name = "pk-blue".to_owned();
         config.placement.pool_label = "example.com/pool".to_owned();
-        config.placement.policy_config_map.namespace = "pk-config".to_owned();
-        config.placement.policy_config_map.name = "bindings".to_owned();
         config.webhook_selectors.request_timeout = Duration::from_secs(7);
         config.webhook_selectors.retry_initial = Duration::from_millis(50);
         config.webhook_selectors.retry_max = Duration::from_secs(3);
@@ -141,25 +120,20 @@ mod tests {
                     pool_labelled_entry: "validate-labelled-pods.poolkeeper.io".to_owned(),
                 },
                 pool_label: "example.com/pool".to_owned(),
-                excluded_namespaces: vec!["kube-system".to_owned(), "pk-system".to_owned()],
-                policy: PolicyCache::from(&config.placement),
                 request_timeout: Duration::from_secs(7),
                 retry_initial: Duration::from_millis(50),
                 retry_max: Duration::from_secs(3),
             }
         );
-        assert_eq!(settings.policy.source().namespace, "pk-config");
-        assert_eq!(settings.policy.source().name, "bindings");
     }
 
     #[test]
     fn the_defaults_name_the_shipped_configurations() {
-        let settings = SelectorSettings::from(&Config::default());
+        let mut config = Config::default();
+        // Not the Lease's name: each object has its own setting.
+        config.leader_election.lease_name = "pk-lease".to_owned();
+        let settings = SelectorSettings::from(&config);
         assert_eq!(settings.mutating.name, "poolkeeper");
         assert_eq!(settings.validating.name, "poolkeeper");
-        assert_eq!(
-            settings.excluded_namespaces,
-            ["kube-system", "poolkeeper-system"]
-        );
     }
 }

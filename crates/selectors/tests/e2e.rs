@@ -17,7 +17,8 @@ use kube::{Api, Client};
 use poolkeeper_bus::{Bus, Event, ResourceKind};
 use poolkeeper_config::Config;
 use poolkeeper_index::{Index, IndexResource};
-use poolkeeper_selectors::{SelectorSettings, WebhookSelectors, desired_selectors};
+use poolkeeper_placement::PolicyCache;
+use poolkeeper_selectors::{SelectorSettings, WebhookSelectors};
 use poolkeeper_supervisor::testing::{Running, spawn};
 use poolkeeper_testenv::{TestEnv, WebhookCert, WebhookRegistration, eventually};
 use serde_json::{Value, json};
@@ -45,6 +46,7 @@ async fn controller_identity(env: &TestEnv) -> Client {
 struct Setup {
     env: TestEnv,
     settings: SelectorSettings,
+    policy: PolicyCache,
     bus: Bus,
     index: Arc<Index>,
     ca_pem: String,
@@ -63,12 +65,14 @@ impl Setup {
         let identity = controller_identity(&env).await;
         let config = Config::default();
         let settings = SelectorSettings::from(&config);
+        let policy = PolicyCache::from(&config.placement);
         let bus = Bus::default();
         let index = Arc::new(Index::new(&config.placement.pool_label));
         let ca_pem = WebhookCert::generate().unwrap().ca_pem;
         let mut setup = Self {
             env,
             settings: settings.clone(),
+            policy: policy.clone(),
             bus: bus.clone(),
             index: index.clone(),
             ca_pem,
@@ -78,7 +82,7 @@ impl Setup {
         if register {
             setup.register().await;
         }
-        let component = WebhookSelectors::new(settings, &bus, identity, index);
+        let component = WebhookSelectors::new(settings, &bus, identity, index, policy);
         bus.start();
         let mut running = spawn(Box::new(component));
         running.wait_ready(WAIT).await;
@@ -110,7 +114,7 @@ impl Setup {
     }
 
     fn set_policy(&self, policy: &str) {
-        let source = self.settings.policy.source();
+        let source = self.policy.source();
         let config_map: ConfigMap = serde_json::from_value(json!({
             "metadata": {"namespace": source.namespace, "name": source.name},
             "data": {source.key.clone(): policy},
@@ -165,29 +169,38 @@ impl Setup {
             .collect()
     }
 
-    /// What `selectors` must show for these bindings.
+    /// What `selectors` must show for these bindings: the bound-namespaces
+    /// entries list them (or the placeholder), the pool-labelled entries
+    /// leave them out with the default excluded namespaces.
     fn expected(&self, bound: &[&str]) -> BTreeMap<String, (Value, Value)> {
-        let desired = desired_selectors(
-            bound.iter().copied(),
-            &self.settings.pool_label,
-            &self.settings.excluded_namespaces,
-        );
-        let pair = |selectors: &poolkeeper_selectors::EntrySelectors| {
-            (
-                serde_json::to_value(&selectors.namespace_selector).unwrap(),
-                serde_json::to_value(&selectors.object_selector).unwrap(),
-            )
+        let by_name = |operator: &str, values: Vec<&str>| {
+            json!({"matchExpressions": [
+                {"key": "kubernetes.io/metadata.name", "operator": operator, "values": values},
+            ]})
         };
+        let mut listed: Vec<&str> = bound.to_vec();
+        listed.sort_unstable();
+        listed.dedup();
+        let mut not_in = listed.clone();
+        not_in.extend([
+            "kube-node-lease",
+            "kube-public",
+            "kube-system",
+            "poolkeeper-system",
+        ]);
+        not_in.sort_unstable();
+        if listed.is_empty() {
+            listed.push("no-binding.poolkeeper.io");
+        }
+        let bound_entry = (by_name("In", listed), json!({}));
+        let labelled_entry = (
+            by_name("NotIn", not_in),
+            json!({"matchExpressions": [{"key": self.settings.pool_label, "operator": "Exists"}]}),
+        );
         let mut expected = BTreeMap::new();
         for managed in self.settings.configurations() {
-            expected.insert(
-                managed.bound_namespaces_entry.clone(),
-                pair(&desired.bound_namespaces),
-            );
-            expected.insert(
-                managed.pool_labelled_entry.clone(),
-                pair(&desired.pool_labelled),
-            );
+            expected.insert(managed.bound_namespaces_entry.clone(), bound_entry.clone());
+            expected.insert(managed.pool_labelled_entry.clone(), labelled_entry.clone());
         }
         expected
     }

@@ -26,7 +26,6 @@ use std::time::Duration;
 mod fixtures;
 
 use fixtures::{NODES, POOLS, Pki, Server, check_answers, start_server, stop, webhooks};
-use poolkeeper_webhook::WebhookRuntime;
 
 const NAME: &str = "webhook_load";
 const DURATION: &str = "10s";
@@ -231,7 +230,7 @@ fn main() {
         std::process::exit(1);
     }
     let pki = Pki::new();
-    let server = start_server(&pki, Some(2), WebhookRuntime::Shared);
+    let server = start_server(&pki, Some(2));
     check_answers(&server, &pki);
     if let Some(seconds) = std::env::var(SERVE_ENV)
         .ok()

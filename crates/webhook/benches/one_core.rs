@@ -33,20 +33,19 @@
 //!   of the rounds (the table shows the round of the median, a line below
 //!   it every round), and the servers are compared round by round, having
 //!   run within seconds of each other.
-//! - Two servers of this build run, run for run side by side: `shared`
-//!   (the server as shipped, `WebhookRuntime::Shared`: connections on the
-//!   runtime shared with the rest) and `dedicated` (`--dedicated`,
-//!   `WebhookRuntime::Dedicated`: connections on a single-threaded runtime
-//!   of their own thread, no `date` header, decisions batched to the bus).
-//!   The tables give dedicated / shared at the same rate in parentheses.
-//! - `POOLKEEPER_ONE_CORE_BASELINE=/path/to/an/older/one_core` also runs
-//!   that build's `--serve` server as `baseline`.
+//! - The server of this build runs as `current`. A server to compare it
+//!   with comes from a git revision: `one_core` built there
+//!   (`cargo bench -p poolkeeper-webhook --bench one_core --no-run` in a
+//!   checkout of that revision) and named by
+//!   `POOLKEEPER_ONE_CORE_BASELINE=/path/to/that/one_core` runs its
+//!   `--serve` server as `previous`, run for run beside `current`. The
+//!   tables then give current / previous at the same rate in parentheses,
+//!   and the median of the round-by-round ratios at 1,000/s.
 //!
 //! Without `--bench` (as under `cargo test --benches`) it starts the server
 //! in-process and checks both answers, nothing else. `one_core --serve
-//! [SECONDS] [--dedicated]` serves for hand-driven load: it prints `pid=..
-//! addr=.. ca=..` and stops after SECONDS (default 600) or when its stdin
-//! closes; `--dedicated` serves as `dedicated` does.
+//! [SECONDS]` serves for hand-driven load: it prints `pid=.. addr=.. ca=..`
+//! and stops after SECONDS (default 600) or when its stdin closes.
 
 use std::io::{BufRead, BufReader, Read as _, Write as _};
 use std::path::{Path, PathBuf};
@@ -58,7 +57,6 @@ use std::time::{Duration, Instant};
 mod fixtures;
 
 use fixtures::{NODES, POOLS, Pki, check_answers, start_server, stop, webhooks};
-use poolkeeper_webhook::WebhookRuntime;
 
 // As in the poolkeeper binary: the server measured is the one shipped.
 #[global_allocator]
@@ -87,8 +85,10 @@ const DEFAULT_SERVE_SECONDS: u64 = 600;
 const RUN_GRACE: Duration = Duration::from_secs(20);
 const BASELINE_ENV: &str = "POOLKEEPER_ONE_CORE_BASELINE";
 const VEGETA_ENV: &str = "POOLKEEPER_VEGETA";
-/// The server the ratios are taken against: the one shipped.
-const REFERENCE: &str = "shared";
+/// The server of this build.
+const CURRENT: &str = "current";
+/// The server the ratios are taken against: the baseline's.
+const REFERENCE: &str = "previous";
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -97,15 +97,9 @@ fn main() {
             .get(at + 1)
             .and_then(|s| s.parse().ok())
             .unwrap_or(DEFAULT_SERVE_SECONDS);
-        let runtime = if args.iter().any(|a| a == "--dedicated") {
-            WebhookRuntime::Dedicated
-        } else {
-            WebhookRuntime::Shared
-        };
         serve(
             Duration::from_secs(seconds),
             args.iter().any(|a| a == "--until-stdin-closes"),
-            runtime,
         );
         return;
     }
@@ -116,11 +110,9 @@ fn main() {
     }
     if !benching {
         let pki = Pki::new();
-        for runtime in [WebhookRuntime::Dedicated, WebhookRuntime::Shared] {
-            let server = start_server(&pki, Some(1), runtime);
-            check_answers(&server, &pki);
-            stop(server);
-        }
+        let server = start_server(&pki, Some(1));
+        check_answers(&server, &pki);
+        stop(server);
         println!("{NAME}: server answers both webhooks (run with --bench for the load test)");
         return;
     }
@@ -130,7 +122,7 @@ fn main() {
 /// `--serve`: the server under test, in this process, until `limit` (or
 /// until stdin closes, with `--until-stdin-closes`: the bench holds it open
 /// while it measures, and a bench that dies takes its servers along).
-fn serve(limit: Duration, until_stdin_closes: bool, runtime: WebhookRuntime) {
+fn serve(limit: Duration, until_stdin_closes: bool) {
     // As the controller logs by default. Without a subscriber every span of
     // h2 and hyper is built and handed to `log` (kube enables `tracing/log`),
     // which the shipped server never does.
@@ -139,7 +131,7 @@ fn serve(limit: Duration, until_stdin_closes: bool, runtime: WebhookRuntime) {
         .with_writer(std::io::stderr)
         .try_init();
     let pki = Pki::new();
-    let server = start_server(&pki, None, runtime);
+    let server = start_server(&pki, None);
     check_answers(&server, &pki);
     let ca = std::env::temp_dir().join(format!("{NAME}-{}-ca.pem", std::process::id()));
     std::fs::write(&ca, pki.ca_pem()).expect("writes the CA certificate");
@@ -173,12 +165,11 @@ struct ServerProcess {
 }
 
 impl ServerProcess {
-    fn start(label: &'static str, exe: &Path, extra: &[&str]) -> Self {
+    fn start(label: &'static str, exe: &Path) -> Self {
         let mut child = Command::new("taskset")
             .args(["-c", SERVER_CORE])
             .arg(exe)
             .args(["--serve", "3600", "--until-stdin-closes"])
-            .args(extra)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -623,12 +614,9 @@ fn bench() {
     let vegeta = vegeta();
     pin_to_generator_core();
     let exe = std::env::current_exe().expect("the bench binary");
-    let mut servers = vec![
-        ServerProcess::start("dedicated", &exe, &["--dedicated"]),
-        ServerProcess::start(REFERENCE, &exe, &[]),
-    ];
+    let mut servers = vec![ServerProcess::start(CURRENT, &exe)];
     if let Some(baseline) = std::env::var_os(BASELINE_ENV) {
-        servers.push(ServerProcess::start("baseline", Path::new(&baseline), &[]));
+        servers.push(ServerProcess::start(REFERENCE, Path::new(&baseline)));
     }
     let dir = tempfile::tempdir().expect("temporary directory");
     println!(

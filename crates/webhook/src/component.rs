@@ -7,12 +7,12 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use poolkeeper_bus::Bus;
 use poolkeeper_index::Index;
+use poolkeeper_placement::PolicyCache;
 use poolkeeper_supervisor::{BoxError, Component, Context};
 
+use crate::admission::AdmissionService;
 use crate::connection::Connections;
 use crate::error::WebhookError;
-use crate::handler::AppState;
-use crate::service::Admission;
 use crate::serving::{serve, wait_for_certificate};
 use crate::settings::WebhookSettings;
 
@@ -27,7 +27,7 @@ pub const COMPONENT_NAME: &str = "webhook";
 /// and reports ready then.
 pub struct WebhookServer {
     settings: WebhookSettings,
-    admission: Admission,
+    admission: AdmissionService,
     listener: Option<(TcpListener, SocketAddr)>,
 }
 
@@ -41,11 +41,16 @@ impl std::fmt::Debug for WebhookServer {
 }
 
 impl WebhookServer {
-    /// Decides over `index`, publishes `AdmissionDecided` on `bus`.
-    pub fn new(settings: WebhookSettings, bus: &Bus, index: Arc<Index>) -> Self {
-        let state = AppState::new(index, settings.policy.clone(), bus.clone());
+    /// Decides over `index` by the policy `policy` holds, publishes
+    /// `AdmissionDecided` on `bus`.
+    pub fn new(
+        settings: WebhookSettings,
+        bus: &Bus,
+        index: Arc<Index>,
+        policy: PolicyCache,
+    ) -> Self {
         Self {
-            admission: Admission::new(&settings, state),
+            admission: AdmissionService::new(&settings, index, policy, bus.clone()),
             settings,
             listener: None,
         }
@@ -91,7 +96,7 @@ impl WebhookServer {
             addr,
             &certificate,
             connections,
-            (settings.max_connections, settings.runtime),
+            settings.max_connections,
         )?;
         ctx.mark_ready();
         tracing::info!(%addr, mutate = %settings.mutate_path, validate = %settings.validate_path, "webhook server listening");

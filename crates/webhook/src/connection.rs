@@ -4,13 +4,13 @@
 
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Waker};
 use std::time::Duration;
 
 use hyper::body::{Body, Incoming};
 use hyper::service::HttpService;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
+use poolkeeper_supervisor::BoxError;
 use tokio::net::TcpStream;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
@@ -18,46 +18,20 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
 use crate::activity::{Activity, ConnectionLimits, Verdict, Watched};
-use crate::outbox::Outbox;
-use crate::service::{Admission, for_connection};
-use crate::settings::{WebhookRuntime, WebhookSettings};
+use crate::admission::AdmissionService;
+use crate::settings::WebhookSettings;
 
 /// What every connection shares: the service, the protocol builders and
 /// the limits.
 #[derive(Debug)]
 pub(crate) struct Connections {
-    admission: Admission,
+    admission: Arc<AdmissionService>,
     limits: ConnectionLimits,
     tls_handshake_timeout: Duration,
     /// Either protocol, read from the first bytes (no ALPN).
-    detect: auto::Builder<StreamExecutor>,
-    http1: auto::Builder<StreamExecutor>,
-    http2: auto::Builder<StreamExecutor>,
-}
-
-/// Where hyper runs each HTTP/2 stream: first in the connection's own
-/// task, and on a task of its own only when it has to wait.
-///
-/// An admission's stream finishes at its first poll (its body arrived with
-/// its headers), so most streams never become tasks: no spawn, no wake-up
-/// of a second task, no switch between the two per request. One that waits
-/// (a body still arriving) is polled again by its task, which registers the
-/// task's waker, so no wake-up is lost.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct StreamExecutor;
-
-impl<F> hyper::rt::Executor<F> for StreamExecutor
-where
-    F: Future + Send + 'static,
-    F::Output: Send + 'static,
-{
-    fn execute(&self, stream: F) {
-        let mut stream = Box::pin(stream);
-        let mut context = Context::from_waker(Waker::noop());
-        if stream.as_mut().poll(&mut context).is_pending() {
-            tokio::spawn(stream);
-        }
-    }
+    detect: auto::Builder<TokioExecutor>,
+    http1: auto::Builder<TokioExecutor>,
+    http2: auto::Builder<TokioExecutor>,
 }
 
 /// How the server asks its connections to stop: `graceful` lets in-flight
@@ -69,26 +43,20 @@ pub(crate) struct Stop {
 }
 
 impl Connections {
-    pub(crate) fn new(settings: &WebhookSettings, admission: Admission) -> Self {
-        // The API server reads no `date` from an AdmissionReview answer.
-        let date = settings.runtime == WebhookRuntime::Shared;
+    pub(crate) fn new(settings: &WebhookSettings, admission: AdmissionService) -> Self {
         let builder = || {
-            let mut builder = auto::Builder::new(StreamExecutor);
+            let mut builder = auto::Builder::new(TokioExecutor::new());
             // The watchdog enforces the header timeout, apart from the idle one.
             builder
                 .http1()
                 .timer(TokioTimer::new())
                 .header_read_timeout(None)
-                .keep_alive(true)
-                .auto_date_header(date);
-            builder
-                .http2()
-                .timer(TokioTimer::new())
-                .auto_date_header(date);
+                .keep_alive(true);
+            builder.http2().timer(TokioTimer::new());
             builder
         };
         Self {
-            admission,
+            admission: Arc::new(admission),
             limits: ConnectionLimits {
                 header_read_timeout: settings.header_read_timeout,
                 idle_timeout: settings.idle_timeout,
@@ -98,11 +66,6 @@ impl Connections {
             http1: builder().http1_only(),
             http2: builder().http2_only(),
         }
-    }
-
-    /// Where the decisions of these connections go on their way to the bus.
-    pub(crate) fn outbox(&self) -> Arc<Outbox> {
-        self.admission.outbox()
     }
 
     /// Serves `tcp` until the client closes it, the watchdog does, or
@@ -126,7 +89,7 @@ impl Connections {
                     return;
                 }
                 Err(_) => {
-                    tracing::debug!(timeout = ?self.tls_handshake_timeout, "TLS handshake timed out");
+                    tracing::debug!(timeout_ms = self.tls_handshake_timeout.as_millis(), "TLS handshake timed out");
                     return;
                 }
             },
@@ -143,7 +106,7 @@ impl Connections {
         };
         let activity = Arc::new(Activity::new());
         let io = TokioIo::new(Watched::new(tls, Arc::clone(&activity)));
-        let service = for_connection(self.admission.clone(), Arc::clone(&activity));
+        let service = self.admission.for_connection(Arc::clone(&activity));
         let connection = builder.serve_connection(io, service);
         let closing = Closing {
             activity: &activity,
@@ -168,14 +131,14 @@ trait GracefulConnection: Future {
     fn close_gracefully(self: Pin<&mut Self>);
 }
 
-impl<I, S, B> GracefulConnection for auto::Connection<'_, I, S, StreamExecutor>
+impl<I, S, B> GracefulConnection for auto::Connection<'_, I, S, TokioExecutor>
 where
     S: HttpService<Incoming, ResBody = B>,
-    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    S::Error: Into<BoxError>,
     I: hyper::rt::Read + hyper::rt::Write + Unpin + 'static,
     B: Body + 'static,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-    StreamExecutor: auto::HttpServerConnExec<S::Future, B>,
+    B::Error: Into<BoxError>,
+    TokioExecutor: auto::HttpServerConnExec<S::Future, B>,
     Self: Future,
 {
     fn close_gracefully(self: Pin<&mut Self>) {
@@ -199,7 +162,10 @@ impl Closing<'_> {
                 (Some(until), _) => until,
                 (None, Verdict::WaitUntil(at)) => at,
                 (None, Verdict::TooSlow) if self.hard_close_when_slow => {
-                    tracing::debug!(timeout = ?self.limits.header_read_timeout, "request headers too slow; closing the connection");
+                    tracing::debug!(
+                        timeout_ms = self.limits.header_read_timeout.as_millis(),
+                        "request headers too slow; closing the connection"
+                    );
                     return;
                 }
                 (None, verdict) => {

@@ -1,10 +1,10 @@
 use std::io;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-
 use std::time::Duration;
 
 use http::StatusCode;
+use poolkeeper_supervisor::BoxError;
 use thiserror::Error;
 
 /// Everything that can go wrong in the webhook: a request that is not a
@@ -22,7 +22,7 @@ pub enum WebhookError {
     BodyTimeout { timeout: Duration },
 
     #[error("cannot read the request body: {0}")]
-    ReadBody(#[source] Box<dyn std::error::Error + Send + Sync>),
+    ReadBody(#[source] BoxError),
 
     #[error("request body is not valid JSON: {0}")]
     MalformedJson(serde_json::Error),
@@ -87,12 +87,6 @@ pub enum WebhookError {
         source: io::Error,
     },
 
-    #[error("cannot start the webhook server's thread: {source}")]
-    Thread {
-        #[source]
-        source: io::Error,
-    },
-
     #[error("the HTTPS server on {addr} stopped before shutdown")]
     ServerEnded { addr: SocketAddr },
 
@@ -142,7 +136,6 @@ impl WebhookError {
             | WebhookError::NoCertificate { .. }
             | WebhookError::UnusableCertificate { .. } => "certificate",
             WebhookError::Listen { .. }
-            | WebhookError::Thread { .. }
             | WebhookError::ServerEnded { .. }
             | WebhookError::ServerTask { .. } => "server",
         }

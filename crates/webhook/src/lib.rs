@@ -8,13 +8,11 @@
 //!   code path the server and the offline `poolkeeper admit` share.
 
 mod activity;
+mod admission;
 mod component;
 mod connection;
 mod error;
-mod handler;
-mod outbox;
 mod review;
-mod service;
 mod serving;
 mod settings;
 mod tls;
@@ -23,7 +21,7 @@ mod wire;
 pub use component::{COMPONENT_NAME, WebhookServer};
 pub use error::WebhookError;
 pub use review::review_response;
-pub use settings::{WebhookRuntime, WebhookSettings};
+pub use settings::WebhookSettings;
 pub use tls::{CERT_FILE, KEY_FILE};
 
 #[cfg(test)]

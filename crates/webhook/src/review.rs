@@ -230,11 +230,11 @@ struct Submitted<'a> {
 #[serde(transparent)]
 struct Text<'a>(#[serde(borrow)] Cow<'a, str>);
 
-/// The AdmissionReview around the request: its type fields and the request
-/// left unparsed until the type is known to be right.
+/// The AdmissionReview with its request left unparsed until the type
+/// fields are known to be right.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct Envelope<'a> {
+struct TypeFieldsFirst<'a> {
     #[serde(default)]
     api_version: Option<Value>,
     #[serde(default)]
@@ -397,7 +397,7 @@ enum Operation {
 }
 
 /// The AdmissionReview read in one pass, for a body that is what the API
-/// server sends; anything else goes through [`Envelope`] to tell what is
+/// server sends; anything else goes through [`TypeFieldsFirst`] to tell what is
 /// wrong with it.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -424,18 +424,18 @@ fn parse_request(body: &[u8]) -> Result<Request<'_>, WebhookError> {
     {
         return Ok(request);
     }
-    parse_envelope_first(body)
+    parse_type_fields_first(body)
 }
 
 /// The type fields checked before the request is read, so that a body of
 /// another type is refused as such whatever its `request` holds.
-fn parse_envelope_first(body: &str) -> Result<Request<'_>, WebhookError> {
+fn parse_type_fields_first(body: &str) -> Result<Request<'_>, WebhookError> {
     let text = |field: Option<Value>| match field {
         Some(Value::String(text)) => text,
         _ => String::new(),
     };
-    let envelope = match serde_json::from_str::<Envelope<'_>>(body) {
-        Ok(envelope) => envelope,
+    let review = match serde_json::from_str::<TypeFieldsFirst<'_>>(body) {
+        Ok(review) => review,
         // Not an object, or not JSON at all: the slow path tells which.
         Err(_) => {
             return Err(match serde_json::from_str::<IgnoredAny>(body) {
@@ -447,11 +447,11 @@ fn parse_envelope_first(body: &str) -> Result<Request<'_>, WebhookError> {
             });
         }
     };
-    let (api_version, kind) = (text(envelope.api_version), text(envelope.kind));
+    let (api_version, kind) = (text(review.api_version), text(review.kind));
     if api_version != ADMISSION_API_VERSION || kind != ADMISSION_REVIEW_KIND {
         return Err(WebhookError::WrongType { api_version, kind });
     }
-    let request = envelope.request.ok_or(WebhookError::MissingRequest)?;
+    let request = review.request.ok_or(WebhookError::MissingRequest)?;
     serde_json::from_str(request.get()).map_err(WebhookError::MalformedReview)
 }
 
@@ -473,7 +473,7 @@ mod tests {
 
     /// The one-pass read answers exactly as reading the type fields first.
     #[test]
-    fn one_pass_and_envelope_first_agree() {
+    fn one_pass_and_type_fields_first_agree() {
         let request = r#"{"uid":"u-1","kind":{"group":"","version":"v1","kind":"Pod"},"operation":"CREATE","object":{"metadata":{}}}"#;
         let bodies = [
             format!(
@@ -509,7 +509,7 @@ mod tests {
         for body in &bodies {
             assert_eq!(
                 outcome(parse_request(body.as_bytes())),
-                outcome(parse_envelope_first(body)),
+                outcome(parse_type_fields_first(body)),
                 "{body}"
             );
         }
@@ -523,12 +523,12 @@ mod tests {
     /// and the API server's field order gets the one pass.
     #[test]
     fn a_pod_read_on_the_way_is_decided_as_one_read_after() {
-        use crate::tests::{cluster, review as admission_review, settings};
+        use crate::tests::{cluster, policy, review as admission_review};
         use serde_json::json;
 
         let index = cluster();
         let view = index.placement();
-        let policy = PlacementPolicy::load(&view, settings().policy.source());
+        let policy = PlacementPolicy::load(&view, policy().source());
         let pod = |spec: Value| json!({"metadata": {"generateName": "web-"}, "spec": spec});
         let pinned = pod(json!({"nodeName": "bj-1"}));
         let as_sent = |operation: &str, object: Value| {
@@ -569,7 +569,7 @@ mod tests {
                 };
                 assert_eq!(
                     decided(parse_request(body.as_bytes())),
-                    decided(parse_envelope_first(&body)),
+                    decided(parse_type_fields_first(&body)),
                     "{body}"
                 );
             }

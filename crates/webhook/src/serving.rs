@@ -10,16 +10,12 @@ use std::time::Duration;
 use parking_lot::RwLock;
 use poolkeeper_supervisor::Context;
 use rustls::ServerConfig;
-use tokio::runtime::Handle;
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
-use tokio_util::sync::CancellationToken;
 
 use crate::connection::{Connections, Stop};
 use crate::error::WebhookError;
-use crate::outbox::Outbox;
-use crate::settings::WebhookRuntime;
 use crate::tls::{self, PemPair};
 
 /// The TLS configuration new connections get; swapped on a rotation.
@@ -111,94 +107,24 @@ pub(crate) struct Serving {
     slots: Arc<Semaphore>,
     max_connections: usize,
     task: JoinHandle<()>,
-    /// The thread the task runs on ([`WebhookRuntime::Dedicated`]); it ends
-    /// when this is dropped, after the drain.
-    _thread: Option<OwnThread>,
-}
-
-/// A single-threaded runtime driven by a thread of its own until dropped.
-struct OwnThread {
-    handle: Handle,
-    done: CancellationToken,
-    /// Batching while the thread runs, and the task handing the batches
-    /// to the bus.
-    outbox: Option<(Arc<Outbox>, JoinHandle<()>)>,
-}
-
-impl OwnThread {
-    fn start() -> std::io::Result<Self> {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?;
-        let handle = runtime.handle().clone();
-        let done = CancellationToken::new();
-        let until = done.clone();
-        // Dropping the runtime on its own thread drops the connections
-        // still open there.
-        std::thread::Builder::new()
-            .name("webhook".to_owned())
-            .spawn(move || runtime.block_on(until.cancelled()))?;
-        Ok(Self {
-            handle,
-            done,
-            outbox: None,
-        })
-    }
-
-    /// Batches the decisions of the thread's connections until dropped.
-    /// The batches are handed to the bus from the runtime this is called
-    /// on, the one the bus's subscribers run on: from there publishing
-    /// wakes them without waking a thread, and the thread is woken once per
-    /// batch.
-    fn batch(&mut self, outbox: Arc<Outbox>) {
-        let flushing = tokio::spawn(Arc::clone(&outbox).batch());
-        self.outbox = Some((outbox, flushing));
-    }
-}
-
-impl Drop for OwnThread {
-    fn drop(&mut self) {
-        self.done.cancel();
-        // What waits for a flush on the ending thread goes out now.
-        if let Some((outbox, flushing)) = &self.outbox {
-            flushing.abort();
-            outbox.stop_batching();
-        }
-    }
 }
 
 /// Serves `connections` over TLS on the bound `listener`, at most
 /// `max_connections` at a time: beyond that, new connections wait in the
-/// listen backlog while the open ones keep being served. With
-/// [`WebhookRuntime::Dedicated`] the listener, the connections and their
-/// requests live on a thread of their own.
+/// listen backlog while the open ones keep being served.
 pub(crate) fn serve(
     listener: TcpListener,
     addr: SocketAddr,
     certificate: &ServedCertificate,
     connections: Connections,
-    (max_connections, runtime): (usize, WebhookRuntime),
+    max_connections: usize,
 ) -> Result<Serving, WebhookError> {
     let listen_failed = |source| WebhookError::Listen { addr, source };
     listener.set_nonblocking(true).map_err(listen_failed)?;
-    let thread = match runtime {
-        WebhookRuntime::Dedicated => {
-            let mut own = OwnThread::start().map_err(|source| WebhookError::Thread { source })?;
-            own.batch(connections.outbox());
-            Some(own)
-        }
-        WebhookRuntime::Shared => None,
-    };
-    // The listener registers with the runtime that will poll it.
-    let handle = thread
-        .as_ref()
-        .map_or_else(Handle::current, |own| own.handle.clone());
-    let entered = handle.enter();
     let listener = tokio::net::TcpListener::from_std(listener).map_err(listen_failed)?;
-    drop(entered);
     let stop = Stop::default();
     let slots = Arc::new(Semaphore::new(max_connections));
-    let task = handle.spawn(accept(
+    let task = tokio::spawn(accept(
         listener,
         Arc::clone(&certificate.tls),
         Arc::new(connections),
@@ -211,7 +137,6 @@ pub(crate) fn serve(
         slots,
         max_connections,
         task,
-        _thread: thread,
     })
 }
 
@@ -299,7 +224,7 @@ impl Serving {
         let closed = tokio::time::timeout(timeout, self.slots.acquire_many(all)).await;
         if closed.is_err() {
             let open = self.max_connections - self.slots.available_permits();
-            tracing::warn!(addr = %self.addr, open, ?timeout, "connections still open after the shutdown timeout; dropping them");
+            tracing::warn!(addr = %self.addr, open, timeout_ms = timeout.as_millis(), "connections still open after the shutdown timeout; dropping them");
             self.stop.abort.cancel();
             let _ =
                 tokio::time::timeout(Duration::from_secs(1), self.slots.acquire_many(all)).await;

@@ -5,12 +5,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use poolkeeper_config::Config;
-use poolkeeper_placement::PolicyCache;
 
-/// Settings of the webhook server (`webhook.*` and
-/// `placement.policyConfigMap` in the configuration file). The
-/// configuration holds the defaults and the rules: a value it accepts is one
-/// the server can use.
+/// Settings of the webhook server (`webhook.*` in the configuration file).
+/// The configuration holds the defaults and the rules: a value it accepts is
+/// one the server can use. The placement policy is not a setting: the server
+/// reads it from the process's one `PolicyCache`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WebhookSettings {
     /// `webhook.listen`.
@@ -44,27 +43,6 @@ pub struct WebhookSettings {
     /// `webhook.maxConnections`: open connections, handshakes included;
     /// more wait in the listen backlog.
     pub max_connections: usize,
-    /// The placement policy (`placement.*`), parsed once per policy
-    /// generation and shared with the other readers given the same cache.
-    pub policy: PolicyCache,
-    /// Where connections are served. Not a configuration key: the server
-    /// runs [`WebhookRuntime::Shared`]; the other arrangement is kept so
-    /// that the one-core benchmark measures both in one run (it has not
-    /// shown a lower cost per admission at the API server's rates).
-    pub runtime: WebhookRuntime,
-}
-
-/// Where the server's connections and requests run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum WebhookRuntime {
-    /// On a single-threaded tokio runtime of a thread of its own, with
-    /// hyper's per-answer `date` header off and the decisions reaching the
-    /// bus in batches: an admission wakes one thread and its tasks never
-    /// migrate, and admissions stay apart from the other components' work.
-    Dedicated,
-    /// On the runtime that runs the other components, answers with a
-    /// `date` header, each decision published as it is made.
-    Shared,
 }
 
 impl From<&Config> for WebhookSettings {
@@ -78,13 +56,11 @@ impl From<&Config> for WebhookSettings {
             validate_path: webhook.validate_path.clone(),
             max_body_bytes: webhook.max_body_bytes,
             shutdown_timeout: webhook.shutdown_timeout,
-            tls_handshake_timeout: config.webhook.tls_handshake_timeout,
-            header_read_timeout: config.webhook.header_read_timeout,
-            body_read_timeout: config.webhook.body_read_timeout,
-            idle_timeout: config.webhook.idle_timeout,
-            max_connections: config.webhook.max_connections,
-            policy: PolicyCache::from(&config.placement),
-            runtime: WebhookRuntime::Shared,
+            tls_handshake_timeout: webhook.tls_handshake_timeout,
+            header_read_timeout: webhook.header_read_timeout,
+            body_read_timeout: webhook.body_read_timeout,
+            idle_timeout: webhook.idle_timeout,
+            max_connections: webhook.max_connections,
         }
     }
 }

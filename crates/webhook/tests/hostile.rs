@@ -17,6 +17,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use poolkeeper_bus::Bus;
 use poolkeeper_config::Config;
 use poolkeeper_index::Index;
+use poolkeeper_placement::PolicyCache;
 use poolkeeper_supervisor::testing::{Running, spawn};
 use poolkeeper_webhook::{CERT_FILE, KEY_FILE, WebhookServer, WebhookSettings};
 use rustls::pki_types::ServerName;
@@ -68,7 +69,12 @@ impl Served {
         };
         let bus = Bus::default();
         bus.start();
-        let mut server = WebhookServer::new(settings, &bus, Arc::new(Index::new("pool")));
+        let mut server = WebhookServer::new(
+            settings,
+            &bus,
+            Arc::new(Index::new("pool")),
+            PolicyCache::from(&Config::default().placement),
+        );
         let addr = server.bind().unwrap();
         let mut running = spawn(Box::new(server));
         running.wait_ready(PATIENCE).await;

@@ -14,6 +14,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use poolkeeper_bus::{AdmissionResult, Bus, Event, WebhookKind};
 use poolkeeper_config::Config;
 use poolkeeper_index::Index;
+use poolkeeper_placement::PolicyCache;
 use poolkeeper_supervisor::Component;
 use poolkeeper_supervisor::testing::{BusRecorder, Running, spawn};
 use poolkeeper_webhook::{CERT_FILE, KEY_FILE, WebhookError, WebhookServer, WebhookSettings};
@@ -158,7 +159,12 @@ impl Served {
             cert_reload_interval: RELOAD,
             ..WebhookSettings::from(&Config::default())
         };
-        let mut server = WebhookServer::new(settings, &bus, Arc::new(Index::new("pool")));
+        let mut server = WebhookServer::new(
+            settings,
+            &bus,
+            Arc::new(Index::new("pool")),
+            PolicyCache::from(&Config::default().placement),
+        );
         let addr = server.bind().unwrap();
         assert_eq!(server.local_addr(), Some(addr));
         Self {
@@ -345,7 +351,12 @@ async fn a_taken_port_is_a_failure() {
     let bus = Bus::default();
 
     // Reported by the bind step, before the server runs...
-    let mut server = WebhookServer::new(settings.clone(), &bus, Arc::clone(&index));
+    let mut server = WebhookServer::new(
+        settings.clone(),
+        &bus,
+        Arc::clone(&index),
+        PolicyCache::from(&Config::default().placement),
+    );
     let error = server.bind().unwrap_err();
     assert!(matches!(error, WebhookError::Listen { .. }), "{error:?}");
     assert!(
@@ -355,7 +366,12 @@ async fn a_taken_port_is_a_failure() {
     assert_eq!(server.local_addr(), None);
 
     // ...and by the component when nothing bound it first.
-    let server = WebhookServer::new(settings, &bus, index);
+    let server = WebhookServer::new(
+        settings,
+        &bus,
+        index,
+        PolicyCache::from(&Config::default().placement),
+    );
     assert_eq!(server.readiness_check(), Some("webhook"));
     let running = spawn(Box::new(server));
     let error = tokio::time::timeout(PATIENCE, running.stop())

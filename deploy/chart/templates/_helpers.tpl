@@ -1,4 +1,5 @@
-{{/* The name of every object of the release; the webhook configurations and the Lease too. */}}
+{{/* The name of every object of the release; the webhook configurations and the Lease too
+(config webhookSelectors.configurationName and leaderElection.leaseName). */}}
 {{- define "poolkeeper.fullname" -}}
 {{- default .Release.Name .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
@@ -46,9 +47,23 @@ app.kubernetes.io/instance: {{ .Release.Name }}
     "excludedNamespaces" .Values.placement.excludedNamespaces
     "policyConfigMap" (dict "namespace" .Release.Namespace "name" (include "poolkeeper.placementConfigMap" .) "key" "placement.yaml"))
   "webhook" (dict "listen" (printf "0.0.0.0:%v" .Values.webhook.port))
+  "webhookSelectors" (dict "configurationName" $fullname)
   "logging" (dict "level" .Values.logging.level "format" .Values.logging.format)
 -}}
 {{- toYaml (mergeOverwrite $config (deepCopy .Values.config)) -}}
+{{- end -}}
+
+{{/* The name of both webhook configurations, as the rendered configuration has it. */}}
+{{- define "poolkeeper.webhookConfigurationName" -}}
+{{- (include "poolkeeper.config" . | fromYaml).webhookSelectors.configurationName -}}
+{{- end -}}
+
+{{/* The namespaces no webhook entry matches, as poolkeeper computes them from the rendered
+configuration: placement.excludedNamespaces and its own namespace, the policy ConfigMap's;
+sorted, as the leader writes them. */}}
+{{- define "poolkeeper.excludedNamespaces" -}}
+{{- $placement := (include "poolkeeper.config" . | fromYaml).placement -}}
+{{- append $placement.excludedNamespaces $placement.policyConfigMap.namespace | uniq | sortAlpha | join ", " -}}
 {{- end -}}
 
 {{/* cert-manager's CA injector fills in the caBundle from the serving certificate. */}}
@@ -92,8 +107,8 @@ objectSelector: {}
 {{- end -}}
 {{- end -}}
 
-{{/* The pool-labelled entry's selectors: as the leader keeps them, else every namespace but
-kube-system and the release's own. */}}
+{{/* The pool-labelled entry's selectors: as the leader keeps them, else every namespace but the
+excluded ones. */}}
 {{- define "poolkeeper.labelledSelectors" -}}
 {{- if .kept -}}
 namespaceSelector: {{- toYaml .kept.namespaceSelector | nindent 2 }}
@@ -103,7 +118,7 @@ namespaceSelector:
   matchExpressions:
     - key: kubernetes.io/metadata.name
       operator: NotIn
-      values: [kube-system, {{ .root.Release.Namespace }}]
+      values: [{{ include "poolkeeper.excludedNamespaces" .root }}]
 objectSelector:
   matchExpressions:
     - key: {{ .root.Values.placement.poolLabel }}

@@ -27,13 +27,14 @@ fn helm_ok(args: &[&str]) -> String {
 }
 
 /// Every value the chart documents, set to something other than its default.
-const EVERY_OPTION: [&str; 16] = [
+const EVERY_OPTION: [&str; 17] = [
     "replicaCount=3",
     "image.repository=registry.example.com/poolkeeper",
     "image.tag=9.9.9",
     "resources.limits.memory=512Mi",
     "placement.defaultMode=warn",
     "placement.defaultConstraints=narrow",
+    "placement.excludedNamespaces={kube-system,batch}",
     "placement.policy.bindings[0].namespace=shop",
     "placement.policy.bindings[0].nodePool=edge",
     "webhook.failurePolicy=Ignore",
@@ -111,7 +112,9 @@ fn the_defaults_render_deploy_s_installation_with_its_own_certificate() {
         "every entry has the CA"
     );
     assert!(!rendered.contains("cert-manager.io"));
-    assert!(rendered.contains("values: [kube-system, poolkeeper-system]"));
+    assert!(
+        rendered.contains("values: [kube-node-lease, kube-public, kube-system, poolkeeper-system]")
+    );
 }
 
 #[test]
@@ -123,6 +126,9 @@ fn every_value_reaches_the_rendered_objects() {
         "memory: 512Mi",
         "defaultMode: warn",
         "defaultConstraints: narrow",
+        // The configuration's exclusions and the selectors', from one value.
+        "  - batch\n",
+        "values: [batch, kube-system, poolkeeper-system]",
         "nodePool: edge",
         "failurePolicy: Ignore",
         "timeoutSeconds: 10",
@@ -139,6 +145,20 @@ fn every_value_reaches_the_rendered_objects() {
     for absent in ["kind: PodDisruptionBudget", "kind: Secret", "caBundle:"] {
         assert!(!rendered.contains(absent), "{absent:?} is rendered");
     }
+}
+
+/// The selectors are computed from the rendered configuration: an exclusion set through
+/// `config` reaches them as one set through `placement.excludedNamespaces` does.
+#[test]
+fn the_selectors_leave_out_the_configurations_excluded_namespaces() {
+    let rendered = template(&["config.placement.excludedNamespaces={kube-system,jobs}"]);
+    assert_eq!(
+        rendered
+            .matches("values: [jobs, kube-system, poolkeeper-system]")
+            .count(),
+        2,
+        "both pool-labelled entries"
+    );
 }
 
 /// The `poolkeeper.yaml` of the rendered ConfigMap, dedented.
@@ -163,6 +183,7 @@ fn the_rendered_configuration_is_accepted_by_poolkeeper() {
     for (name, sets) in [("defaults", &[][..]), ("options", &EVERY_OPTION[..])] {
         let config = rendered_config(&template(sets));
         assert!(config.contains("leaseName: poolkeeper"), "{config}");
+        assert!(config.contains("configurationName: poolkeeper"), "{config}");
         let path = dir.join(format!("{name}.yaml"));
         std::fs::write(&path, &config).unwrap();
         let out = run(Command::new(&binary).arg("check-config").arg(&path));

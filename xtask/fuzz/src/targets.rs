@@ -327,8 +327,8 @@ fn pod_review(namespace: &str, labels: Value, spec: Value) -> Value {
 /// a failed request's `Status`.
 pub fn pod_list_protobuf(data: &[u8]) {
     let f = fixture();
-    let _ = poolkeeper_audit::protobuf::decode_status(data.to_vec().into(), 500);
-    let Ok(page) = poolkeeper_audit::decode_page(data.to_vec(), true) else {
+    let _ = poolkeeper_audit::testing::protobuf::decode_status(data.to_vec().into(), 500);
+    let Ok(page) = poolkeeper_audit::testing::decode_page(data.to_vec(), true) else {
         return;
     };
     assert_ne!(page.continue_token.as_deref(), Some(""));

@@ -3,8 +3,24 @@
 //! xtask builds the control-plane binaries into a directory named after the
 //! Kubernetes version that `xtask/controlplane/kubernetes/go.mod` pins, and
 //! poolkeeper-testenv looks for them there: both must read that version the
-//! same way, so both call this crate. It uses nothing but std, so that xtask,
-//! which depends on it, stays a build of seconds.
+//! same way, so both call this crate. The other terms of that agreement live
+//! here too: the environment variables naming a directory of binaries and the
+//! executables such a directory holds. It uses nothing but std.
+
+/// A directory of control-plane binaries, as controller-runtime's envtest names it: when set,
+/// xtask builds nothing and testenv looks nowhere else.
+pub const KUBEBUILDER_ASSETS: &str = "KUBEBUILDER_ASSETS";
+/// The directory `cargo xtask control-plane` built into, exported by `cargo xtask test` for
+/// the end-to-end tests.
+pub const POOLKEEPER_CONTROL_PLANE: &str = "POOLKEEPER_CONTROL_PLANE";
+/// Every executable a directory of control-plane binaries holds.
+pub const CONTROL_PLANE_BINARIES: [&str; 5] = [
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kubectl",
+];
 
 /// The version of `module` required by `go_mod`, on a `require` line of its own or inside a
 /// `require ( ... )` block; `None` when `go_mod` does not require it.

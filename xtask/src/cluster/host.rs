@@ -13,15 +13,16 @@ const PROGRAMS: [(&str, &str); 12] = [
     ("ip", "iproute2"),
     ("nsenter", "util-linux"),
     ("umount", "mount"),
-    ("openssl", "openssl"),
     ("iptables", "iptables"),
     ("conntrack", "conntrack"),
     ("containerd", "containerd"),
     ("containerd-shim-runc-v2", "containerd"),
     ("ctr", "containerd"),
     ("runc", "runc"),
-    // The tests: the README's blocks are bash; /metrics is read from inside the namespace.
+    // The tests: the README's blocks are bash and make the webhook's certificates with openssl;
+    // /metrics is read from inside the namespace.
     ("bash", "bash"),
+    ("openssl", "openssl"),
     ("curl", "curl"),
 ];
 

@@ -115,7 +115,7 @@ fn remove_shim_sockets(layout: &Layout) -> Result<()> {
     for entry in entries.flatten() {
         let id = entry.file_name();
         let key = format!("{}/k8s.io/{}", address.display(), id.to_string_lossy());
-        let socket = Path::new(SHIM_SOCKETS).join(oci::sha256::hex_digest(key.as_bytes()));
+        let socket = Path::new(SHIM_SOCKETS).join(oci::sha256_hex(key.as_bytes()));
         if socket.exists() {
             std::fs::remove_file(&socket)
                 .map_err(|e| Error::io(format!("removing {}", socket.display()), e))?;

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use super::{Image, tar};
+use super::{Entry, Image};
 use crate::{Error, Result};
 
 /// The image the Dockerfile `text` describes, with `args` overriding `ARG` defaults and `COPY`
@@ -177,7 +177,7 @@ fn copy(image: &mut Image, args: &str, context: &Path) -> Result<()> {
     let contents =
         std::fs::read(&path).map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
     let executable = is_executable(&path);
-    image.files.push(tar::Entry {
+    image.files.push(Entry {
         path: dest.trim_start_matches('/').to_owned(),
         mode: if executable { 0o755 } else { 0o644 },
         contents,

@@ -3,14 +3,11 @@
 
 use std::path::{Path, PathBuf};
 
-use poolkeeper_gomod::required_version;
+use poolkeeper_gomod::{
+    CONTROL_PLANE_BINARIES, KUBEBUILDER_ASSETS, POOLKEEPER_CONTROL_PLANE, required_version,
+};
 
 use crate::TestEnvError;
-
-/// Directory of binaries following controller-runtime's envtest convention.
-pub const KUBEBUILDER_ASSETS: &str = "KUBEBUILDER_ASSETS";
-/// Directory of binaries built by `cargo xtask control-plane` (exported by `cargo xtask test`).
-pub const POOLKEEPER_CONTROL_PLANE: &str = "POOLKEEPER_CONTROL_PLANE";
 
 /// The Go module that pins the Kubernetes release; its `require` line is the one place the version is written.
 const KUBERNETES_GO_MOD: &str = include_str!("../../controlplane/kubernetes/go.mod");
@@ -41,15 +38,6 @@ pub struct Binaries {
     pub kubectl: PathBuf,
 }
 
-/// Every executable a directory of binaries must hold.
-pub const BINARY_NAMES: [&str; 5] = [
-    "etcd",
-    "kube-apiserver",
-    "kube-controller-manager",
-    "kube-scheduler",
-    "kubectl",
-];
-
 impl Binaries {
     /// `KUBEBUILDER_ASSETS` if set, else `POOLKEEPER_CONTROL_PLANE` if set, else [`default_binaries_dir`].
     pub fn discover() -> Result<Self, TestEnvError> {
@@ -70,7 +58,7 @@ impl Binaries {
 
     /// The executables in `dir`, or the names of those that are missing.
     pub fn in_dir(dir: &Path) -> Result<Self, Vec<String>> {
-        let missing: Vec<String> = BINARY_NAMES
+        let missing: Vec<String> = CONTROL_PLANE_BINARIES
             .iter()
             .filter(|name| !dir.join(name).is_file())
             .map(|name| (*name).to_owned())

@@ -1,6 +1,10 @@
 //! The admin kubeconfig of a control plane, with every credential embedded so the file can be
-//! copied elsewhere.
+//! copied elsewhere, and the client it gives.
 
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+
+use crate::TestEnvError;
 use crate::certs::ClusterPki;
 
 pub(crate) const CONTEXT: &str = "poolkeeper-testenv";
@@ -31,6 +35,12 @@ current-context: {CONTEXT}
         cert = base64(pki.admin.cert_pem.as_bytes()),
         key = base64(pki.admin.key_pem.as_bytes()),
     )
+}
+
+pub(crate) async fn client_for(kubeconfig: &Kubeconfig) -> Result<Client, TestEnvError> {
+    let config =
+        Config::from_custom_kubeconfig(kubeconfig.clone(), &KubeConfigOptions::default()).await?;
+    Client::try_from(config).map_err(|e| TestEnvError::kube("building the admin client", e))
 }
 
 /// Standard base64 with padding (RFC 4648 §4), as kubeconfig's `*-data` fields expect.

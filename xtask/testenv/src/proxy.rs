@@ -65,7 +65,7 @@ impl ApiProxy {
                 cluster.server = Some(format!("https://{addr}"));
             }
         }
-        let client = crate::env::client_for(&kubeconfig).await?;
+        let client = crate::kubeconfig::client_for(&kubeconfig).await?;
         let accepted = Arc::new(AtomicUsize::new(0));
         let accepting = spawn_accepting(listener, upstream, Arc::clone(&accepted));
         Ok(Self {

@@ -9,7 +9,7 @@ use poolkeeper_index::IndexResource;
 use poolkeeper_supervisor::testing::{BusRecorder, spawn};
 use serde_json::json;
 
-use super::{FakePods, cluster, k8s_node, on, pod, settings};
+use super::{FakePods, cluster, k8s_node, on, pod, policy, settings};
 use crate::{Audit, AuditSettings};
 
 const INTERVAL: Duration = Duration::from_secs(60);
@@ -29,7 +29,7 @@ fn setup() -> Setup {
     let recorder = BusRecorder::new(&bus);
     bus.start();
     Setup {
-        index: cluster(&settings),
+        index: cluster(),
         bus,
         recorder,
         lister: FakePods::new(vec![
@@ -46,6 +46,7 @@ fn audit(s: &Setup) -> Box<Audit> {
         &s.bus,
         s.lister.clone(),
         s.index.clone(),
+        policy(),
     ))
 }
 

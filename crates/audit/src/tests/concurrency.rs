@@ -12,16 +12,17 @@ use tokio::time::Instant;
 
 use super::{
     FAKE_VERSION, FakePods, POOL, Start, assert_failed_listing, cluster, labels, namespace_query,
-    on, pod, policy_config_map, settings,
+    on, pod, policy, policy_config_map, settings,
 };
-use crate::{AuditSettings, PodQuery, ReportKey, Round, audit_round};
+use crate::lister::PodQuery;
+use crate::{ReportKey, Round, audit_round};
 
 fn namespace(i: usize) -> String {
     format!("ns-{i:02}")
 }
 
 /// `namespaces` bound namespaces, alternately to hangzhou and beijing.
-fn bind(settings: &AuditSettings, index: &Index, namespaces: usize) {
+fn bind(index: &Index, namespaces: usize) {
     let mut yaml = String::from("bindings:\n");
     for i in 0..namespaces {
         let pool = if i % 2 == 0 { "hangzhou" } else { "beijing" };
@@ -33,7 +34,7 @@ fn bind(settings: &AuditSettings, index: &Index, namespaces: usize) {
     if namespaces == 0 {
         yaml = String::new();
     }
-    index.apply(policy_config_map(settings, &yaml));
+    index.apply(policy_config_map(&yaml));
 }
 
 /// Per bound namespace: a third outside its pool, a third inside, a third
@@ -102,12 +103,12 @@ async fn run(
         settings.max_reported,
         settings.concurrency,
     ) = (page_size, max_reported, concurrency);
-    let index = cluster(&settings);
-    bind(&settings, &index, namespaces);
+    let index = cluster();
+    bind(&index, namespaces);
     let lister = FakePods::new(pods(namespaces, per_namespace))
         .with_workloads(workloads())
         .with_latency(reversed_latency);
-    let mut round = audit_round(&lister, &index, &settings, previous)
+    let mut round = audit_round(&lister, &index, &policy(), &settings, previous)
         .await
         .unwrap();
     assert!(lister.max_in_flight.load(Ordering::SeqCst) <= concurrency);
@@ -210,8 +211,8 @@ async fn timed(
 ) -> (Duration, usize) {
     let mut settings = settings();
     (settings.page_size, settings.concurrency) = (page_size, concurrency);
-    let index = cluster(&settings);
-    bind(&settings, &index, namespaces);
+    let index = cluster();
+    bind(&index, namespaces);
     let lister =
         FakePods::new(pods(namespaces, per_namespace)).with_latency(move |query, _| match query {
             PodQuery::Namespace { namespace, .. } if namespace == "ns-00" => first,
@@ -219,7 +220,7 @@ async fn timed(
             PodQuery::Labelled { .. } => Duration::ZERO,
         });
     let started = Instant::now();
-    let round = audit_round(&lister, &index, &settings, &HashSet::new())
+    let round = audit_round(&lister, &index, &policy(), &settings, &HashSet::new())
         .await
         .unwrap();
     let elapsed = started.elapsed();
@@ -279,12 +280,12 @@ async fn a_slow_list_holds_back_no_other() {
 async fn a_failed_list_fails_the_round_naming_its_query() {
     let mut settings = settings();
     settings.concurrency = 8;
-    let index = cluster(&settings);
-    bind(&settings, &index, 40);
+    let index = cluster();
+    bind(&index, 40);
     let lister = FakePods::new(pods(40, 3)).with_latency(reversed_latency);
     // ns-17 is bound to beijing.
     *lister.failing_query.lock() = Some(namespace_query(&namespace(17), &["bj-1"]));
-    let error = audit_round(&lister, &index, &settings, &HashSet::new())
+    let error = audit_round(&lister, &index, &policy(), &settings, &HashSet::new())
         .await
         .unwrap_err();
     assert_failed_listing(&error, "ns-17");

@@ -2,7 +2,7 @@
 
 use serde_json::json;
 
-use crate::{decode_page, join_chunks};
+use crate::page::{decode_page, join_chunks};
 
 fn page_json() -> Vec<u8> {
     serde_json::to_vec(&json!({
@@ -51,14 +51,14 @@ fn failed_requests_carry_the_api_servers_status() {
     let status = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
         "message": "pods is forbidden: User \"x\" cannot list resource \"pods\"", "reason": "Forbidden", "code": 403});
     let body = serde_json::to_vec(&status).unwrap();
-    match crate::lister::api_error(403, body, false) {
+    match crate::page::api_error(403, body, false) {
         kube::Error::Api(status) => {
             assert_eq!((status.code, status.reason.as_str()), (403, "Forbidden"));
             assert!(status.message.starts_with("pods is forbidden"));
         }
         other => panic!("{other}"),
     }
-    match crate::lister::api_error(502, b"<html>bad gateway</html>\n".to_vec(), false) {
+    match crate::page::api_error(502, b"<html>bad gateway</html>\n".to_vec(), false) {
         kube::Error::Api(status) => {
             assert_eq!(status.code, 502);
             assert_eq!(status.message, "<html>bad gateway</html>");

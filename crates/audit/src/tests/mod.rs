@@ -17,10 +17,11 @@ use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use parking_lot::Mutex;
 use poolkeeper_config::Config;
 use poolkeeper_index::{Index, IndexResource};
-use poolkeeper_placement::{PodPlacement, Workload, WorkloadKind};
+use poolkeeper_placement::{PodPlacement, PolicyCache, Workload, WorkloadKind};
 use serde_json::{Value, json};
 
-use crate::{AuditSettings, PageStart, PodLister, PodPage, PodQuery, WorkloadPage};
+use crate::AuditSettings;
+use crate::testing::{PageStart, PodLister, PodPage, PodQuery, WorkloadPage};
 
 pub(crate) const POOL: &str = "apps.openyurt.io/nodepool";
 
@@ -46,8 +47,14 @@ pub(crate) fn k8s_node(name: &str, pool: Option<&str>) -> Node {
     serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}})).unwrap()
 }
 
-pub(crate) fn policy_config_map(settings: &AuditSettings, yaml: &str) -> ConfigMap {
-    let source = settings.policy.source();
+/// The placement policy's holder the tests run with: the defaults.
+pub(crate) fn policy() -> PolicyCache {
+    PolicyCache::from(&Config::default().placement)
+}
+
+pub(crate) fn policy_config_map(yaml: &str) -> ConfigMap {
+    let policy = policy();
+    let source = policy.source();
     serde_json::from_value(json!({
         "metadata": {"name": source.name, "namespace": source.namespace},
         "data": {(source.key.clone()): yaml},
@@ -56,7 +63,7 @@ pub(crate) fn policy_config_map(settings: &AuditSettings, yaml: &str) -> ConfigM
 }
 
 /// hangzhou (Cloud): hz-1, hz-2; beijing (Cloud): bj-1; free-1 in no pool.
-pub(crate) fn cluster(settings: &AuditSettings) -> Arc<Index> {
+pub(crate) fn cluster() -> Arc<Index> {
     let index = Index::new(POOL);
     for (name, pool) in [
         ("hz-1", Some("hangzhou")),
@@ -74,7 +81,7 @@ pub(crate) fn cluster(settings: &AuditSettings) -> Arc<Index> {
         .unwrap();
         index.apply(node_pool);
     }
-    index.apply(policy_config_map(settings, POLICY));
+    index.apply(policy_config_map(POLICY));
     Arc::new(index)
 }
 

@@ -5,8 +5,8 @@
 
 use kube::core::Status;
 
-use crate::protobuf::{self, ProtobufError};
-use crate::{PodPage, decode_page};
+use crate::page::protobuf::{self, ProtobufError};
+use crate::page::{PodPage, decode_page};
 
 const PAGE_PROTOBUF: &[u8] = include_bytes!("data/pod-page.pb");
 const PAGE_JSON: &[u8] = include_bytes!("data/pod-page.json");
@@ -159,7 +159,7 @@ fn bodies_that_are_no_pod_list_say_what_they_are() {
 #[test]
 fn a_failed_request_in_either_encoding_is_the_same_status() {
     let status = |body: &[u8], protobuf: bool| -> Status {
-        match crate::lister::api_error(404, body.to_vec(), protobuf) {
+        match crate::page::api_error(404, body.to_vec(), protobuf) {
             kube::Error::Api(status) => *status,
             other => panic!("{other}"),
         }

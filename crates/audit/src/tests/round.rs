@@ -8,12 +8,13 @@ use serde_json::json;
 
 use super::{
     FAKE_VERSION, FakePods, POOL, Start, assert_failed_listing, cluster, counts, k8s_node, labels,
-    namespace_query, on, pod, policy_config_map, settings,
+    namespace_query, on, pod, policy, policy_config_map, settings,
 };
 use poolkeeper_placement::{Workload, WorkloadKind};
 
 use crate::lister::RUNNING_OR_PENDING;
-use crate::{AuditError, PageStart, PodQuery, ReportKey, audit_round};
+use crate::lister::{PageStart, PodQuery};
+use crate::{AuditError, ReportKey, audit_round};
 
 fn pods() -> Vec<poolkeeper_placement::PodPlacement> {
     vec![
@@ -67,9 +68,9 @@ fn pods() -> Vec<poolkeeper_placement::PodPlacement> {
 #[tokio::test]
 async fn judges_bound_namespaces_and_labelled_pods_once_each() {
     let settings = settings();
-    let index = cluster(&settings);
+    let index = cluster();
     let lister = FakePods::new(pods());
-    let round = audit_round(&lister, &index, &settings, &HashSet::new())
+    let round = audit_round(&lister, &index, &policy(), &settings, &HashSet::new())
         .await
         .unwrap();
 
@@ -139,9 +140,9 @@ async fn reads_every_page_with_the_configured_size() {
     let mut settings = settings();
     // One LIST at a time: the calls in the order of the LISTs.
     settings.concurrency = 1;
-    let index = cluster(&settings);
+    let index = cluster();
     let lister = FakePods::new(pods());
-    audit_round(&lister, &index, &settings, &HashSet::new())
+    audit_round(&lister, &index, &policy(), &settings, &HashSet::new())
         .await
         .unwrap();
     let calls = lister.calls.lock().clone();
@@ -207,9 +208,9 @@ fn list_parameters() {
 async fn only_the_first_violations_are_detailed_but_all_are_counted() {
     let mut settings = settings();
     settings.max_reported = 2;
-    let index = cluster(&settings);
+    let index = cluster();
     let lister = FakePods::new(pods());
-    let round = audit_round(&lister, &index, &settings, &HashSet::new())
+    let round = audit_round(&lister, &index, &policy(), &settings, &HashSet::new())
         .await
         .unwrap();
     assert_eq!(round.findings.len(), 2);
@@ -225,7 +226,7 @@ async fn only_the_first_violations_are_detailed_but_all_are_counted() {
 #[tokio::test]
 async fn tells_which_reports_still_violate() {
     let settings = settings();
-    let index = cluster(&settings);
+    let index = cluster();
     let lister = FakePods::new(pods());
     let previous: HashSet<ReportKey> = [
         ReportKey::new("uid-out-bj", "shop-hangzhou", "out-bj", "outside_pool"),
@@ -234,7 +235,7 @@ async fn tells_which_reports_still_violate() {
     ]
     .into_iter()
     .collect();
-    let round = audit_round(&lister, &index, &settings, &previous)
+    let round = audit_round(&lister, &index, &policy(), &settings, &previous)
         .await
         .unwrap();
     let still: HashSet<ReportKey> = [ReportKey::new(
@@ -251,14 +252,14 @@ async fn tells_which_reports_still_violate() {
 #[tokio::test]
 async fn a_relabelled_node_changes_the_verdict_of_the_next_round() {
     let settings = settings();
-    let index = cluster(&settings);
+    let index = cluster();
     let lister = FakePods::new(vec![pod("shop-hangzhou", "web", json!({}), on("hz-2"))]);
-    let before = audit_round(&lister, &index, &settings, &HashSet::new())
+    let before = audit_round(&lister, &index, &policy(), &settings, &HashSet::new())
         .await
         .unwrap();
     assert_eq!(before.violations(), 0);
     index.apply(k8s_node("hz-2", Some("beijing")));
-    let after = audit_round(&lister, &index, &settings, &HashSet::new())
+    let after = audit_round(&lister, &index, &policy(), &settings, &HashSet::new())
         .await
         .unwrap();
     assert_eq!(after.violations(), 1);
@@ -268,17 +269,17 @@ async fn a_relabelled_node_changes_the_verdict_of_the_next_round() {
 #[tokio::test]
 async fn failures_fail_the_round() {
     let settings = settings();
-    let index = cluster(&settings);
+    let index = cluster();
     let lister = FakePods::new(pods());
     lister.failing.store(true, Ordering::SeqCst);
-    let error = audit_round(&lister, &index, &settings, &HashSet::new())
+    let error = audit_round(&lister, &index, &policy(), &settings, &HashSet::new())
         .await
         .unwrap_err();
     assert_failed_listing(&error, "shop-beijing");
 
     lister.failing.store(false, Ordering::SeqCst);
-    index.apply(policy_config_map(&settings, "bindings: [{namespace: a}]"));
-    let error = audit_round(&lister, &index, &settings, &HashSet::new())
+    index.apply(policy_config_map("bindings: [{namespace: a}]"));
+    let error = audit_round(&lister, &index, &policy(), &settings, &HashSet::new())
         .await
         .unwrap_err();
     assert!(matches!(error, AuditError::Policy(_)), "{error}");
@@ -287,10 +288,10 @@ async fn failures_fail_the_round() {
 #[tokio::test]
 async fn without_bindings_only_labelled_pods_are_listed() {
     let settings = settings();
-    let index = cluster(&settings);
-    index.apply(policy_config_map(&settings, ""));
+    let index = cluster();
+    index.apply(policy_config_map(""));
     let lister = FakePods::new(pods());
-    let round = audit_round(&lister, &index, &settings, &HashSet::new())
+    let round = audit_round(&lister, &index, &policy(), &settings, &HashSet::new())
         .await
         .unwrap();
     assert_eq!(round.pods, 5, "the five labelled Pods");
@@ -337,7 +338,7 @@ fn workload(
 #[tokio::test]
 async fn workloads_whose_template_would_be_denied_are_reported() {
     let settings = settings();
-    let index = cluster(&settings);
+    let index = cluster();
     let lister = FakePods::new(Vec::new()).with_workloads(vec![
         workload(
             WorkloadKind::Deployment,
@@ -383,7 +384,7 @@ async fn workloads_whose_template_would_be_denied_are_reported() {
             json!({"nodeName": "hz-1"}),
         ),
     ]);
-    let round = audit_round(&lister, &index, &settings, &HashSet::new())
+    let round = audit_round(&lister, &index, &policy(), &settings, &HashSet::new())
         .await
         .unwrap();
     assert_eq!(round.pods, 0);
@@ -444,15 +445,13 @@ fn namespace_lists_leave_out_their_pools_nodes_within_the_budget() {
     use crate::round::{LEAVE_OUT_BYTES, queries};
     use poolkeeper_placement::PlacementPolicy;
 
-    let settings = settings();
-    let index = cluster(&settings);
+    let index = cluster();
     // 300 Nodes of 40-character names in pool "wide": more than the budget holds.
     let wide: Vec<String> = (0..300).map(|i| format!("wide-{i:0>35}")).collect();
     for name in wide.iter().rev() {
         index.apply(k8s_node(name, Some("wide")));
     }
     index.apply(policy_config_map(
-        &settings,
         "bindings:
   - {namespace: a, nodePool: wide}
   - {namespace: b, nodePools: [hangzhou, beijing]}
@@ -460,7 +459,7 @@ fn namespace_lists_leave_out_their_pools_nodes_within_the_budget() {
 ",
     ));
     let view = index.placement();
-    let loaded = settings.policy.get(&view);
+    let loaded = policy().get(&view);
     let policy: &PlacementPolicy = loaded.as_ref().as_ref().unwrap();
     let found = queries(policy, &view);
     let leave_out = |namespace: &str| match found

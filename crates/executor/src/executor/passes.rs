@@ -149,7 +149,7 @@ fn report(bus: &Bus, pass: u64, tally: &Tally) {
             pass,
             keys,
             writes,
-            ?duration,
+            duration_ms = duration.as_millis() as u64,
             "reconciliation pass completed"
         ),
         Some((target, error)) => tracing::warn!(
@@ -159,6 +159,7 @@ fn report(bus: &Bus, pass: u64, tally: &Tally) {
             failed,
             first_failed = %target,
             %error,
+            duration_ms = duration.as_millis() as u64,
             "reconciliation pass completed with failed writes"
         ),
     }

@@ -6,14 +6,17 @@
 
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::{Event, Namespace};
-use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};
-use poolkeeper_testenv::eventually;
+use kube::{Api, Client};
+use poolkeeper_testenv::{TestEnv, eventually};
 use serde_json::{Value, json};
 
-use crate::harness::{TIMEOUT, metric_sum, scheduled_node, wait_placed};
+use crate::harness::{
+    Running, TIMEOUT, control_plane, metric_sum, scheduled_node, test_config, wait_placed,
+};
 use crate::objects::{
-    POOL_LABEL, dry_run, labelled_pod, node_affinity, plain_pod, pod, pool_affinity, write_policy,
+    CONTROLLER_NAMESPACE, POOL_LABEL, dry_run, labelled_pod, node_affinity, plain_pod, pod,
+    pool_affinity, write_policy,
 };
 use crate::placement::{
     BINDINGS, CLOUD_NAMESPACE, CLOUD_NODES, Cluster, EDGE_NAMESPACE, EDGE_NODES, Webhooks, setup,
@@ -21,17 +24,52 @@ use crate::placement::{
 
 const MODE_LABEL: &str = "poolkeeper.io/mode";
 
-impl Cluster {
-    /// Sets (`Some`) or removes (`None`) labels of Namespace `name`.
-    async fn label_namespace(&self, name: &str, labels: Value) {
-        Api::<Namespace>::all(self.client.clone())
-            .patch(
-                name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"metadata": {"labels": labels}})),
-            )
+/// Sets (`Some`) or removes (`None`) labels of Namespace `name`.
+async fn label_namespace(client: &Client, name: &str, labels: Value) {
+    Api::<Namespace>::all(client.clone())
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": labels}})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("labelling namespace {name}: {e}"));
+}
+
+/// The (reason, message) of the Warning Events on Namespace `name`, once
+/// there is one.
+async fn wait_namespace_warnings(client: &Client, name: &str) -> Vec<(String, String)> {
+    eventually(&format!("a Warning on {name}"), TIMEOUT, || async {
+        let warnings: Vec<(String, String)> = Api::<Event>::namespaced(client.clone(), name)
+            .list(&ListParams::default())
             .await
-            .unwrap_or_else(|e| panic!("labelling namespace {name}: {e}"));
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| e.involved_object.kind.as_deref() == Some("Namespace"))
+            .filter(|e| e.type_.as_deref() == Some("Warning"))
+            .map(|e| (e.reason.unwrap_or_default(), e.message.unwrap_or_default()))
+            .collect();
+        (!warnings.is_empty()).then_some(warnings)
+    })
+    .await
+    .unwrap()
+}
+
+/// Waits until `running` counts `count` rejected label bindings for
+/// `reason`.
+async fn wait_rejected(running: &Running, reason: &str, count: u64) {
+    let series = format!("poolkeeper_placement_rejected_bindings{{reason=\"{reason}\"}}");
+    eventually(&format!("{series} = {count}"), TIMEOUT, || async {
+        (metric_sum(&running.metrics().await, &series) == count).then_some(())
+    })
+    .await
+    .unwrap();
+}
+
+impl Cluster {
+    async fn label_namespace(&self, name: &str, labels: Value) {
+        label_namespace(&self.client, name, labels).await;
     }
 
     /// The namespaces the bound-namespaces entry of the validating
@@ -89,27 +127,8 @@ impl Cluster {
             .unwrap_or_default()
     }
 
-    /// The reasons of the Warning Events on Namespace `name`.
-    async fn namespace_warnings(&self, name: &str) -> Vec<(String, String)> {
-        Api::<Event>::namespaced(self.client.clone(), name)
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .filter(|e| e.involved_object.kind.as_deref() == Some("Namespace"))
-            .filter(|e| e.type_.as_deref() == Some("Warning"))
-            .map(|e| (e.reason.unwrap_or_default(), e.message.unwrap_or_default()))
-            .collect()
-    }
-
     async fn wait_rejected(&self, reason: &str, count: u64) {
-        let series = format!("poolkeeper_placement_rejected_bindings{{reason=\"{reason}\"}}");
-        eventually(&format!("{series} = {count}"), TIMEOUT, || async {
-            (metric_sum(&self.running.metrics().await, &series) == count).then_some(())
-        })
-        .await
-        .unwrap();
+        wait_rejected(&self.running, reason, count).await;
     }
 }
 
@@ -298,12 +317,7 @@ async fn bindings_of_excluded_namespaces_and_conflicting_labels_are_refused_and_
         .label_namespace("kube-system", json!({POOL_LABEL: "cloud"}))
         .await;
     cluster.wait_rejected("excluded", 1).await;
-    let warnings = eventually("a Warning on kube-system", TIMEOUT, || async {
-        let warnings = cluster.namespace_warnings("kube-system").await;
-        (!warnings.is_empty()).then_some(warnings)
-    })
-    .await
-    .unwrap();
+    let warnings = wait_namespace_warnings(&cluster.client, "kube-system").await;
     assert_eq!(warnings[0].0, "BindingExcluded", "{warnings:?}");
     assert!(
         !cluster
@@ -317,12 +331,7 @@ async fn bindings_of_excluded_namespaces_and_conflicting_labels_are_refused_and_
         .label_namespace(CLOUD_NAMESPACE, json!({POOL_LABEL: "edge"}))
         .await;
     cluster.wait_rejected("conflict", 1).await;
-    let warnings = eventually("a Warning on shop-cloud", TIMEOUT, || async {
-        let warnings = cluster.namespace_warnings(CLOUD_NAMESPACE).await;
-        (!warnings.is_empty()).then_some(warnings)
-    })
-    .await
-    .unwrap();
+    let warnings = wait_namespace_warnings(&cluster.client, CLOUD_NAMESPACE).await;
     assert_eq!(warnings[0].0, "BindingConflict");
     assert!(
         warnings[0]
@@ -368,4 +377,38 @@ async fn bindings_of_excluded_namespaces_and_conflicting_labels_are_refused_and_
     write_policy(&cluster.client, &BINDINGS).await;
     wait_placed(&cluster.env, EDGE_NAMESPACE, "edge").await;
     cluster.running.stop().await;
+}
+
+/// Without the webhook, the audit still applies the label bindings: the
+/// ones that take no effect are reported all the same (Warning Event and
+/// metric), by the leader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_audit_only_installation_reports_a_conflicting_namespace_label() {
+    const SHOP: &str = "shop";
+    let env = control_plane(TestEnv::builder(), &[CONTROLLER_NAMESPACE, SHOP]).await;
+    let client = env.client();
+    write_policy(&client, &[(SHOP, "cloud", "enforce")]).await;
+    let cert_dir = tempfile::tempdir().unwrap();
+    let mut config = test_config(CONTROLLER_NAMESPACE, cert_dir.path());
+    config.machine_classes.enabled = false;
+    config.webhook.enabled = false;
+    assert!(!config.audit.interval.is_zero(), "the audit runs");
+    let running = Running::start(&config, &env).await;
+    running.wait_ready().await;
+    assert_eq!(running.webhook, None);
+
+    label_namespace(&client, SHOP, json!({POOL_LABEL: "edge"})).await;
+    wait_rejected(&running, "conflict", 1).await;
+    let warnings = wait_namespace_warnings(&client, SHOP).await;
+    assert_eq!(warnings[0].0, "BindingConflict", "{warnings:?}");
+    assert!(
+        warnings[0]
+            .1
+            .contains("bound by the policy ConfigMap to node pool \"cloud\""),
+        "{warnings:?}"
+    );
+
+    label_namespace(&client, SHOP, json!({POOL_LABEL: null})).await;
+    wait_rejected(&running, "conflict", 0).await;
+    running.stop().await;
 }

@@ -11,7 +11,8 @@
 //! | `loose-1` | none |
 //!
 //! `shop` is bound to `cloud`; `plain` and `shop-new` are bound to nothing
-//! until the test binds `shop-new`.
+//! until the test binds `shop-new`. The operator excludes `batch` from
+//! placement (`placement.excludedNamespaces`, besides the defaults).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -39,6 +40,8 @@ use crate::objects::{
 const BOUND_NAMESPACE: &str = "shop";
 const UNBOUND_NAMESPACE: &str = "plain";
 const NEW_NAMESPACE: &str = "shop-new";
+/// Added to `placement.excludedNamespaces` by the operator.
+const EXCLUDED_NAMESPACE: &str = "batch";
 const CLOUD_NODES: [&str; 2] = ["cloud-1", "cloud-2"];
 const CONFIGURATION: &str = "poolkeeper";
 const MUTATE_BOUND: &str = "mutate-pods.poolkeeper.io";
@@ -59,6 +62,7 @@ async fn setup() -> Cluster {
             BOUND_NAMESPACE,
             UNBOUND_NAMESPACE,
             NEW_NAMESPACE,
+            EXCLUDED_NAMESPACE,
         ],
     )
     .await;
@@ -72,6 +76,10 @@ async fn setup() -> Cluster {
     let (cert_dir, cert) = serving_cert();
     let mut config = test_config(CONTROLLER_NAMESPACE, cert_dir.path());
     config.machine_classes.enabled = false;
+    config
+        .placement
+        .excluded_namespaces
+        .push(EXCLUDED_NAMESPACE.to_owned());
     // A fixed port, so that a restarted controller is where the
     // configurations point.
     let port = free_port();
@@ -99,20 +107,32 @@ async fn write_bindings(client: &Client, namespaces: &[&str]) {
 /// The namespaces listed by the bound-namespaces entry of both
 /// configurations (mutating, validating).
 async fn listed_namespaces(client: &Client) -> (Vec<String>, Vec<String>) {
-    fn listed(webhooks: Value, entry_prefix: &str) -> Vec<String> {
+    entry_namespaces(client, "pods").await
+}
+
+/// The namespaces the pool-labelled entry of both configurations leaves
+/// out (mutating, validating).
+async fn left_out_namespaces(client: &Client) -> (Vec<String>, Vec<String>) {
+    entry_namespaces(client, "labelled-pods").await
+}
+
+/// The namespaces of the `namespaceSelector` of the entry named
+/// `{mutate,validate}-{entry}.poolkeeper.io` in both configurations.
+async fn entry_namespaces(client: &Client, entry: &str) -> (Vec<String>, Vec<String>) {
+    let listed = |webhooks: Value, prefix: &str| -> Vec<String> {
         webhooks
             .as_array()
             .into_iter()
             .flatten()
-            .find(|entry| entry["name"] == format!("{entry_prefix}-pods.poolkeeper.io"))
-            .and_then(|entry| {
+            .find(|found| found["name"] == format!("{prefix}-{entry}.poolkeeper.io"))
+            .and_then(|webhook| {
                 serde_json::from_value(
-                    entry["namespaceSelector"]["matchExpressions"][0]["values"].clone(),
+                    webhook["namespaceSelector"]["matchExpressions"][0]["values"].clone(),
                 )
                 .ok()
             })
             .unwrap_or_default()
-    }
+    };
     let mutating = Api::<MutatingWebhookConfiguration>::all(client.clone())
         .get(CONFIGURATION)
         .await
@@ -148,6 +168,24 @@ async fn wait_listed(client: &Client, namespaces: &[&str]) -> Duration {
     }
 }
 
+/// Polls every 20 ms until the pool-labelled entries of both
+/// configurations leave out exactly `namespaces`, as the leader writes them.
+async fn wait_left_out(client: &Client, namespaces: &[&str]) {
+    let started = Instant::now();
+    let expected: Vec<String> = namespaces.iter().map(|ns| (*ns).to_owned()).collect();
+    loop {
+        let (mutating, validating) = left_out_namespaces(client).await;
+        if mutating == expected && validating == expected {
+            return;
+        }
+        assert!(
+            started.elapsed() < TIMEOUT,
+            "the pool-labelled entries leave out {mutating:?} / {validating:?}, not {expected:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Waits until the apiserver (which loads configurations asynchronously)
 /// has poolkeeper place a dry-run Pod of `namespace`; the time it took.
 async fn time_to_placed(cluster: &Cluster, namespace: &str) -> Duration {
@@ -176,9 +214,9 @@ async fn assert_refused(client: &Client, namespace: &str, pod: &Pod, entry: &str
 }
 
 /// DESIGN §11 "Blast radius": once the leader has set the selectors, every
-/// replica is stopped. Pods of an unbound namespace are still created at
-/// once; Pods poolkeeper would place (bound namespace, pool label) are
-/// refused, failing closed. Restarted, the controller follows a new binding
+/// replica is stopped. Pods of an unbound namespace, and pool-labelled Pods
+/// of the excluded namespaces, are still created at once; Pods poolkeeper
+/// would place (bound namespace, pool label) are refused, failing closed. Restarted, the controller follows a new binding
 /// within moments and its Pods are placed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_the_pods_poolkeeper_places_depend_on_it() {
@@ -186,6 +224,20 @@ async fn only_the_pods_poolkeeper_places_depend_on_it() {
     let running = Running::start(&cluster.config, &cluster.env).await;
     running.wait_ready().await;
     wait_listed(&cluster.client, &[BOUND_NAMESPACE]).await;
+    // The placement policy's exclusions, the operator's among them, and the
+    // bound namespace: none is in `deploy/webhooks`' initial list.
+    wait_left_out(
+        &cluster.client,
+        &[
+            EXCLUDED_NAMESPACE,
+            "kube-node-lease",
+            "kube-public",
+            "kube-system",
+            CONTROLLER_NAMESPACE,
+            BOUND_NAMESPACE,
+        ],
+    )
+    .await;
     time_to_placed(&cluster, BOUND_NAMESPACE).await;
     running.stop().await;
 
@@ -221,21 +273,36 @@ async fn only_the_pods_poolkeeper_places_depend_on_it() {
     .await;
     assert_refused(
         &cluster.client,
+        BOUND_NAMESPACE,
+        &labelled_pod("bound-labelled", labelled.clone(), json!({})),
+        MUTATE_BOUND,
+    )
+    .await;
+    assert_refused(
+        &cluster.client,
         UNBOUND_NAMESPACE,
         &labelled_pod("labelled", labelled.clone(), json!({})),
         MUTATE_LABELLED,
     )
     .await;
-    // Kubernetes' and poolkeeper's own namespaces never wait for it, so
-    // neither can be locked out by its outage.
-    for namespace in ["kube-system", CONTROLLER_NAMESPACE] {
-        Api::<Pod>::namespaced(cluster.client.clone(), namespace)
+    // The namespaces poolkeeper never places (placement.excludedNamespaces,
+    // the operator's addition among them, and its own) never wait for it:
+    // their pool-labelled Pods are created, unplaced.
+    for namespace in [
+        "kube-system",
+        "kube-public",
+        "kube-node-lease",
+        EXCLUDED_NAMESPACE,
+        CONTROLLER_NAMESPACE,
+    ] {
+        let created = Api::<Pod>::namespaced(cluster.client.clone(), namespace)
             .create(
                 &PostParams::default(),
                 &labelled_pod("labelled", labelled.clone(), json!({})),
             )
             .await
             .unwrap_or_else(|e| panic!("a labelled Pod in {namespace}: {e}"));
+        assert_eq!(pool_affinity(&created), None, "{namespace}");
     }
 
     let running = Running::start(&cluster.config, &cluster.env).await;

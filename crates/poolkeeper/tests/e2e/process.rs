@@ -144,7 +144,14 @@ async fn run_without_a_reachable_cluster_fails_fast_and_probes_answer_meanwhile(
         {
             drop(stream);
             live = Some(http_get(admin, "/healthz").await);
-            not_ready = Some(http_get(admin, "/readyz?verbose").await);
+            // The admin server answers as soon as it is bound, before the API-server check
+            // has failed its first attempt: wait for the check to say why it is not ready.
+            let readyz = http_get(admin, "/readyz?verbose").await;
+            if readyz.1.contains("apiserver failed") {
+                not_ready = Some(readyz);
+            } else {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
         } else {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }

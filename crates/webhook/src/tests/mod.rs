@@ -20,11 +20,11 @@ use poolkeeper_api::NodePool;
 use poolkeeper_bus::{AdmissionResult, Bus, Event, ObjectKey, WebhookKind};
 use poolkeeper_config::Config;
 use poolkeeper_index::{Index, IndexResource};
+use poolkeeper_placement::PolicyCache;
 use poolkeeper_supervisor::testing::BusRecorder;
 use serde_json::{Value, json};
 
-use crate::handler::AppState;
-use crate::service::Admission;
+use crate::admission::AdmissionService;
 use crate::settings::WebhookSettings;
 
 const POOL_LABEL: &str = "apps.openyurt.io/nodepool";
@@ -70,14 +70,19 @@ pub(crate) fn settings() -> WebhookSettings {
     }
 }
 
+/// The placement policy's holder the tests run with: the defaults.
+pub(crate) fn policy() -> PolicyCache {
+    PolicyCache::from(&Config::default().placement)
+}
+
 fn policy_key() -> ObjectKey {
-    settings().policy.source().config_map_key()
+    policy().source().config_map_key()
 }
 
 /// The placement ConfigMap holding `yaml`.
 fn policy_config_map(yaml: &str) -> ConfigMap {
     let key = policy_key();
-    let source = settings().policy.source().clone();
+    let source = policy().source().clone();
     serde_json::from_value(json!({
         "metadata": {"namespace": key.namespace, "name": key.name},
         "data": {source.key: yaml}
@@ -101,9 +106,9 @@ pub(crate) fn cluster() -> Arc<Index> {
     Arc::new(index)
 }
 
-/// The endpoints over the test cluster, and what they publish.
+/// The admission service over the test cluster, and what it publishes.
 struct Fixture {
-    router: Admission,
+    router: AdmissionService,
     index: Arc<Index>,
     recorder: BusRecorder,
 }
@@ -117,9 +122,8 @@ fn fixture_with(settings: WebhookSettings) -> Fixture {
     let bus = Bus::default();
     let recorder = BusRecorder::new(&bus);
     bus.start();
-    let state = AppState::new(Arc::clone(&index), settings.policy.clone(), bus);
     Fixture {
-        router: Admission::new(&settings, state),
+        router: AdmissionService::new(&settings, Arc::clone(&index), policy(), bus),
         index,
         recorder,
     }
@@ -213,7 +217,7 @@ fn pod_review(namespace: &str, spec: Value) -> Value {
 
 /// `method path` with `body`, answered by `router`.
 async fn send(
-    router: &Admission,
+    router: &AdmissionService,
     method: Method,
     path: &str,
     body: impl Into<Bytes>,
@@ -230,12 +234,16 @@ async fn send(
     (status, bytes)
 }
 
-async fn post(router: &Admission, path: &str, body: impl Into<Bytes>) -> (StatusCode, Bytes) {
+async fn post(
+    router: &AdmissionService,
+    path: &str,
+    body: impl Into<Bytes>,
+) -> (StatusCode, Bytes) {
     send(router, Method::POST, path, body).await
 }
 
 /// POSTs `review` and returns the `response` object of the answer.
-async fn admit(router: &Admission, path: &str, review: &Value) -> Value {
+async fn admit(router: &AdmissionService, path: &str, review: &Value) -> Value {
     let (status, body) = post(router, path, serde_json::to_vec(review).unwrap()).await;
     assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
     let answer: Value = serde_json::from_slice(&body).unwrap();

@@ -5,14 +5,14 @@ use poolkeeper_bus::WebhookKind;
 use poolkeeper_placement::{PlacementError, PlacementPolicy};
 use serde_json::json;
 
-use super::{UID, cluster, fixture, patch_of, pod_review, post, settings};
+use super::{UID, cluster, fixture, patch_of, pod_review, policy, post};
 use crate::review_response;
 
 #[tokio::test]
 async fn review_response_is_what_the_server_sends() {
     let index = cluster();
     let view = index.placement();
-    let policy = PlacementPolicy::load(&view, settings().policy.source());
+    let policy = PlacementPolicy::load(&view, policy().source());
     let body = serde_json::to_vec(&pod_review("shop-beijing", json!({}))).unwrap();
     let offline = review_response(WebhookKind::Mutate, &body, &view, policy.as_ref()).unwrap();
     assert_eq!(offline["response"]["uid"], UID);
@@ -37,7 +37,7 @@ fn review_response_fails_closed_and_reports_bad_input() {
     assert_eq!(response["response"]["allowed"], false);
     assert_eq!(response["response"]["status"]["code"], 500);
 
-    let policy = PlacementPolicy::load(&view, settings().policy.source());
+    let policy = PlacementPolicy::load(&view, policy().source());
     let error =
         review_response(WebhookKind::Validate, b"nope", &view, policy.as_ref()).unwrap_err();
     assert_eq!(error.status_code(), StatusCode::BAD_REQUEST);

@@ -10,8 +10,7 @@ use poolkeeper_index::IndexResource;
 use serde_json::json;
 
 use super::{
-    POLICY, admit, cluster, fixture, pod_review, policy_config_map, policy_key, set_policy,
-    settings,
+    POLICY, admit, cluster, fixture, pod_review, policy, policy_config_map, policy_key, set_policy,
 };
 use poolkeeper_placement::PolicyCache;
 
@@ -113,7 +112,7 @@ async fn every_configmap_change_reaches_the_next_request() {
 #[test]
 fn the_policy_is_parsed_once_per_configmap_generation() {
     let index = cluster();
-    let cache = PolicyCache::new(settings().policy.source().clone());
+    let cache = PolicyCache::new(policy().source().clone());
     let first = cache.get(&index.placement());
     assert!(first.is_ok());
     assert!(Arc::ptr_eq(&first, &cache.get(&index.placement())));

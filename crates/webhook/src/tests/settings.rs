@@ -23,9 +23,6 @@ webhook:
   mutatePath: /v1/mutate
   validatePath: /v1/validate
   maxBodyBytes: 4096
-placement:
-  poolLabel: example.com/pool
-  policyConfigMap: {namespace: infra, name: placement, key: policy.yaml}
 ";
     let config = Config::from_yaml_str(yaml).unwrap();
     let settings = WebhookSettings::from(&config);
@@ -42,14 +39,6 @@ placement:
     assert_eq!(settings.mutate_path, "/v1/mutate");
     assert_eq!(settings.validate_path, "/v1/validate");
     assert_eq!(settings.max_body_bytes, 4096);
-    assert_eq!(
-        (
-            settings.policy.source().namespace.as_str(),
-            settings.policy.source().name.as_str(),
-            settings.policy.source().key.as_str()
-        ),
-        ("infra", "placement", "policy.yaml")
-    );
 }
 
 /// `webhook: {mutatePath: .., validatePath: ..}` as YAML; JSON strings are

@@ -21,7 +21,7 @@ use poolkeeper_placement::{
 };
 use prost::Message;
 
-use crate::lister::PodPage;
+use super::PodPage;
 
 /// The media type the API server encodes built-in types in for a client that
 /// accepts it.
