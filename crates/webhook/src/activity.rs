@@ -34,7 +34,7 @@ pub(crate) enum Verdict {
 /// Shared by the connection's reader, its requests and its watchdog (HTTP/2
 /// requests run on tasks of their own, hence the atomics).
 #[derive(Debug)]
-pub(crate) struct Activity {
+pub(crate) struct ConnectionActivity {
     origin: Instant,
     in_flight: AtomicUsize,
     /// Milliseconds since `origin` at which the connection last had nothing
@@ -45,7 +45,7 @@ pub(crate) struct Activity {
     first_byte: AtomicU64,
 }
 
-impl Activity {
+impl ConnectionActivity {
     pub(crate) fn new() -> Self {
         Self {
             origin: Instant::now(),
@@ -105,7 +105,7 @@ impl Activity {
 
 /// A request in flight on the connection.
 #[derive(Debug)]
-pub(crate) struct InFlight(Arc<Activity>);
+pub(crate) struct InFlight(Arc<ConnectionActivity>);
 
 impl Drop for InFlight {
     fn drop(&mut self) {
@@ -118,15 +118,15 @@ impl Drop for InFlight {
     }
 }
 
-/// An I/O stream that reports the bytes it reads to an [`Activity`].
+/// An I/O stream that reports the bytes it reads to a [`ConnectionActivity`].
 #[derive(Debug)]
 pub(crate) struct Watched<T> {
     inner: T,
-    activity: Arc<Activity>,
+    activity: Arc<ConnectionActivity>,
 }
 
 impl<T> Watched<T> {
-    pub(crate) fn new(inner: T, activity: Arc<Activity>) -> Self {
+    pub(crate) fn new(inner: T, activity: Arc<ConnectionActivity>) -> Self {
         Self { inner, activity }
     }
 }
@@ -187,7 +187,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn idle_partial_and_busy_connections() {
-        let activity = Arc::new(Activity::new());
+        let activity = Arc::new(ConnectionActivity::new());
         let start = Instant::now();
         // A fresh connection is idle from its start.
         assert_eq!(
@@ -235,7 +235,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn two_requests_in_flight_end_idle_once_both_end() {
-        let activity = Arc::new(Activity::new());
+        let activity = Arc::new(ConnectionActivity::new());
         let one = activity.request_started();
         let two = activity.request_started();
         tokio::time::advance(Duration::from_secs(1)).await;

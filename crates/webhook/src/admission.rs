@@ -17,7 +17,7 @@ use poolkeeper_placement::PolicyCache;
 use poolkeeper_supervisor::BoxError;
 use tokio::time::Instant;
 
-use crate::activity::Activity;
+use crate::activity::ConnectionActivity;
 use crate::error::WebhookError;
 use crate::review::{Reviewed, review};
 use crate::settings::WebhookSettings;
@@ -59,10 +59,10 @@ impl AdmissionService {
     }
 
     /// The service of one connection: every request counted in flight on
-    /// the connection's [`Activity`] while it runs.
+    /// the connection's [`ConnectionActivity`] while it runs.
     pub(crate) fn for_connection(
         self: &Arc<Self>,
-        activity: Arc<Activity>,
+        activity: Arc<ConnectionActivity>,
     ) -> impl Service<
         Request<Incoming>,
         Response = Response<ResponseBody>,

@@ -17,7 +17,7 @@ use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
-use crate::activity::{Activity, ConnectionLimits, Verdict, Watched};
+use crate::activity::{ConnectionActivity, ConnectionLimits, Verdict, Watched};
 use crate::admission::AdmissionService;
 use crate::settings::WebhookSettings;
 
@@ -104,7 +104,7 @@ impl Connections {
             Some(false) => &self.http1,
             None => &self.detect,
         };
-        let activity = Arc::new(Activity::new());
+        let activity = Arc::new(ConnectionActivity::new());
         let io = TokioIo::new(Watched::new(tls, Arc::clone(&activity)));
         let service = self.admission.for_connection(Arc::clone(&activity));
         let connection = builder.serve_connection(io, service);
@@ -119,7 +119,7 @@ impl Connections {
 
 /// The watchdog of one connection.
 struct Closing<'a> {
-    activity: &'a Activity,
+    activity: &'a ConnectionActivity,
     limits: ConnectionLimits,
     /// HTTP/1.1: a request that arrives too slowly is cut off at once. HTTP/2
     /// closes with GOAWAY, as bytes on an idle connection may be a PING.
