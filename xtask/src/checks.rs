@@ -12,6 +12,8 @@
 //!   naming the crates that consume it, and each of them matches the event in its code
 //!   ([`catalog`]). The catalog is how a reader learns who reacts to what; prose alone drifts.
 //!   It is checked on every run, whatever the packages named: any crate can break it.
+//! - **Layers**: a crate under `crates/` depends on foundation crates only, never on a
+//!   component crate; only the binary wires components ([`layers`]). Checked on every run.
 //!
 //! Test code is not checked: files named `tests.rs`, directories named `tests`, and items under
 //! `#[cfg(test)]` (a module's block, or the file of a `#[cfg(test)] mod name;`). Table tests are
@@ -23,6 +25,7 @@ use std::path::{Path, PathBuf};
 use crate::{Error, Result, workspace_root};
 
 mod catalog;
+mod layers;
 mod rules;
 mod tokens;
 
@@ -64,10 +67,12 @@ pub fn run(root: &Path, packages: &[String]) -> Result<()> {
         }
     }
     violations.extend(catalog::check(root)?);
+    violations.extend(layers::check(root)?);
     if violations.is_empty() {
         println!(
             "{files} files: no function over {MAX_FUNCTION_LINES} lines, no tunable default outside \
-             crates/{CONFIG_CRATE}; every event consumed as {} says",
+             crates/{CONFIG_CRATE}; every event consumed as {} says; no component crate \
+             depends on another",
             catalog::CATALOG
         );
         return Ok(());
