@@ -217,7 +217,7 @@ impl Default for ReconcilerConfig {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct ExecutorConfig {
-    /// MachineClasses reconciled at the same time.
+    /// MachineClasses and Secrets reconciled at the same time, across every open pass.
     pub concurrency: usize,
     /// Requeue delay after an API error, or while a deleted class is still in use.
     #[serde(with = "duration")]
