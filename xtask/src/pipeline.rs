@@ -212,7 +212,7 @@ fn static_checks(root: &Path, scope: &Scope, pipeline: &mut Pipeline) -> Result<
         )
     })?;
     pipeline.step(
-        "source checks (function length, tunable defaults, event catalog)",
+        "source checks (function length, tunable defaults, event catalog, layers)",
         |_| crate::checks::run(root, &scope.packages),
     )?;
     pipeline.step("lint (cargo clippy -D warnings)", |_| {

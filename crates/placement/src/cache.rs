@@ -9,8 +9,8 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use poolkeeper_bus::{BindingRejection, RejectedBinding};
-use poolkeeper_index::PlacementView;
+use poolkeeper_bus::{BindingRejection, RejectedBinding, ResourceKind};
+use poolkeeper_index::{ObjectKey, PlacementView};
 
 use crate::{PlacementError, PlacementPolicy, PolicySource};
 
@@ -53,6 +53,16 @@ impl PolicyCache {
     /// Where the policy is read from.
     pub fn source(&self) -> &PolicySource {
         &self.inner.source
+    }
+
+    /// Whether a change of this object may change the policy: the policy
+    /// ConfigMap, or any Namespace (its labels may bind it).
+    pub fn reads(&self, kind: ResourceKind, key: &ObjectKey) -> bool {
+        match kind {
+            ResourceKind::ConfigMap => *key == self.inner.source.config_map_key(),
+            ResourceKind::Namespace => true,
+            _ => false,
+        }
     }
 
     /// The namespaces poolkeeper never places and whose Pods never reach
@@ -142,6 +152,24 @@ mod tests {
     use poolkeeper_index::Namespace;
 
     use super::*;
+
+    /// The policy ConfigMap and every Namespace are the policy's inputs;
+    /// other ConfigMaps and other kinds are not.
+    #[test]
+    fn the_policy_reads_its_config_map_and_every_namespace() {
+        let cache = PolicyCache::from(&PlacementConfig::default());
+        let own = cache.source().config_map_key();
+        let other = ObjectKey::namespaced(own.namespace.clone().unwrap_or_default(), "other");
+        for (kind, key, reads) in [
+            (ResourceKind::ConfigMap, &own, true),
+            (ResourceKind::ConfigMap, &other, false),
+            (ResourceKind::Namespace, &ObjectKey::cluster("shop"), true),
+            (ResourceKind::Node, &ObjectKey::cluster("edge-1"), false),
+            (ResourceKind::Secret, &own, false),
+        ] {
+            assert_eq!(cache.reads(kind, key), reads, "{kind:?} {key}");
+        }
+    }
 
     /// The policy of ConfigMap `yaml` with each `(namespace, pool label)`
     /// labelled.

@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use poolkeeper_bus::{Bus, Delivery, Event, ResourceKind, Subscription};
+use poolkeeper_bus::{Bus, Delivery, Event, Subscription};
 use poolkeeper_index::Index;
 use poolkeeper_placement::{PolicyCache, ReportedRejections};
 use poolkeeper_supervisor::{BoxError, Component, Context};
@@ -69,15 +69,7 @@ impl RejectedBindings {
         match delivery {
             Delivery::Lagged(_) => true,
             Delivery::Event(envelope) => match &envelope.event {
-                Event::ResourceChanged {
-                    kind: ResourceKind::ConfigMap,
-                    key,
-                    ..
-                } => *key == self.policy.source().config_map_key(),
-                Event::ResourceChanged {
-                    kind: ResourceKind::Namespace,
-                    ..
-                } => true,
+                Event::ResourceChanged { kind, key, .. } => self.policy.reads(*kind, key),
                 _ => false,
             },
         }

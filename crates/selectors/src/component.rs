@@ -12,7 +12,7 @@ use k8s_openapi::api::admissionregistration::v1::{
 use kube::Client;
 use kube::runtime::watcher;
 
-use poolkeeper_bus::{Bus, Delivery, Event, ResourceKind, Subscription};
+use poolkeeper_bus::{Bus, Delivery, Event, Subscription};
 use poolkeeper_index::Index;
 use poolkeeper_placement::PolicyCache;
 use poolkeeper_supervisor::{BoxError, Component, Context, error_chain};
@@ -123,15 +123,7 @@ impl WebhookSelectors {
         match delivery {
             Delivery::Lagged(_) => true,
             Delivery::Event(envelope) => match &envelope.event {
-                Event::ResourceChanged {
-                    kind: ResourceKind::ConfigMap,
-                    key,
-                    ..
-                } => *key == self.policy.source().config_map_key(),
-                Event::ResourceChanged {
-                    kind: ResourceKind::Namespace,
-                    ..
-                } => true,
+                Event::ResourceChanged { kind, key, .. } => self.policy.reads(*kind, key),
                 _ => false,
             },
         }
