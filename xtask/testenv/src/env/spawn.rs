@@ -282,14 +282,10 @@ pub(super) fn client_rate_flags(qps: Option<u32>) -> Vec<String> {
     .unwrap_or_default()
 }
 
-/// Without leader election (there is one scheduler) and without a serving port (nothing
-/// scrapes it, and a fixed one would clash between parallel tests).
-pub(super) fn spawn_scheduler(
-    binaries: &Binaries,
-    dir: &Path,
-    kubeconfig: &Path,
-    rate: &[String],
-) -> Result<ManagedProcess, TestEnvError> {
+/// The flags the scheduler and the controller manager share: without leader election (there is
+/// one of each) and without a serving port (nothing scrapes it, and a fixed one would clash
+/// between parallel tests), at the client `rate`.
+fn single_instance_flags(kubeconfig: &Path, rate: &[String]) -> Vec<OsString> {
     let mut flags = args([
         format!("--kubeconfig={}", kubeconfig.display()),
         "--leader-elect=false".to_owned(),
@@ -297,6 +293,16 @@ pub(super) fn spawn_scheduler(
         "--secure-port=0".to_owned(),
     ]);
     flags.extend(rate.iter().map(Into::into));
+    flags
+}
+
+pub(super) fn spawn_scheduler(
+    binaries: &Binaries,
+    dir: &Path,
+    kubeconfig: &Path,
+    rate: &[String],
+) -> Result<ManagedProcess, TestEnvError> {
+    let flags = single_instance_flags(kubeconfig, rate);
     ManagedProcess::spawn(
         "kube-scheduler",
         &binaries.kube_scheduler,
@@ -307,20 +313,16 @@ pub(super) fn spawn_scheduler(
 
 /// Controllers that need a kubelet, a cloud or a CSI driver are left out: with fake Nodes the
 /// node lifecycle controller would mark every Node unreachable and evict its Pods after the
-/// grace period. Without leader election (there is one) and without a serving port, as the
-/// scheduler. The service-account key lets its token controller sign, and the CA becomes every
-/// namespace's `kube-root-ca.crt`.
+/// grace period. The service-account key lets its token controller sign, and the CA becomes
+/// every namespace's `kube-root-ca.crt`.
 pub(super) fn spawn_controller_manager(
     binaries: &Binaries,
     dir: &Path,
     (files, kubeconfig): (&PkiFiles, &Path),
     rate: &[String],
 ) -> Result<ManagedProcess, TestEnvError> {
-    let mut flags = args([
-        format!("--kubeconfig={}", kubeconfig.display()),
-        "--leader-elect=false".to_owned(),
-        "--bind-address=127.0.0.1".to_owned(),
-        "--secure-port=0".to_owned(),
+    let mut flags = single_instance_flags(kubeconfig, rate);
+    flags.extend(args([
         format!("--controllers={CONTROLLERS}"),
         format!(
             "--service-account-private-key-file={}",
@@ -329,8 +331,7 @@ pub(super) fn spawn_controller_manager(
         format!("--root-ca-file={}", files.ca.display()),
         "--service-cluster-ip-range=10.0.0.0/24".to_owned(),
         "--use-service-account-credentials=false".to_owned(),
-    ]);
-    flags.extend(rate.iter().map(Into::into));
+    ]));
     ManagedProcess::spawn(
         "kube-controller-manager",
         &binaries.kube_controller_manager,
