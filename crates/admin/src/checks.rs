@@ -57,9 +57,10 @@ pub(crate) fn one(checks: &[CheckResult], name: &str) -> Option<Report> {
 }
 
 fn line(body: &mut String, check: &CheckResult) {
-    let _ = match &check.status {
-        Ok(()) => writeln!(body, "[+]{} ok", check.name),
-        Err(reason) => writeln!(body, "[-]{} failed: {reason}", check.name),
+    let _ = match (&check.status, &check.detail) {
+        (Ok(()), None) => writeln!(body, "[+]{} ok", check.name),
+        (Ok(()), Some(detail)) => writeln!(body, "[+]{} ok: {detail}", check.name),
+        (Err(reason), _) => writeln!(body, "[-]{} failed: {reason}", check.name),
     };
 }
 
@@ -71,6 +72,7 @@ mod tests {
         CheckResult {
             name: name.to_string(),
             status: Ok(()),
+            detail: None,
         }
     }
 
@@ -78,6 +80,7 @@ mod tests {
         CheckResult {
             name: name.to_string(),
             status: Err(reason.to_string()),
+            detail: None,
         }
     }
 
@@ -113,6 +116,23 @@ mod tests {
             assert_eq!(report.status, status, "{checks:?} verbose={verbose}");
             assert_eq!(report.body, body, "{checks:?} verbose={verbose}");
         }
+    }
+
+    #[test]
+    fn a_passing_check_shows_its_detail_and_a_failing_one_its_reason() {
+        let described = CheckResult {
+            detail: Some("engine cel".into()),
+            ..pass("placement-engine")
+        };
+        let failing_described = CheckResult {
+            detail: Some("engine cel".into()),
+            ..fail("webhook", "no certificate")
+        };
+        let report = all("readyz", &[described, failing_described], false);
+        assert_eq!(
+            report.body,
+            "[+]placement-engine ok: engine cel\n[-]webhook failed: no certificate\nreadyz check failed\n"
+        );
     }
 
     #[test]

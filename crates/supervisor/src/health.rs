@@ -9,6 +9,9 @@ pub struct CheckResult {
     pub name: String,
     /// `Err(reason)` when the check fails.
     pub status: Result<(), String>,
+    /// What the check's owner says about a passing check (which certificate
+    /// is served, which engine runs), shown by `/readyz?verbose`.
+    pub detail: Option<String>,
 }
 
 /// The named liveness and readiness checks of the process, shared by the
@@ -22,6 +25,7 @@ pub struct Health {
 struct HealthInner {
     liveness: RwLock<BTreeMap<String, Result<(), String>>>,
     readiness: RwLock<BTreeMap<String, Result<(), String>>>,
+    details: RwLock<BTreeMap<String, String>>,
 }
 
 impl Health {
@@ -48,12 +52,23 @@ impl Health {
         }
     }
 
+    /// Says what `name` stands for on `/readyz?verbose`: the detail of the
+    /// readiness check of that name, or a passing line of its own when there
+    /// is no such check (a state worth knowing that never holds readiness
+    /// back, such as a missing optional API). Replaces the previous detail.
+    pub fn describe(&self, name: &str, detail: impl Into<String>) {
+        self.inner
+            .details
+            .write()
+            .insert(name.to_string(), detail.into());
+    }
+
     pub fn liveness(&self) -> Vec<CheckResult> {
-        report(&self.inner.liveness.read())
+        report(&self.inner.liveness.read(), &BTreeMap::new())
     }
 
     pub fn readiness(&self) -> Vec<CheckResult> {
-        report(&self.inner.readiness.read())
+        report(&self.inner.readiness.read(), &self.inner.details.read())
     }
 
     fn set(&self, liveness: bool, name: &str, status: Result<(), String>) {
@@ -66,13 +81,25 @@ impl Health {
     }
 }
 
-fn report(map: &BTreeMap<String, Result<(), String>>) -> Vec<CheckResult> {
-    map.iter()
+fn report(
+    checks: &BTreeMap<String, Result<(), String>>,
+    details: &BTreeMap<String, String>,
+) -> Vec<CheckResult> {
+    let described_only = details
+        .keys()
+        .filter(|name| !checks.contains_key(*name))
+        .map(|name| (name, &Ok(())));
+    let mut results: Vec<CheckResult> = checks
+        .iter()
+        .chain(described_only)
         .map(|(name, status)| CheckResult {
             name: name.clone(),
             status: status.clone(),
+            detail: details.get(name).cloned(),
         })
-        .collect()
+        .collect();
+    results.sort_by(|a, b| a.name.cmp(&b.name));
+    results
 }
 
 /// The handle that sets one named check.

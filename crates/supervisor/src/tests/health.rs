@@ -95,3 +95,32 @@ fn metrics(registry: &Registry) -> String {
     prometheus_client::encoding::text::encode(&mut text, registry).unwrap();
     text
 }
+
+#[test]
+fn a_description_details_its_check_or_stands_as_a_passing_line_of_its_own() {
+    let health = Health::default();
+    let gate = health.readiness_gate("webhook", "no certificate");
+    health.describe("webhook", "leaf serial 1f");
+    health.describe("reports", "openreports.io/v1alpha1 is not served");
+    health.describe("reports", "writing Reports");
+
+    let readiness = health.readiness();
+    let lines: Vec<_> = readiness
+        .iter()
+        .map(|c| (c.name.as_str(), c.status.clone(), c.detail.as_deref()))
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            ("reports", Ok(()), Some("writing Reports")),
+            (
+                "webhook",
+                Err("no certificate".into()),
+                Some("leaf serial 1f")
+            ),
+        ]
+    );
+    gate.pass();
+    assert_eq!(check(&health.readiness(), "webhook"), Ok(()));
+    assert!(health.liveness().iter().all(|c| c.detail.is_none()));
+}
