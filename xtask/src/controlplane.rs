@@ -183,7 +183,9 @@ pub fn command(args: &[String]) -> Result<()> {
             }
         }
     }
-    let dir = ensure(&workspace_root(), force)?;
+    let root = workspace_root();
+    let dir = ensure(&root, force)?;
+    crate::openreports::ensure(&root)?;
     println!("{}", dir.display());
     Ok(())
 }

@@ -10,6 +10,7 @@ mod dist;
 mod fuzz;
 mod image;
 mod oci;
+mod openreports;
 mod pipeline;
 mod run;
 mod soak;

@@ -255,6 +255,10 @@ fn tests(root: &Path, scope: &Scope, pipeline: &mut Pipeline) -> Result<()> {
     let kustomize = pipeline.step("kustomize (renders deploy/ for the manifest check)", |_| {
         controlplane::kustomize(root)
     })?;
+    let openreports = pipeline.step(
+        "OpenReports CRDs (test fixtures, from the openreports/reports-api Go module)",
+        |_| crate::openreports::ensure(root),
+    )?;
     pipeline.step("integration and end-to-end tests", |p| {
         let counts = cargo_test(
             cargo(root)
@@ -262,7 +266,8 @@ fn tests(root: &Path, scope: &Scope, pipeline: &mut Pipeline) -> Result<()> {
                 .args(scope.selection("--workspace"))
                 .args(["--test", "*", "--no-fail-fast", "-j2"])
                 .env(POOLKEEPER_CONTROL_PLANE, &binaries)
-                .env(POOLKEEPER_KUSTOMIZE, &kustomize),
+                .env(POOLKEEPER_KUSTOMIZE, &kustomize)
+                .env(crate::openreports::POOLKEEPER_OPENREPORTS_CRDS, &openreports),
         );
         let counts = p.add_tests(counts)?;
         if counts.passed == 0 {

@@ -839,6 +839,7 @@ mod tests {
             counts,
             violations: Vec::new(),
             truncated: false,
+            results: Default::default(),
         };
         metrics.observe(&round(vec![count("a", 2), count("b", 1)]));
         metrics.observe(&round(vec![count("a", 1)]));

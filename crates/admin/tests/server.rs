@@ -332,6 +332,7 @@ async fn debug_audit_shows_the_last_round_even_after_the_ring_moved_on() {
                 message: "runs on beijing-1, outside pool hangzhou".into(),
             }],
             truncated: false,
+            results: Default::default(),
         });
     }
     for pass in 0..5 {

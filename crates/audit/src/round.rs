@@ -6,11 +6,11 @@
 //! (`audit.concurrency`), their results merged in the order of the LISTs.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use futures::StreamExt;
-use poolkeeper_bus::{AuditCount, AuditViolation, Event};
+use poolkeeper_bus::{AuditCount, AuditViolation, Event, REPORT_RESULTS_PER_NAMESPACE};
 use poolkeeper_index::{Index, PlacementView};
 use poolkeeper_placement::{
     Decision, PlacementPolicy, PodPlacement, PolicyCache, PoolSet, Workload, WorkloadKind, audit,
@@ -63,6 +63,9 @@ pub struct Round {
     pub counts: Vec<AuditCount>,
     /// The first `max_reported` violations, in LIST order.
     pub findings: Vec<AuditViolation>,
+    /// With `audit.reports`: every violation by namespace (in namespace
+    /// order), at most [`REPORT_RESULTS_PER_NAMESPACE`] of each.
+    pub results: Vec<AuditViolation>,
     /// More violations were found than `findings` holds.
     pub truncated: bool,
     /// The keys of the previous round's reports that are still violations.
@@ -83,6 +86,7 @@ impl Round {
             counts: self.counts.clone(),
             violations: self.findings.clone(),
             truncated: self.truncated,
+            results: Arc::from(self.results.as_slice()),
         }
     }
 }
@@ -108,6 +112,9 @@ fn workload_api_version(kind: WorkloadKind) -> &'static str {
 /// Counts and findings as Pods and workloads are judged.
 struct Tally<'r> {
     max_reported: usize,
+    /// Keep `results` (`audit.reports`).
+    reports: bool,
+    results: BTreeMap<String, Vec<AuditViolation>>,
     previous: &'r HashSet<ReportKey>,
     pods: usize,
     workloads: usize,
@@ -118,9 +125,11 @@ struct Tally<'r> {
 }
 
 impl<'r> Tally<'r> {
-    fn new(max_reported: usize, previous: &'r HashSet<ReportKey>) -> Self {
+    fn new(settings: &AuditSettings, previous: &'r HashSet<ReportKey>) -> Self {
         Self {
-            max_reported,
+            max_reported: settings.max_reported,
+            reports: settings.reports,
+            results: BTreeMap::new(),
             previous,
             pods: 0,
             workloads: 0,
@@ -189,11 +198,7 @@ impl<'r> Tally<'r> {
         if self.previous.contains(&key) {
             self.still_reported.insert(key);
         }
-        if self.findings.len() >= self.max_reported {
-            self.truncated = true;
-            return;
-        }
-        self.findings.push(AuditViolation {
+        let violation = AuditViolation {
             namespace,
             pod: shown,
             kind: subject.kind,
@@ -206,7 +211,18 @@ impl<'r> Tally<'r> {
             reason,
             node: subject.node.map(str::to_owned),
             message: decision.message.unwrap_or_default(),
-        });
+        };
+        if self.reports {
+            let kept = self.results.entry(violation.namespace.clone()).or_default();
+            if kept.len() < REPORT_RESULTS_PER_NAMESPACE {
+                kept.push(violation.clone());
+            }
+        }
+        if self.findings.len() >= self.max_reported {
+            self.truncated = true;
+        } else {
+            self.findings.push(violation);
+        }
     }
 
     /// Adds the tally of a later LIST: its violations follow this one's,
@@ -221,6 +237,11 @@ impl<'r> Tally<'r> {
         let room = self.max_reported.saturating_sub(self.findings.len());
         self.truncated |= part.truncated || part.findings.len() > room;
         self.findings.extend(part.findings.into_iter().take(room));
+        for (namespace, results) in part.results {
+            let kept = self.results.entry(namespace).or_default();
+            let room = REPORT_RESULTS_PER_NAMESPACE.saturating_sub(kept.len());
+            kept.extend(results.into_iter().take(room));
+        }
     }
 
     fn finish(self, duration: Duration) -> Round {
@@ -239,6 +260,7 @@ impl<'r> Tally<'r> {
                 })
                 .collect(),
             findings: self.findings,
+            results: self.results.into_values().flatten().collect(),
             truncated: self.truncated,
             still_reported: self.still_reported,
         }
@@ -366,7 +388,7 @@ pub async fn audit_round(
     let mut parts = futures::stream::iter(jobs.enumerate())
         .map(|(order, job)| async move { Ok::<_, AuditError>((order, run(scope, job).await?)) })
         .buffer_unordered(settings.concurrency.max(1));
-    let mut merged = InOrder::new(Tally::new(settings.max_reported, previous));
+    let mut merged = InOrder::new(Tally::new(settings, previous));
     while let Some(part) = parts.next().await {
         let (order, tally) = part?;
         merged.add(order, tally);
@@ -402,7 +424,7 @@ impl<'r> InOrder<'r> {
 
 /// One LIST, every page of it, judged into a tally of its own.
 async fn run<'r>(scope: Scope<'r>, job: Job) -> Result<Tally<'r>, AuditError> {
-    let mut tally = Tally::new(scope.settings.max_reported, scope.previous);
+    let mut tally = Tally::new(scope.settings, scope.previous);
     match job {
         Job::Pods(query) => audit_pods(scope, &query, &mut tally).await?,
         Job::Workloads(kind) => audit_workloads(scope, kind, &mut tally).await?,

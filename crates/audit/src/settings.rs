@@ -18,6 +18,9 @@ pub struct AuditSettings {
     /// Violations kept in detail per round (`AuditCompleted.violations`,
     /// Warning Events); every one is counted.
     pub max_reported: usize,
+    /// Keep every violation by namespace for the OpenReports writer
+    /// (`audit.reports`).
+    pub reports: bool,
 }
 
 impl From<&Config> for AuditSettings {
@@ -27,6 +30,7 @@ impl From<&Config> for AuditSettings {
             page_size: config.audit.page_size,
             concurrency: config.audit.concurrency,
             max_reported: config.audit.max_reported,
+            reports: config.audit.reports,
         }
     }
 }

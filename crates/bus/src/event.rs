@@ -6,6 +6,7 @@
 //! Prometheus metrics from them, so each thing that happens is recorded once.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -251,6 +252,11 @@ label_enum! {
     }
 }
 
+/// Results an audit round keeps per namespace for its OpenReports `Report`
+/// (`AuditCompleted.results`): an object is at most 1.5 MiB, and a result
+/// takes about 500 bytes. The report's summary counts every violation.
+pub const REPORT_RESULTS_PER_NAMESPACE: usize = 1000;
+
 /// A Pod the audit found outside its pool, or a workload whose Pod
 /// template would be denied.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -402,6 +408,12 @@ pub enum Event {
         violations: Vec<AuditViolation>,
         /// More violations were found than `violations` holds.
         truncated: bool,
+        /// With `audit.reports`, every violation, grouped by namespace, at
+        /// most [`REPORT_RESULTS_PER_NAMESPACE`] of each namespace (the
+        /// reports writer's results); empty otherwise. Shared, not copied,
+        /// by every subscriber; left out of `/debug/events`.
+        #[serde(skip)]
+        results: Arc<[AuditViolation]>,
     },
     /// The Namespace label bindings that take no effect changed: every one
     /// of them, each with its reason (empty once none is left).

@@ -26,8 +26,8 @@ use serde::Serialize;
 
 pub use event::{
     AdmissionResult, AuditCount, AuditViolation, BindingRejection, Change, ClassOutcome,
-    Constraints, EnqueueReason, Event, EventName, Mode, ObjectKey, RejectedBinding, Requeue,
-    ResourceKind, TriggerReason, WebhookKind,
+    Constraints, EnqueueReason, Event, EventName, Mode, ObjectKey, REPORT_RESULTS_PER_NAMESPACE,
+    RejectedBinding, Requeue, ResourceKind, TriggerReason, WebhookKind,
 };
 pub use strum::IntoEnumIterator;
 

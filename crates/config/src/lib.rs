@@ -206,6 +206,7 @@ mod tests {
                 !k.ends_with(".enabled")
                     && !k.ends_with(".format")
                     && k.as_str() != "machineClasses.protectSecrets"
+                    && k.as_str() != "audit.reports"
                     && k.as_str() != "placement.defaultMode"
                     && k.as_str() != "placement.defaultConstraints"
                     && k.as_str() != "audit.interval"

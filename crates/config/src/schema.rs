@@ -371,6 +371,9 @@ pub struct AuditConfig {
     /// Violations kept in detail per round (`/debug/audit`, Events); the
     /// gauges count every one.
     pub max_reported: usize,
+    /// Each round's violations also go to OpenReports `Report` objects, one
+    /// per namespace (the CRDs are the cluster's, not poolkeeper's).
+    pub reports: bool,
 }
 
 impl Default for AuditConfig {
@@ -380,6 +383,7 @@ impl Default for AuditConfig {
             page_size: 500,
             concurrency: 4,
             max_reported: 100,
+            reports: false,
         }
     }
 }

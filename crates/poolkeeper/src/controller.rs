@@ -31,6 +31,7 @@ use poolkeeper_placement::PolicyCache;
 use poolkeeper_policy::RejectedBindings;
 use poolkeeper_reconciler::{Reconciler, ReconcilerSettings};
 use poolkeeper_recorder::{EventRecorder, RecorderSettings};
+use poolkeeper_reports::{AuditReports, ReportSettings};
 use poolkeeper_selectors::{SelectorSettings, WebhookSelectors};
 use poolkeeper_supervisor::{
     Component, Drained, Health, LeaderElector, LeaderGated, Supervisor, SupervisorError,
@@ -96,6 +97,9 @@ struct Wiring<'a> {
     /// policy generation, and the excluded namespaces, from it.
     policy: PolicyCache,
     registry: Registry,
+    /// The process's checks; components also say there what they found
+    /// (`/readyz?verbose`).
+    health: Health,
 }
 
 impl Controller {
@@ -121,6 +125,7 @@ impl Controller {
             policy: PolicyCache::from(&config.placement),
             registry: Registry::with_prefix("poolkeeper"),
             bus: bus.clone(),
+            health: health.clone(),
         };
         bus.register_metrics(wiring.registry.sub_registry_with_prefix("bus"));
         let mut supervisor = Supervisor::new(
@@ -239,10 +244,12 @@ impl Wiring<'_> {
             reconciler: ReconcilerSettings::from(config),
             executor: ExecutorSettings::from(config),
             audit: AuditSettings::from(config),
+            reports: ReportSettings::from(config),
             selectors: SelectorSettings::from(config),
             recorder: RecorderSettings::from(config),
             policy: self.policy.clone(),
             bus: self.bus.clone(),
+            health: self.health.clone(),
             index: self.index.clone(),
             client: self.client.clone(),
             identity,
@@ -275,10 +282,12 @@ struct LeaderComponents<W> {
     reconciler: ReconcilerSettings,
     executor: ExecutorSettings,
     audit: AuditSettings,
+    reports: ReportSettings,
     selectors: SelectorSettings,
     recorder: RecorderSettings,
     policy: PolicyCache,
     bus: Bus,
+    health: Health,
     index: Arc<Index>,
     client: Client,
     identity: String,
@@ -291,6 +300,7 @@ impl<W: ClassWriter + Clone> LeaderComponents<W> {
             self.reconciler(),
             self.executor(),
             self.audit(),
+            self.reports(),
             self.rejected_bindings(),
             self.selectors(),
             Some(self.recorder()),
@@ -324,6 +334,19 @@ impl<W: ClassWriter + Clone> LeaderComponents<W> {
                 self.client.clone(),
                 self.index.clone(),
                 self.policy.clone(),
+            )) as _
+        })
+    }
+
+    /// With `audit.reports` (and the audit on): each round's violations as
+    /// OpenReports.
+    fn reports(&self) -> Option<Box<dyn Component>> {
+        (self.placement && self.reports.enabled).then(|| {
+            Box::new(AuditReports::new(
+                self.reports.clone(),
+                &self.bus,
+                self.client.clone(),
+                self.health.clone(),
             )) as _
         })
     }

@@ -285,6 +285,7 @@ mod tests {
             counts: Vec::new(),
             violations: vec![violation("old", false), violation("web", true)],
             truncated: false,
+            results: Default::default(),
         }));
         let queued = recorder.pending.try_recv().expect("one Warning queued");
         assert_eq!(queued.regarding.kind.as_deref(), Some("Pod"));

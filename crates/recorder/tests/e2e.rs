@@ -396,6 +396,7 @@ async fn warning_on_a_pod(setup: &Setup) {
             message: "node n1 is outside pool hangzhou".to_owned(),
         }],
         truncated: false,
+        results: Default::default(),
     });
     let event = setup
         .wait_for(namespace, "the Pod's Warning", |e| {

@@ -3,6 +3,7 @@
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 
+use poolkeeper_bus::Event;
 use poolkeeper_index::IndexResource;
 use serde_json::json;
 
@@ -221,6 +222,31 @@ async fn only_the_first_violations_are_detailed_but_all_are_counted() {
     assert_eq!(json["type"], "AuditCompleted");
     assert_eq!(json["violations"].as_array().unwrap().len(), 2);
     assert_eq!(json["truncated"], true);
+}
+
+#[tokio::test]
+async fn with_reports_every_violation_is_kept_by_namespace_however_few_are_detailed() {
+    let mut settings = settings();
+    settings.max_reported = 2;
+    let index = cluster();
+    let lister = FakePods::new(pods());
+    let without = audit_round(&lister, &index, &policy(), &settings, &HashSet::new())
+        .await
+        .unwrap();
+    assert!(without.results.is_empty());
+
+    settings.reports = true;
+    let round = audit_round(&lister, &index, &policy(), &settings, &HashSet::new())
+        .await
+        .unwrap();
+    assert_eq!(round.findings.len(), 2);
+    assert_eq!(round.results.len(), round.violations());
+    let namespaces: Vec<&str> = round.results.iter().map(|v| v.namespace.as_str()).collect();
+    assert!(namespaces.is_sorted(), "{namespaces:?}");
+    let Event::AuditCompleted { results, .. } = round.to_event() else {
+        unreachable!()
+    };
+    assert_eq!(*results, *round.results);
 }
 
 #[tokio::test]

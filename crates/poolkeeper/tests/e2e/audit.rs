@@ -22,7 +22,7 @@ use poolkeeper_audit::testing::{PageStart, PodLister, PodQuery, RUNNING_OR_PENDI
 use poolkeeper_bus::{Delivery, Event};
 use poolkeeper_config::Config;
 use poolkeeper_placement::PodPlacement;
-use poolkeeper_testenv::{TestEnv, eventually};
+use poolkeeper_testenv::{TestEnv, TestEnvBuilder, eventually};
 use serde_json::{Value, json};
 
 use crate::harness::{
@@ -37,12 +37,17 @@ const AUDIT_INTERVAL: Duration = Duration::from_secs(1);
 
 /// The control plane with the pools and nodes of the table above.
 pub(crate) async fn cluster(scheduler: bool, namespaces: &[&str]) -> TestEnv {
+    cluster_from(TestEnv::builder().scheduler(scheduler), namespaces).await
+}
+
+/// [`cluster`] from the control plane `builder` describes.
+pub(crate) async fn cluster_from(builder: TestEnvBuilder, namespaces: &[&str]) -> TestEnv {
     let namespaces: Vec<&str> = [CONTROLLER_NAMESPACE]
         .iter()
         .chain(namespaces)
         .copied()
         .collect();
-    let env = control_plane(TestEnv::builder().scheduler(scheduler), &namespaces).await;
+    let env = control_plane(builder, &namespaces).await;
     create_pool(&env, "edge", NodePoolType::Edge, &["edge-1"]).await;
     create_pool(&env, "cloud", NodePoolType::Cloud, &["cloud-1", "cloud-2"]).await;
     env.ready_node("loose-1", BTreeMap::new(), Vec::new())
@@ -53,18 +58,28 @@ pub(crate) async fn cluster(scheduler: bool, namespaces: &[&str]) -> TestEnv {
 
 /// The controller, auditing every [`AUDIT_INTERVAL`].
 async fn start(env: &TestEnv, cert_dir: &std::path::Path) -> Running {
+    start_with(env, audit_config(cert_dir)).await
+}
+
+/// The configuration of [`start`]: the audit alone, every [`AUDIT_INTERVAL`].
+pub(crate) fn audit_config(cert_dir: &std::path::Path) -> Config {
     let mut config: Config = test_config(CONTROLLER_NAMESPACE, cert_dir);
     config.webhook.enabled = false;
     config.machine_classes.enabled = false;
     config.audit.interval = AUDIT_INTERVAL;
     config.audit.page_size = 2;
+    config
+}
+
+/// The controller with `config`, ready.
+pub(crate) async fn start_with(env: &TestEnv, config: Config) -> Running {
     let running = Running::start(&config, env).await;
     running.wait_ready().await;
     running
 }
 
 /// Creates the Pods and waits until kube-scheduler bound each one.
-async fn schedule(env: &TestEnv, namespace: &str, pods: &[Pod]) {
+pub(crate) async fn schedule(env: &TestEnv, namespace: &str, pods: &[Pod]) {
     let api: Api<Pod> = Api::namespaced(env.client(), namespace);
     for pod in pods {
         api.create(&PostParams::default(), pod).await.unwrap();
@@ -76,10 +91,10 @@ async fn schedule(env: &TestEnv, namespace: &str, pods: &[Pod]) {
 }
 
 /// `namespace/pod` of the violations of a round.
-type Violations = BTreeSet<String>;
+pub(crate) type Violations = BTreeSet<String>;
 
 /// The next `AuditCompleted` whose violations satisfy `done`.
-async fn next_round(
+pub(crate) async fn next_round(
     running: &mut Running,
     what: &str,
     done: impl Fn(&Violations) -> bool,
@@ -119,7 +134,7 @@ fn violations_of(round: &Value) -> Violations {
         .collect()
 }
 
-fn set(items: &[&str]) -> Violations {
+pub(crate) fn set(items: &[&str]) -> Violations {
     items.iter().map(|s| (*s).to_owned()).collect()
 }
 

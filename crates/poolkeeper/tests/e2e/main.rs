@@ -18,5 +18,6 @@ mod privilege;
 mod process;
 mod recording;
 mod replicas;
+mod reports;
 mod secrets;
 mod workloads;
