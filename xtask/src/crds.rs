@@ -1,4 +1,5 @@
-//! `cargo xtask crds [--check]`: deploy/crds/*.yaml generated from crates/api.
+//! `cargo xtask crds [--check]`: deploy/crds/*.yaml and deploy/chart/crds/*.yaml generated from
+//! crates/api.
 //!
 //! Generating needs poolkeeper-api (kube, k8s-openapi), which the other commands do not; so the
 //! plain xtask re-runs itself with the `api` feature for this command only.
@@ -38,22 +39,25 @@ pub fn command(args: &[String]) -> Result<()> {
 
 #[cfg(feature = "api")]
 pub fn command(args: &[String]) -> Result<()> {
-    const OUTPUT_DIR: &str = "deploy/crds";
+    /// kustomize's and the chart's copies (Helm installs a chart's crds/ before its templates).
+    const OUTPUT_DIRS: [&str; 2] = ["deploy/crds", "deploy/chart/crds"];
     let check = parse_args(args)?;
-    let dir = crate::workspace_root().join(OUTPUT_DIR);
-    if check {
-        poolkeeper_api::check_crd_files(&dir).map_err(|e| {
-            Error::Check(format!("{e}; run `cargo xtask crds` and commit the result"))
-        })?;
-        println!(
-            "{OUTPUT_DIR}: {} CRDs up to date",
-            poolkeeper_api::CRD_FILES.len()
-        );
-    } else {
-        let written =
-            poolkeeper_api::write_crd_files(&dir).map_err(|e| Error::Check(e.to_string()))?;
-        for path in written {
-            println!("wrote {}", path.display());
+    for output in OUTPUT_DIRS {
+        let dir = crate::workspace_root().join(output);
+        if check {
+            poolkeeper_api::check_crd_files(&dir).map_err(|e| {
+                Error::Check(format!("{e}; run `cargo xtask crds` and commit the result"))
+            })?;
+            println!(
+                "{output}: {} CRDs up to date",
+                poolkeeper_api::CRD_FILES.len()
+            );
+        } else {
+            let written =
+                poolkeeper_api::write_crd_files(&dir).map_err(|e| Error::Check(e.to_string()))?;
+            for path in written {
+                println!("wrote {}", path.display());
+            }
         }
     }
     Ok(())

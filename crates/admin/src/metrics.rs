@@ -30,6 +30,7 @@
 //! | `audit_rounds_total` | | `AuditCompleted` |
 //! | `audit_duration_seconds` | | `AuditCompleted` |
 //! | `placement_rejected_bindings` | `reason` | `BindingsRejected` (Namespace label bindings that take no effect) |
+//! | `placement_exceptions_applied_total` | `webhook`, `exception` (`namespace/name`) | `ExceptionsApplied` |
 //! | `leader_election_leading` | | `LeadershipChanged` |
 
 use std::sync::Arc;
@@ -112,6 +113,13 @@ struct Admission {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AppliedException {
+    webhook: &'static str,
+    /// `namespace/name`.
+    exception: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct Violation {
     namespace: String,
     pool: String,
@@ -152,6 +160,7 @@ struct Metrics {
     enqueued: Family<Reason, Counter>,
     secret_reconciliations: Family<Outcome, Counter>,
     admissions: Family<Admission, Counter>,
+    exceptions_applied: Family<AppliedException, Counter>,
     admission_duration: Histograms<Webhook>,
     audit_violations: Family<Violation, Gauge>,
     audit_pods: Gauge,
@@ -180,6 +189,7 @@ impl Metrics {
             enqueued: Family::default(),
             secret_reconciliations: Family::default(),
             admissions: Family::default(),
+            exceptions_applied: Family::default(),
             admission_duration: Family::new_with_constructor(admission_histogram),
             audit_violations: Family::default(),
             audit_pods: Gauge::default(),
@@ -290,10 +300,16 @@ impl Metrics {
             self.admission_duration.clone(),
         );
         self.register_audit(registry.sub_registry_with_prefix("audit"));
-        registry.sub_registry_with_prefix("placement").register(
+        let placement = registry.sub_registry_with_prefix("placement");
+        placement.register(
             "rejected_bindings",
             "Namespace label bindings that take no effect, by reason",
             self.rejected_bindings.clone(),
+        );
+        placement.register(
+            "exceptions_applied",
+            "Admissions a PlacementException changed, by webhook and exception",
+            self.exceptions_applied.clone(),
         );
         registry
             .sub_registry_with_prefix("leader_election")
@@ -424,6 +440,10 @@ impl Metrics {
                 ..
             } => self.audited(*pods, *duration, counts),
             Event::BindingsRejected { rejected } => self.rejected(rejected),
+            Event::ExceptionsApplied {
+                webhook,
+                exceptions,
+            } => self.exceptions_applied(*webhook, exceptions),
             // The replica.
             Event::LeadershipChanged { leader } => {
                 self.leading.set(i64::from(*leader));
@@ -502,6 +522,17 @@ impl Metrics {
             .inc();
         if let Some(result) = write_result(outcome) {
             self.api_writes.get_or_create(&WriteResult { result }).inc();
+        }
+    }
+
+    fn exceptions_applied(&self, webhook: WebhookKind, exceptions: &[String]) {
+        for exception in exceptions {
+            self.exceptions_applied
+                .get_or_create(&AppliedException {
+                    webhook: webhook.as_str(),
+                    exception: exception.clone(),
+                })
+                .inc();
         }
     }
 

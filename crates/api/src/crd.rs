@@ -10,19 +10,29 @@ use serde_json::{Value, json};
 use crate::{CustomResourceDefinition, Error};
 
 /// File names under `deploy/crds/`, in [`crds`] order.
-pub const CRD_FILES: [&str; 3] = ["machineclasses.yaml", "machines.yaml", "nodepools.yaml"];
+pub const CRD_FILES: [&str; 4] = [
+    "machineclasses.yaml",
+    "machines.yaml",
+    "nodepools.yaml",
+    "placementexceptions.yaml",
+];
 
 const HEADER: &str = "# Generated from crates/api by `cargo xtask crds`. Do not edit.\n";
 
-/// MachineClass, Machine and NodePool, in [`CRD_FILES`] order.
+/// MachineClass, Machine, NodePool and PlacementException, in [`CRD_FILES`] order.
 pub fn crds() -> Vec<CustomResourceDefinition> {
-    [machine_class_crd(), machine_crd(), node_pool_crd()]
-        .into_iter()
-        .map(|value| {
-            serde_json::from_value(value)
-                .expect("the literal CRDs of this crate match CustomResourceDefinition")
-        })
-        .collect()
+    [
+        machine_class_crd(),
+        machine_crd(),
+        node_pool_crd(),
+        placement_exception_crd(),
+    ]
+    .into_iter()
+    .map(|value| {
+        serde_json::from_value(value)
+            .expect("the literal CRDs of this crate match CustomResourceDefinition")
+    })
+    .collect()
 }
 
 /// The YAML document of `crd`, as checked in under `deploy/crds/`.
@@ -372,6 +382,102 @@ fn node_pool_crd() -> Value {
                             }
                         }
                     }))
+                }}
+            }]
+        }
+    })
+}
+
+/// The `selector` of a PlacementException: a label selector.
+fn exception_selector() -> Value {
+    let requirement = json!({
+        "type": "object",
+        "required": ["key", "operator"],
+        "properties": {
+            "key": {"type": "string", "minLength": 1},
+            "operator": {"type": "string", "enum": ["In", "NotIn", "Exists", "DoesNotExist"]},
+            "values": {"type": "array", "items": {"type": "string"}, "x-kubernetes-list-type": "atomic"}
+        },
+        "x-kubernetes-validations": [{
+            "rule": "self.operator in ['In', 'NotIn'] ? (has(self.values) && size(self.values) > 0) : (!has(self.values) || size(self.values) == 0)",
+            "message": "In and NotIn need values; Exists and DoesNotExist take none"
+        }]
+    });
+    json!({
+        "description": "The Pods it applies to, by their labels (a workload: its Pod template's labels). An empty selector matches every Pod of the namespace.",
+        "type": "object",
+        "properties": {
+            "matchLabels": {"type": "object", "additionalProperties": {"type": "string"}},
+            "matchExpressions": {"type": "array", "items": requirement, "x-kubernetes-list-type": "atomic"}
+        },
+        "x-kubernetes-map-type": "atomic"
+    })
+}
+
+/// The `allow` of a PlacementException: at least one thing allowed.
+fn exception_allowance() -> Value {
+    let pools = json!({
+        "description": "Node pools the Pod may use besides its binding's.",
+        "type": "array",
+        "items": {"type": "string", "maxLength": 63, "pattern": "^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"},
+        "x-kubernetes-list-type": "set"
+    });
+    json!({
+        "type": "object",
+        "properties": {
+            "skipMutation": {"description": "Leave the Pod's node constraints as written.", "type": "boolean"},
+            "skipValidation": {"description": "Do not judge the Pod (webhook and audit).", "type": "boolean"},
+            "pools": pools
+        },
+        "x-kubernetes-validations": [{
+            "rule": "(has(self.skipMutation) && self.skipMutation) || (has(self.skipValidation) && self.skipValidation) || (has(self.pools) && size(self.pools) > 0)",
+            "message": "allow must skip the mutation, skip the validation or name pools"
+        }]
+    })
+}
+
+/// poolkeeper's own CRD: what the schema can refuse, it refuses (a missing
+/// selector or reason, an allowance that allows nothing, a pool name that
+/// is no label value, a malformed time).
+fn placement_exception_crd() -> Value {
+    let spec = json!({
+        "type": "object",
+        "required": ["selector", "reason", "allow"],
+        "properties": {
+            "selector": exception_selector(),
+            "reason": {"description": "Why the exception exists.", "type": "string", "minLength": 1, "maxLength": 1024},
+            "expiresAt": {"description": "From this time on the exception no longer applies.", "type": "string", "format": "date-time"},
+            "allow": exception_allowance()
+        }
+    });
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "placementexceptions.poolkeeper.io"},
+        "spec": {
+            "group": "poolkeeper.io",
+            "names": {
+                "kind": "PlacementException",
+                "listKind": "PlacementExceptionList",
+                "plural": "placementexceptions",
+                "singular": "placementexception",
+                "shortNames": ["pex"]
+            },
+            "scope": "Namespaced",
+            "versions": [{
+                "name": "v1alpha1",
+                "served": true,
+                "storage": true,
+                "additionalPrinterColumns": [
+                    {"name": "Reason", "type": "string", "jsonPath": ".spec.reason"},
+                    {"name": "Expires", "type": "string", "jsonPath": ".spec.expiresAt"},
+                    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
+                ],
+                "schema": {"openAPIV3Schema": {
+                    "description": "Lets the Pods its selector matches (and the workloads whose Pod templates it matches) out of their namespace's node pool binding, where the binding allows exceptions.",
+                    "type": "object",
+                    "required": ["spec"],
+                    "properties": with_type_meta(json!({"spec": spec}))
                 }}
             }]
         }

@@ -3,7 +3,9 @@
 //!
 //! - [`MachineClass`] and [`Machine`] of gardener's machine-controller-manager
 //!   (`machine.sapcloud.io/v1alpha1`, namespaced, short names `mcc` and `mc`);
-//! - [`NodePool`] of OpenYurt (`apps.openyurt.io/v1beta2`, cluster-scoped).
+//! - [`NodePool`] of OpenYurt (`apps.openyurt.io/v1beta2`, cluster-scoped);
+//! - poolkeeper's own [`PlacementException`] (`poolkeeper.io/v1alpha1`,
+//!   namespaced, short name `pex`).
 //!
 //! Fields poolkeeper does not use are kept in `extra` maps so that reading
 //! and writing an object never drops what other controllers put there.
@@ -12,11 +14,13 @@ mod crd;
 mod machine;
 mod machine_class;
 mod node_pool;
+mod placement_exception;
 
 pub use crd::{CRD_FILES, check_crd_files, crd_files, crd_yaml, crds, write_crd_files};
 pub use machine::{ClassSpec, Machine, MachineSpec, MachineStatus};
 pub use machine_class::MachineClass;
 pub use node_pool::{NodePool, NodePoolSpec, NodePoolStatus, NodePoolType};
+pub use placement_exception::{ExceptionAllowance, PlacementException, PlacementExceptionSpec};
 
 pub use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 

@@ -51,6 +51,8 @@ label_enum! {
         /// Only Namespaces carrying the namespace pool label
         /// (`placement.namespaceLabels.pool`): their bindings.
         Namespace,
+        /// poolkeeper's own exceptions to the bindings, in every namespace.
+        PlacementException,
     }
 }
 
@@ -393,6 +395,13 @@ pub enum Event {
         /// response being built.
         #[serde(with = "humantime_serde")]
         duration: Duration,
+    },
+    /// PlacementExceptions changed an admission (published after its
+    /// `AdmissionDecided`, only when some applied).
+    ExceptionsApplied {
+        webhook: WebhookKind,
+        /// `namespace/name` of each exception that applied.
+        exceptions: Vec<String>,
     },
     /// An audit round ended: every Pod of the bound namespaces and every
     /// Pod with the pool label was checked against the current index.

@@ -17,6 +17,7 @@
 //! [`Index::machines`]) that holds a read lock and must not be kept across an
 //! `.await`. No I/O happens here.
 
+mod exception;
 mod labels;
 mod machines;
 mod nested_sets;
@@ -33,6 +34,7 @@ use std::fmt;
 use parking_lot::RwLock;
 use poolkeeper_bus::IntoEnumIterator;
 
+pub use exception::{Exception, LabelSelector, Requirement, SelectorOperator};
 pub use labels::Labels;
 pub use machines::MachinesView;
 pub use node_summary::{NodeConditionSummary, NodeSummary};
@@ -104,6 +106,7 @@ impl Index {
             ResourceKind::ConfigMap => self.placement.read().config_maps.len(),
             ResourceKind::Secret => self.secrets.read().secrets.len(),
             ResourceKind::Namespace => self.placement.read().namespaces.len(),
+            ResourceKind::PlacementException => self.placement.read().exceptions.len(),
         }
     }
 
@@ -111,7 +114,16 @@ impl Index {
     /// Namespaces. Holds a
     /// read lock: drop it before any `.await`.
     pub fn placement(&self) -> PlacementView<'_> {
-        PlacementView::new(self.placement.read(), &self.pool_label)
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| since.as_secs().try_into().unwrap_or(i64::MAX));
+        self.placement_at(now)
+    }
+
+    /// [`Index::placement`] as of `now` (seconds since the Unix epoch), the
+    /// time that decides which exceptions have expired.
+    pub fn placement_at(&self, now: i64) -> PlacementView<'_> {
+        PlacementView::new(self.placement.read(), &self.pool_label, now)
     }
 
     /// A consistent read view of MachineClasses and Machines. Holds a read

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use parking_lot::RwLockReadGuard;
 use poolkeeper_bus::{Change, ObjectKey};
 
+use crate::exception::Exception;
 use crate::labels::Labels;
 use crate::nested_sets::NestedSets;
 use crate::shared::{Interner, SharedString};
@@ -41,6 +42,8 @@ pub(crate) struct PlacementState {
     pub(crate) pools: BTreeMap<String, NodePool>,
     pub(crate) config_maps: BTreeMap<ObjectKey, BTreeMap<String, String>>,
     pub(crate) namespaces: BTreeMap<String, Namespace>,
+    /// PlacementExceptions by namespace, then name.
+    pub(crate) exceptions: BTreeMap<(String, String), Exception>,
     /// Bumps on every change of what the placement policy is read from:
     /// ConfigMaps and Namespaces.
     policy_generation: u64,
@@ -181,6 +184,29 @@ impl PlacementState {
         self.policy_changes(removed)
     }
 
+    pub(crate) fn upsert_exception(&mut self, exception: Exception) -> Option<Changed> {
+        let id = (exception.namespace.clone(), exception.name.clone());
+        let key = ObjectKey::namespaced(&id.0, &id.1);
+        let upsert = match self.exceptions.insert(id.clone(), exception) {
+            None => Upsert::Created,
+            Some(old) if old == self.exceptions[&id] => Upsert::Unchanged,
+            Some(_) => Upsert::Updated,
+        };
+        upsert.changed(|| key)
+    }
+
+    pub(crate) fn remove_exception(&mut self, key: &ObjectKey) -> Option<Changed> {
+        let id = (key.namespace.clone()?, key.name.clone());
+        self.exceptions.remove(&id)?;
+        Some(Changed::new(key.clone(), Change::Deleted))
+    }
+
+    pub(crate) fn retain_exceptions(&mut self, keep: &HashSet<ObjectKey>) -> Vec<Changed> {
+        retain_keyed(&mut self.exceptions, keep, |(namespace, name)| {
+            ObjectKey::namespaced(namespace, name)
+        })
+    }
+
     fn policy_changed(&mut self, changed: Option<Changed>) -> Option<Changed> {
         if changed.is_some() {
             self.policy_generation += 1;
@@ -217,11 +243,41 @@ impl PlacementState {
 pub struct PlacementView<'a> {
     state: RwLockReadGuard<'a, PlacementState>,
     pool_label: &'a str,
+    now: i64,
 }
 
 impl<'a> PlacementView<'a> {
-    pub(crate) fn new(state: RwLockReadGuard<'a, PlacementState>, pool_label: &'a str) -> Self {
-        Self { state, pool_label }
+    pub(crate) fn new(
+        state: RwLockReadGuard<'a, PlacementState>,
+        pool_label: &'a str,
+        now: i64,
+    ) -> Self {
+        Self {
+            state,
+            pool_label,
+            now,
+        }
+    }
+
+    /// When the view was taken (seconds since the Unix epoch): an exception
+    /// past its `expiresAt` no longer applies from then on.
+    pub fn now(&self) -> i64 {
+        self.now
+    }
+
+    /// The PlacementExceptions of `namespace`, in name order.
+    pub fn exceptions_in(&self, namespace: &str) -> impl Iterator<Item = &Exception> {
+        let start = (namespace.to_owned(), String::new());
+        self.state
+            .exceptions
+            .range(start..)
+            .take_while(move |((ns, _), _)| ns == namespace)
+            .map(|(_, exception)| exception)
+    }
+
+    /// Every PlacementException, by namespace and name.
+    pub fn exceptions(&self) -> impl Iterator<Item = &Exception> {
+        self.state.exceptions.values()
     }
 
     /// The label that assigns a Node to a pool.

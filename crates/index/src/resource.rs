@@ -14,7 +14,9 @@ use poolkeeper_bus::{ObjectKey, ResourceKind};
 
 use crate::projection::{config_map_data, object_key};
 use crate::secrets::secret_references;
-use crate::{Changed, Index, Machine, MachineClass, Namespace, Node, NodePool, NodeSummary};
+use crate::{
+    Changed, Exception, Index, Machine, MachineClass, Namespace, Node, NodePool, NodeSummary,
+};
 
 /// Writes objects of kind `K` into the index, in the shape of kubert's
 /// `index` module: `apply` for an add or update, `delete` for a removal,
@@ -138,6 +140,23 @@ impl IndexResource<core::Namespace> for Index {
 
     fn retain(&self, keep: &HashSet<ObjectKey>) -> Vec<Changed> {
         self.placement.write().retain_namespaces(keep)
+    }
+}
+
+impl IndexResource<api::PlacementException> for Index {
+    const KIND: ResourceKind = ResourceKind::PlacementException;
+
+    fn apply(&self, exception: api::PlacementException) -> Option<Changed> {
+        let exception = Exception::from(&exception);
+        self.placement.write().upsert_exception(exception)
+    }
+
+    fn delete(&self, key: &ObjectKey) -> Option<Changed> {
+        self.placement.write().remove_exception(key)
+    }
+
+    fn retain(&self, keep: &HashSet<ObjectKey>) -> Vec<Changed> {
+        self.placement.write().retain_exceptions(keep)
     }
 }
 

@@ -12,6 +12,7 @@ use poolkeeper_index::{NodePool, PlacementView, PoolType};
 
 use crate::affinity::NodeConstraints;
 use crate::candidates::{Reach, in_pools, reach};
+use crate::exceptions::{AppliedExceptions, applied_exceptions};
 use crate::messages::{
     self, missing_tolerations_message, no_match_message, outside_message, runs_outside_message,
 };
@@ -66,6 +67,9 @@ pub enum Reason {
     /// Audit: the Pod is scheduled onto a node the index does not know (yet,
     /// or any more), so where it runs cannot be judged.
     NodeUnknown,
+    /// A PlacementException lets the Pod skip this decision (mutate: only
+    /// the placement record is written).
+    Excepted,
 }
 
 impl Reason {
@@ -87,6 +91,7 @@ impl Reason {
             Reason::NoMatchingNode => "no_matching_node",
             Reason::OutsidePool => "outside_pool",
             Reason::NodeUnknown => "node_unknown",
+            Reason::Excepted => "excepted",
         }
     }
 }
@@ -121,6 +126,9 @@ pub struct Decision {
     /// The patch `enforce` would have applied, when the mode (`dryrun`)
     /// left the Pod unchanged instead.
     pub withheld_patch: Option<Patch>,
+    /// The PlacementExceptions that applied (by name), each counted by
+    /// the webhook.
+    pub exceptions: Vec<String>,
 }
 
 impl Decision {
@@ -135,6 +143,7 @@ impl Decision {
             mode: Mode::Enforce,
             withheld_denial: None,
             withheld_patch: None,
+            exceptions: Vec::new(),
         }
     }
 
@@ -254,6 +263,9 @@ pub struct PoolBinding<'a> {
     /// binding. The binding places the Pod all the same (`pools` are the
     /// binding's); the validating decisions refuse it.
     pub label_outside: Option<&'a str>,
+    /// The PlacementExceptions that apply (the binding allows them): their
+    /// pools are already in `pools`.
+    pub exceptions: AppliedExceptions,
 }
 
 /// The pool a Pod belongs to, by the namespace's binding and the Pod's own
@@ -272,39 +284,61 @@ pub fn pool_binding<'a>(
     pod: &'a PodPlacement,
     namespace: &str,
     policy: &'a PlacementPolicy,
-    pool_label: &str,
+    view: &PlacementView<'_>,
 ) -> Option<PoolBinding<'a>> {
     if policy.is_excluded(namespace) {
         return None;
     }
     let labelled = pod
         .labels
-        .get(pool_label)
+        .get(view.pool_label())
         .map(String::as_str)
         .filter(|pool| !pool.is_empty());
-    let by_label = |pool: &str, namespace_binding| PoolBinding {
-        pools: Cow::Owned(PoolSet::one(pool)),
-        source: BindingSource::PodLabel,
-        mode: policy.mode_for_namespace(namespace),
-        namespace_binding,
-        label_outside: None,
-    };
     let Some(binding) = policy.binding(namespace) else {
-        return labelled.map(|pool| by_label(pool, None));
+        return labelled.map(|pool| PoolBinding {
+            pools: Cow::Owned(PoolSet::one(pool)),
+            source: BindingSource::PodLabel,
+            mode: policy.mode_for_namespace(namespace),
+            namespace_binding: None,
+            label_outside: None,
+            exceptions: AppliedExceptions::default(),
+        });
     };
-    match labelled {
-        Some(pool) if binding.pools.contains(pool) => Some(by_label(pool, Some(binding))),
-        label_outside => Some(PoolBinding {
-            pools: Cow::Borrowed(&binding.pools),
-            source: match binding.origin {
+    let exceptions = applied_exceptions(&pod.labels, namespace, Some(binding), view);
+    let allowed = with_pools(&binding.pools, &exceptions.pools);
+    let (pools, source, label_outside) = match labelled {
+        Some(pool) if allowed.contains(pool) => (
+            Cow::Owned(PoolSet::one(pool)),
+            BindingSource::PodLabel,
+            None,
+        ),
+        label_outside => (
+            allowed,
+            match binding.origin {
                 BindingOrigin::ConfigMap => BindingSource::Namespace,
                 BindingOrigin::NamespaceLabel => BindingSource::NamespaceLabel,
             },
-            mode: binding.mode,
-            namespace_binding: Some(binding),
             label_outside,
-        }),
+        ),
+    };
+    Some(PoolBinding {
+        pools,
+        source,
+        mode: binding.mode,
+        namespace_binding: Some(binding),
+        label_outside,
+        exceptions,
+    })
+}
+
+/// `pools` and the `extra` ones an exception allows, borrowed when there
+/// are none.
+fn with_pools<'a>(pools: &'a PoolSet, extra: &[String]) -> Cow<'a, PoolSet> {
+    if extra.iter().all(|pool| pools.contains(pool)) {
+        return Cow::Borrowed(pools);
     }
+    let union = pools.names().iter().chain(extra).cloned();
+    PoolSet::new(union).map_or(Cow::Borrowed(pools), Cow::Owned)
 }
 
 /// The refusal of a Pod whose pool label leaves its namespace's binding,
@@ -477,18 +511,21 @@ pub(crate) fn mutate_at(
 ) -> Decision {
     // A pool label outside the namespace's binding is not followed: the
     // binding places the Pod, and `validate` refuses the label.
-    let binding = pool_binding(pod, namespace, policy, view.pool_label());
+    let binding = pool_binding(pod, namespace, policy, view);
+    let constraints = if target.always_narrow {
+        Constraints::Narrow
+    } else {
+        policy.constraints_for_namespace(namespace)
+    };
+    if let Some(binding) = binding.as_ref().filter(|b| b.exceptions.skip_mutation) {
+        return excepted_mutation(pod, binding, constraints, target);
+    }
     let bound = match bound_pools(binding, namespace, view) {
         Ok(bound) => bound,
         Err(decision) => return *decision,
     };
     let Some(spec) = pod.spec.as_ref() else {
         return bound.finish(Decision::allow(Reason::Unchanged));
-    };
-    let constraints = if target.always_narrow {
-        Constraints::Narrow
-    } else {
-        policy.constraints_for_namespace(namespace)
     };
 
     let mut ops = Vec::new();
@@ -516,7 +553,35 @@ pub(crate) fn mutate_at(
         decision.patch = Some(Patch(ops));
         decision
     };
-    bound.finish(decision)
+    let mut decision = bound.finish(decision);
+    decision
+        .exceptions
+        .clone_from(&bound.binding.exceptions.mutation);
+    decision
+}
+
+/// A Pod an exception lets skip the mutation: left as written but for the
+/// placement record, which names the exceptions.
+fn excepted_mutation(
+    pod: &PodPlacement,
+    binding: &PoolBinding<'_>,
+    constraints: Constraints,
+    target: &PatchTarget,
+) -> Decision {
+    let record = rebase(annotation_op(pod, binding, constraints), target.base);
+    let mut decision = Decision::allow(Reason::Excepted);
+    decision.patch = Some(Patch(vec![record]));
+    decision.exceptions.clone_from(&binding.exceptions.mutation);
+    decision.for_pools(&binding.pools).with_mode(binding.mode)
+}
+
+/// A Pod an exception lets skip the validating rules, in the binding's mode.
+fn excepted_validation(binding: &PoolBinding<'_>) -> Decision {
+    let mut decision = Decision::allow(Reason::Excepted);
+    decision
+        .exceptions
+        .clone_from(&binding.exceptions.validation);
+    decision.for_pools(&binding.pools).with_mode(binding.mode)
 }
 
 /// The validating decision.
@@ -545,13 +610,22 @@ pub fn validate(
     if pod.is_mirror() {
         return Decision::allow(Reason::MirrorPod);
     }
-    let binding = pool_binding(pod, namespace, policy, view.pool_label());
+    let binding = pool_binding(pod, namespace, policy, view);
+    if let Some(binding) = binding.as_ref().filter(|b| b.exceptions.skip_validation) {
+        return excepted_validation(binding);
+    }
     if let Some(refusal) = label_refusal(binding.as_ref(), namespace, view.pool_label()) {
         let mode = refusal.mode;
         return refusal.with_mode(mode);
     }
     match bound_pools(binding, namespace, view) {
-        Ok(bound) => bound.finish(validate_in_pools(pod, &bound, view, policy)),
+        Ok(bound) => {
+            let mut decision = bound.finish(validate_in_pools(pod, &bound, view, policy));
+            decision
+                .exceptions
+                .clone_from(&bound.binding.exceptions.validation);
+            decision
+        }
         Err(decision) => *decision,
     }
 }
@@ -604,7 +678,10 @@ fn validate_in_pools(
 /// A denial is a violation.
 pub fn audit(pod: &PodPlacement, view: &PlacementView<'_>, policy: &PlacementPolicy) -> Decision {
     let namespace = pod.namespace.as_str();
-    let binding = pool_binding(pod, namespace, policy, view.pool_label());
+    let binding = pool_binding(pod, namespace, policy, view);
+    if let Some(binding) = binding.as_ref().filter(|b| b.exceptions.skip_validation) {
+        return excepted_validation(binding);
+    }
     if let Some(refusal) = label_refusal(binding.as_ref(), namespace, view.pool_label()) {
         return refusal;
     }

@@ -15,6 +15,7 @@ use crate::candidates::{in_pools, matching_nodes};
 use crate::decision::{
     BindingSource, Decision, PoolBinding, missing_edge_tolerations, mutate, pool_binding, validate,
 };
+use crate::exceptions::selecting_exceptions;
 use crate::pod::PodPlacement;
 use crate::policy::PlacementPolicy;
 use crate::tolerations::describe_toleration;
@@ -79,6 +80,14 @@ pub struct BindingReport {
     pub refused_label: Option<String>,
     /// Nodes carrying the pool label with a bound pool's name.
     pub pool_nodes: usize,
+    /// The PlacementExceptions that apply, as `name: what it allows
+    /// (reason)`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub exceptions: Vec<String>,
+    /// The PlacementExceptions that select the Pod but take no effect,
+    /// because the namespace's binding does not allow exceptions.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ignored_exceptions: Vec<String>,
 }
 
 /// The nodes one constraint (or their intersection) selects.
@@ -160,7 +169,7 @@ pub fn explain(
     policy: &PlacementPolicy,
 ) -> Explanation {
     let pool_label = view.pool_label();
-    let binding = pool_binding(pod, namespace, policy, pool_label);
+    let binding = pool_binding(pod, namespace, policy, view);
     let pools: Vec<&NodePool> = binding
         .iter()
         .flat_map(|binding| binding.pools.names())
@@ -194,9 +203,14 @@ pub fn explain(
     Explanation {
         pod: pod.display_name(namespace),
         namespace: namespace.to_owned(),
-        binding: binding
-            .as_ref()
-            .map(|binding| binding_report(binding, &pools, view, namespace)),
+        binding: binding.as_ref().map(|binding| {
+            let (exceptions, ignored_exceptions) = exception_reports(pod, namespace, binding, view);
+            BindingReport {
+                exceptions,
+                ignored_exceptions,
+                ..binding_report(binding, &pools, view, namespace)
+            }
+        }),
         nodes: view.node_count(),
         node_sets: node_sets(pod, view),
         intersection,
@@ -250,6 +264,46 @@ fn binding_report(
         refused_label: binding
             .label_outside
             .map(|label| format!("{}={label}", view.pool_label())),
+        exceptions: Vec::new(),
+        ignored_exceptions: Vec::new(),
+    }
+}
+
+/// `name: what it allows (reason)` of each exception selecting `pod`,
+/// split into those that apply and those the binding ignores.
+fn exception_reports(
+    pod: &PodPlacement,
+    namespace: &str,
+    binding: &PoolBinding<'_>,
+    view: &PlacementView<'_>,
+) -> (Vec<String>, Vec<String>) {
+    let found = selecting_exceptions(&pod.labels, namespace, binding.namespace_binding, view);
+    let described: Vec<String> = found
+        .selecting
+        .iter()
+        .map(|exception| {
+            let mut allows = Vec::new();
+            if exception.skip_mutation {
+                allows.push("skips the mutation".to_owned());
+            }
+            if exception.skip_validation {
+                allows.push("skips the validation".to_owned());
+            }
+            if !exception.pools.is_empty() {
+                allows.push(format!("adds pools {}", exception.pools.join(",")));
+            }
+            format!(
+                "{}: {} ({})",
+                exception.name,
+                allows.join(", "),
+                exception.reason
+            )
+        })
+        .collect();
+    if found.allowed {
+        (described, Vec::new())
+    } else {
+        (Vec::new(), described)
     }
 }
 

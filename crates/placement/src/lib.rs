@@ -31,6 +31,7 @@ mod cache;
 mod candidates;
 mod decision;
 mod error;
+mod exceptions;
 mod explain;
 mod messages;
 mod names;
@@ -45,11 +46,14 @@ mod workload;
 pub use cache::{LoadedPolicy, PolicyCache, ReportedRejections};
 pub use decision::{BindingSource, Decision, PoolBinding, Reason, audit, mutate, validate};
 pub use error::PlacementError;
+pub use exceptions::{
+    AppliedExceptions, SelectingExceptions, applied_exceptions, selecting_exceptions,
+};
 pub use explain::{BindingReport, Explanation, NodeSet, Verdict, explain};
 pub use messages::count_nodes;
 pub use objects::{OfflineObjects, build_index_from_objects};
 pub use pod::{Annotations, PlacementAffinity, PlacementNodeAffinity, PlacementSpec, PodPlacement};
-pub use policy::{Binding, BindingOrigin, PlacementPolicy, PolicySource};
+pub use policy::{Binding, BindingOrigin, Exceptions, PlacementPolicy, PolicySource};
 pub use poolkeeper_config::{Constraints, Mode};
 pub use pools::PoolSet;
 pub use workload::{

@@ -95,8 +95,13 @@ pub(crate) fn annotation_op(
 /// by commas.
 pub fn placement_record(binding: &PoolBinding<'_>, constraints: Constraints) -> String {
     let quoted = |text: &str| Value::String(text.to_owned()).to_string();
+    let exceptions = if binding.exceptions.is_empty() {
+        String::new()
+    } else {
+        format!(",\"exceptions\":{}", quoted(&binding.exceptions.joined()))
+    };
     format!(
-        "{{\"pool\":{},\"binding\":{},\"mode\":{},\"constraints\":{}}}",
+        "{{\"pool\":{},\"binding\":{},\"mode\":{},\"constraints\":{}{exceptions}}}",
         quoted(&binding.pools.joined()),
         quoted(binding.source.as_str()),
         quoted(binding.mode.as_str()),

@@ -112,6 +112,20 @@ pub struct Binding {
     /// The binding's own `constraints`, else the policy's default.
     pub constraints: Constraints,
     pub origin: BindingOrigin,
+    /// Whether PlacementExceptions of the namespace take effect
+    /// (`exceptions: allowed`; never for a Namespace label binding, which
+    /// whoever may label the Namespace writes).
+    pub exceptions: Exceptions,
+}
+
+/// A binding's `exceptions`: whether the platform team lets the
+/// namespace's PlacementExceptions take effect.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Exceptions {
+    Allowed,
+    #[default]
+    Denied,
 }
 
 impl Binding {
@@ -162,6 +176,8 @@ struct BindingEntry {
     mode: Option<Mode>,
     #[serde(default)]
     constraints: Option<Constraints>,
+    #[serde(default)]
+    exceptions: Exceptions,
 }
 
 #[derive(Deserialize)]
@@ -312,6 +328,7 @@ impl PlacementPolicy {
             mode,
             constraints,
             origin: BindingOrigin::NamespaceLabel,
+            exceptions: Exceptions::Denied,
         })
     }
 
@@ -455,6 +472,7 @@ fn read_bindings(
                         mode: entry.mode.unwrap_or(default_mode),
                         constraints: entry.constraints.unwrap_or(default_constraints),
                         origin: BindingOrigin::ConfigMap,
+                        exceptions: entry.exceptions,
                     },
                 );
             }

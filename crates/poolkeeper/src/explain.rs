@@ -274,6 +274,16 @@ fn binding(out: &mut String, explained: &Explanation) {
         );
     }
     field(out, "Mode", binding.mode.as_str());
+    for exception in &binding.exceptions {
+        field(out, "Exception", exception);
+    }
+    for exception in &binding.ignored_exceptions {
+        field(
+            out,
+            "Ignored exception",
+            &format!("{exception}: the namespace's binding does not allow exceptions"),
+        );
+    }
 }
 
 fn node_set(out: &mut String, set: &NodeSet) {

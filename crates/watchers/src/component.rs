@@ -42,6 +42,7 @@ fn component_name(kind: ResourceKind) -> &'static str {
         ResourceKind::ConfigMap => "config-map-watcher",
         ResourceKind::Secret => "secret-watcher",
         ResourceKind::Namespace => "namespace-watcher",
+        ResourceKind::PlacementException => "placement-exception-watcher",
     }
 }
 
@@ -74,6 +75,15 @@ where
     ) -> Self {
         Self {
             api: Api::namespaced(client, namespace),
+            config: watcher::Config::default().page_size(page_size),
+            shared,
+        }
+    }
+
+    /// Watches every object of `K` in every namespace.
+    pub(crate) fn everywhere(client: Client, page_size: u32, shared: Shared) -> Self {
+        Self {
+            api: Api::all(client),
             config: watcher::Config::default().page_size(page_size),
             shared,
         }

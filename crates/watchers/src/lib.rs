@@ -26,7 +26,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kube::Client;
 use kube::core::PartialObjectMeta;
-use poolkeeper_api::{Machine, MachineClass, NodePool};
+use poolkeeper_api::{Machine, MachineClass, NodePool, PlacementException};
 use poolkeeper_bus::{Bus, ResourceKind};
 use poolkeeper_config::Config;
 use poolkeeper_index::{Index, NodeSummary};
@@ -75,6 +75,7 @@ impl From<&Config> for WatcherSettings {
             if config.placement.namespace_labels.enabled {
                 kinds.insert(ResourceKind::Namespace);
             }
+            kinds.insert(ResourceKind::PlacementException);
         }
         let config_map = &config.placement.policy_config_map;
         Self {
@@ -154,6 +155,9 @@ fn watcher(
         ResourceKind::NodePool => {
             Box::new(KindWatcher::<NodePool>::cluster(client, page_size, shared))
         }
+        ResourceKind::PlacementException => Box::new(
+            KindWatcher::<PlacementException>::everywhere(client, page_size, shared),
+        ),
         // Every kubelet heartbeat is a watch event: decoded into only what the
         // index projects, it allocates next to nothing (see `NodeSummary`).
         ResourceKind::Node => Box::new(KindWatcher::<NodeSummary>::cluster(

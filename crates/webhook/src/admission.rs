@@ -149,6 +149,7 @@ impl AdmissionService {
                     reviewed.decision.reason.as_str(),
                     started,
                 );
+                self.publish_exceptions(webhook, &reviewed);
                 log_decision(webhook, &reviewed);
                 let mut response = Response::new(Full::new(Bytes::from(bytes)));
                 response.headers_mut().insert(
@@ -200,6 +201,24 @@ impl AdmissionService {
             mode,
             reason,
             duration: started.elapsed(),
+        });
+    }
+
+    /// The exceptions a decision applied, counted apart from the admission
+    /// itself so that the common case carries none.
+    fn publish_exceptions(&self, webhook: WebhookKind, reviewed: &Reviewed<'_>) {
+        if reviewed.decision.exceptions.is_empty() {
+            return;
+        }
+        let namespace = reviewed.namespace();
+        self.bus.publish(Event::ExceptionsApplied {
+            webhook,
+            exceptions: reviewed
+                .decision
+                .exceptions
+                .iter()
+                .map(|name| format!("{namespace}/{name}"))
+                .collect(),
         });
     }
 }

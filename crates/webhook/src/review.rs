@@ -45,6 +45,11 @@ impl Reviewed<'_> {
         }
     }
 
+    /// The request's namespace.
+    pub(crate) fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
     /// `namespace/name` of the object (`generateName*` when it has no name yet).
     pub(crate) fn subject(&self) -> impl fmt::Display + '_ {
         Subject(self)

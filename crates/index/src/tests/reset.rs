@@ -47,6 +47,9 @@ fn retain(index: &Index, kind: ResourceKind, keep: &HashSet<ObjectKey>) -> Vec<C
             IndexResource::<kube::core::PartialObjectMeta<core::Secret>>::retain(index, keep)
         }
         ResourceKind::Namespace => IndexResource::<core::Namespace>::retain(index, keep),
+        ResourceKind::PlacementException => {
+            IndexResource::<api::PlacementException>::retain(index, keep)
+        }
     }
 }
 

@@ -3,6 +3,7 @@
 mod affinity;
 mod audit;
 mod candidates;
+mod exceptions;
 mod exclusions;
 mod explain;
 mod modes;

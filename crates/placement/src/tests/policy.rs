@@ -93,7 +93,7 @@ fn shape_errors_carry_the_position() {
         ),
         (
             "bindings:\n  - namespace: a\n    nodepool: b\n",
-            "unknown field `nodepool`, expected one of namespace, nodePool, nodePools, mode, constraints at line 3, column 5",
+            "unknown field `nodepool`, expected one of namespace, nodePool, nodePools, mode, constraints, exceptions at line 3, column 5",
         ),
         (
             "edgeTolerations:\n  - {key: a, operator: Exists, efect: NoSchedule}\n",
@@ -315,7 +315,7 @@ fn from_a_config_map() {
     assert!(
         error.to_string()
             == "ConfigMap poolkeeper-system/poolkeeper-placement key placement.yaml: unknown field `pool`, \
-                expected one of namespace, nodePool, nodePools, mode, constraints at line 1, column 27",
+                expected one of namespace, nodePool, nodePools, mode, constraints, exceptions at line 1, column 27",
         "{error}"
     );
 }
