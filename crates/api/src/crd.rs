@@ -504,6 +504,12 @@ mod tests {
                 true,
             ),
             ("nodepools.apps.openyurt.io", "Cluster", Some("np"), true),
+            (
+                "placementexceptions.poolkeeper.io",
+                "Namespaced",
+                Some("pex"),
+                false,
+            ),
         ];
         let crds = crds();
         assert_eq!(crds.len(), cases.len());

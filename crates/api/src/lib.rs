@@ -32,6 +32,8 @@ pub const MACHINE_VERSION: &str = "v1alpha1";
 pub const NODE_POOL_GROUP: &str = "apps.openyurt.io";
 /// API version of NodePool.
 pub const NODE_POOL_VERSION: &str = "v1beta2";
+/// API group of poolkeeper's own PlacementException.
+pub const POOLKEEPER_GROUP: &str = "poolkeeper.io";
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

@@ -7,7 +7,7 @@
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
 use kube::Api;
 use kube::api::ListParams;
-use poolkeeper_api::NodePool;
+use poolkeeper_api::{NodePool, PlacementException};
 use poolkeeper_index::{Index, IndexResource};
 use poolkeeper_placement::{PodPlacement, PolicySource};
 
@@ -42,12 +42,29 @@ pub async fn cluster_index(
         }
         None => Vec::new(),
     };
+    let exceptions = placement_exceptions(client).await?;
     let index = Index::new(pool_label);
     index.reset(nodes);
     index.reset(pools);
     index.reset(config_map.into_iter().collect::<Vec<_>>());
     index.reset(namespaces);
+    index.reset(exceptions);
     Ok(index)
+}
+
+/// Every PlacementException; none where the cluster does not serve the CRD
+/// (poolkeeper is not installed there: no binding can allow one).
+async fn placement_exceptions(
+    client: &kube::Client,
+) -> Result<Vec<PlacementException>, AuditError> {
+    let api = Api::<PlacementException>::all(client.clone());
+    match list_all(api, "PlacementExceptions", None).await {
+        Err(AuditError::ReadCluster {
+            source: kube::Error::Api(status),
+            ..
+        }) if status.code == 404 => Ok(Vec::new()),
+        other => other,
+    }
 }
 
 /// The projection of Pod `namespace/name`.

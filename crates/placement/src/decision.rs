@@ -12,7 +12,7 @@ use poolkeeper_index::{NodePool, PlacementView, PoolType};
 
 use crate::affinity::NodeConstraints;
 use crate::candidates::{Reach, in_pools, reach};
-use crate::exceptions::{AppliedExceptions, applied_exceptions};
+use crate::exceptions::{AppliedExceptions, applied_exceptions, selecting_exceptions};
 use crate::messages::{
     self, missing_tolerations_message, no_match_message, outside_message, runs_outside_message,
 };
@@ -575,6 +575,31 @@ fn excepted_mutation(
     decision.for_pools(&binding.pools).with_mode(binding.mode)
 }
 
+/// Why the exceptions that select the Pod do not apply, when some do and
+/// the namespace's binding does not allow exceptions: a denial says so.
+fn ignored_exceptions(
+    pod: &PodPlacement,
+    namespace: &str,
+    binding: Option<&PoolBinding<'_>>,
+    view: &PlacementView<'_>,
+) -> Option<String> {
+    let binding = binding?;
+    let found = selecting_exceptions(&pod.labels, namespace, binding.namespace_binding, view);
+    if found.allowed || found.selecting.is_empty() {
+        return None;
+    }
+    let names: Vec<&str> = found.selecting.iter().map(|e| e.name.as_str()).collect();
+    Some(messages::ignored_exceptions_note(&names, namespace))
+}
+
+/// `decision` with `note` after its denial message.
+fn with_ignored(mut decision: Decision, note: Option<&str>) -> Decision {
+    if let (Some(message), Some(note)) = (decision.message.as_mut(), note) {
+        message.push_str(note);
+    }
+    decision
+}
+
 /// A Pod an exception lets skip the validating rules, in the binding's mode.
 fn excepted_validation(binding: &PoolBinding<'_>) -> Decision {
     let mut decision = Decision::allow(Reason::Excepted);
@@ -614,13 +639,15 @@ pub fn validate(
     if let Some(binding) = binding.as_ref().filter(|b| b.exceptions.skip_validation) {
         return excepted_validation(binding);
     }
+    let ignored = ignored_exceptions(pod, namespace, binding.as_ref(), view);
     if let Some(refusal) = label_refusal(binding.as_ref(), namespace, view.pool_label()) {
         let mode = refusal.mode;
-        return refusal.with_mode(mode);
+        return with_ignored(refusal, ignored.as_deref()).with_mode(mode);
     }
     match bound_pools(binding, namespace, view) {
         Ok(bound) => {
-            let mut decision = bound.finish(validate_in_pools(pod, &bound, view, policy));
+            let decision = validate_in_pools(pod, &bound, view, policy);
+            let mut decision = bound.finish(with_ignored(decision, ignored.as_deref()));
             decision
                 .exceptions
                 .clone_from(&bound.binding.exceptions.validation);

@@ -186,3 +186,18 @@ pub(crate) fn label_outside_message(
         binding.pools
     )
 }
+
+/// What a denial adds when PlacementExceptions select the Pod but its
+/// namespace's binding does not let them apply.
+pub(crate) fn ignored_exceptions_note(names: &[&str], namespace: &str) -> String {
+    let quoted: Vec<String> = names.iter().map(|name| format!("{name:?}")).collect();
+    let (noun, verb) = if names.len() == 1 {
+        ("PlacementException", "selects")
+    } else {
+        ("PlacementExceptions", "select")
+    };
+    format!(
+        " ({noun} {} {verb} this pod, but namespace {namespace:?}'s binding does not allow exceptions)",
+        quoted.join(", ")
+    )
+}

@@ -7,7 +7,9 @@ use std::collections::HashMap;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use poolkeeper_api::{NODE_POOL_GROUP, NodePool, NodePoolType};
+use poolkeeper_api::{
+    NODE_POOL_GROUP, NodePool, NodePoolType, POOLKEEPER_GROUP, PlacementException,
+};
 use poolkeeper_index::{Index, IndexResource};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -24,8 +26,9 @@ pub struct OfflineObjects {
     pub notes: Vec<String>,
 }
 
-/// Reads Nodes, NodePools (`apps.openyurt.io`, any version) and the
-/// placement ConfigMap (the one `policy` names) from multi-document YAML
+/// Reads Nodes, NodePools (`apps.openyurt.io`, any version),
+/// PlacementExceptions (`poolkeeper.io`) and the placement ConfigMap (the
+/// one `policy` names) from multi-document YAML
 /// into an index grouping nodes by `pool_label`; `v1 List` documents are
 /// expanded. Other objects are ignored with a note. A duplicate object or
 /// one that does not parse is an error naming its document (1-based).
@@ -79,6 +82,7 @@ enum Kind {
     Node,
     NodePool,
     ConfigMap,
+    PlacementException,
 }
 
 impl Kind {
@@ -88,6 +92,7 @@ impl Kind {
             ("", "Node") => Some(Kind::Node),
             (NODE_POOL_GROUP, "NodePool") => Some(Kind::NodePool),
             ("", "ConfigMap") => Some(Kind::ConfigMap),
+            (POOLKEEPER_GROUP, "PlacementException") => Some(Kind::PlacementException),
             _ => None,
         }
     }
@@ -107,6 +112,7 @@ struct Objects<'p> {
     nodes: Vec<Node>,
     pools: Vec<NodePool>,
     config_maps: Vec<ConfigMap>,
+    exceptions: Vec<PlacementException>,
     /// The document each `(kind, name)` was first seen in.
     seen: HashMap<(&'static str, String), usize>,
     notes: Vec<String>,
@@ -119,6 +125,7 @@ impl<'p> Objects<'p> {
             nodes: Vec::new(),
             pools: Vec::new(),
             config_maps: Vec::new(),
+            exceptions: Vec::new(),
             seen: HashMap::new(),
             notes: Vec::new(),
         }
@@ -148,6 +155,12 @@ impl<'p> Objects<'p> {
                 self.check_new(document, "NodePool", &pool.metadata)?;
                 self.note_unknown_pool_type(document, &pool);
                 self.pools.push(pool);
+            }
+            Kind::PlacementException => {
+                let exception: PlacementException =
+                    parse(document, "PlacementException", &name, object)?;
+                self.check_new(document, "PlacementException", &exception.metadata)?;
+                self.exceptions.push(exception);
             }
             Kind::ConfigMap => {
                 let config_map: ConfigMap = parse(document, "ConfigMap", &name, object)?;
@@ -218,6 +231,7 @@ impl<'p> Objects<'p> {
         index.reset(self.nodes);
         index.reset(self.pools);
         index.reset(self.config_maps);
+        index.reset(self.exceptions);
         OfflineObjects {
             index,
             notes: self.notes,

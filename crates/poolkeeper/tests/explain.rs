@@ -544,3 +544,81 @@ fn a_pool_label_outside_the_namespace_binding_is_explained_as_refused() {
         "{text}"
     );
 }
+
+/// An exception in the objects file: `explain` names it where the binding
+/// allows exceptions, and says why it is ignored where it does not.
+#[test]
+fn explain_names_a_placement_exception_or_why_it_is_ignored() {
+    let dir = tempfile::tempdir().unwrap();
+    let objects = dir.path().join("objects.yaml");
+    std::fs::write(
+        &objects,
+        r#"
+apiVersion: apps.openyurt.io/v1beta2
+kind: NodePool
+metadata: {name: hangzhou}
+spec: {type: Cloud}
+---
+apiVersion: v1
+kind: Node
+metadata: {name: hz-1, labels: {apps.openyurt.io/nodepool: hangzhou}}
+---
+apiVersion: v1
+kind: Node
+metadata: {name: spare-1, labels: {disk: ssd}}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: poolkeeper-placement, namespace: poolkeeper-system}
+data:
+  placement.yaml: |
+    bindings:
+      - {namespace: lab, nodePool: hangzhou, exceptions: allowed}
+      - {namespace: shop, nodePool: hangzhou}
+---
+apiVersion: poolkeeper.io/v1alpha1
+kind: PlacementException
+metadata: {name: gpu-probe, namespace: lab}
+spec:
+  selector: {matchLabels: {app: probe}}
+  reason: the probe measures the spare node
+  allow: {skipValidation: true}
+---
+apiVersion: poolkeeper.io/v1alpha1
+kind: PlacementException
+metadata: {name: gpu-probe, namespace: shop}
+spec:
+  selector: {matchLabels: {app: probe}}
+  reason: the probe measures the spare node
+  allow: {skipValidation: true}
+"#,
+    )
+    .unwrap();
+    let pod = |namespace: &str| {
+        let path = dir.path().join(format!("{namespace}.yaml"));
+        std::fs::write(
+            &path,
+            format!(
+                "apiVersion: v1\nkind: Pod\nmetadata: {{name: probe, namespace: {namespace}, labels: {{app: probe}}}}\n\
+                 spec: {{nodeSelector: {{disk: ssd}}, containers: [{{name: c, image: busybox}}]}}\n"
+            ),
+        )
+        .unwrap();
+        path
+    };
+    let objects = objects.to_str().unwrap();
+    let lab = explain_text(objects, pod("lab").to_str().unwrap());
+    for expected in [
+        "Exception:              gpu-probe: skips the validation (the probe measures the spare node)",
+        "Validating webhook:     allowed (reason excepted, mode enforce)",
+    ] {
+        assert!(lab.contains(expected), "lacks {expected:?}:\n{lab}");
+    }
+    let shop = explain_text(objects, pod("shop").to_str().unwrap());
+    for expected in [
+        "Ignored exception:      gpu-probe: skips the validation (the probe measures the spare node): the\n                        namespace's binding does not allow exceptions",
+        "Validating webhook:     denied (reason outside_pool, mode enforce)",
+    ] {
+        assert!(shop.contains(expected), "lacks {expected:?}:\n{shop}");
+    }
+}

@@ -223,6 +223,26 @@ fn only_a_binding_that_allows_exceptions_lets_them_apply() {
 }
 
 #[test]
+fn a_denial_says_which_exception_the_binding_ignores() {
+    let index = excepted_cluster();
+    let view = index.placement_at(NOW);
+    let pod = app_pod("shop-closed", "debug", on_beijing());
+    let decision = validate(&pod, "shop-closed", &view, &policy());
+    let message = decision.message.unwrap();
+    assert!(
+        message.ends_with(
+            " (PlacementException \"debug\" selects this pod, but namespace \"shop-closed\"'s binding does not allow exceptions)"
+        ),
+        "{message}"
+    );
+    let unselected = app_pod("shop-closed", "web", on_beijing());
+    let message = validate(&unselected, "shop-closed", &view, &policy())
+        .message
+        .unwrap();
+    assert!(!message.contains("PlacementException"), "{message}");
+}
+
+#[test]
 fn skipping_the_mutation_writes_only_the_record_that_names_the_exception() {
     let index = excepted_cluster();
     let view = index.placement_at(NOW);

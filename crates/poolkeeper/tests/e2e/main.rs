@@ -7,6 +7,7 @@ mod balancer;
 mod bindings;
 mod blast_radius;
 mod enqueue;
+mod exceptions;
 mod faults;
 mod harness;
 mod machineclass;
