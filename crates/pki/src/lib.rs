@@ -107,6 +107,19 @@ impl CertificateInfo {
         child.verify_signature(Some(parent.public_key())).is_ok()
     }
 
+    /// The certificate as PEM, 64 base64 characters a line.
+    pub fn to_pem(&self) -> String {
+        use base64::Engine as _;
+        let encoded = base64::engine::general_purpose::STANDARD.encode(&self.der);
+        let mut pem = String::from("-----BEGIN CERTIFICATE-----\n");
+        for line in encoded.as_bytes().chunks(64) {
+            pem.push_str(&String::from_utf8_lossy(line));
+            pem.push('\n');
+        }
+        pem.push_str("-----END CERTIFICATE-----\n");
+        pem
+    }
+
     /// Whether it is valid at `now` (notBefore <= now < notAfter).
     pub fn is_valid_at(&self, now: SystemTime) -> bool {
         self.not_before <= now && now < self.not_after
@@ -189,10 +202,14 @@ mod tests {
         let (first_pem, first) = ca("first");
         let (second_pem, _) = ca("second");
         let key = KeyPair::generate().unwrap();
-        let mut params =
-            CertificateParams::new(vec!["a.ns.svc".to_owned(), "a.ns.svc.cluster.local".to_owned()])
-                .unwrap();
-        params.distinguished_name.push(DnType::CommonName, "a.ns.svc");
+        let mut params = CertificateParams::new(vec![
+            "a.ns.svc".to_owned(),
+            "a.ns.svc.cluster.local".to_owned(),
+        ])
+        .unwrap();
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "a.ns.svc");
         params.not_before = OffsetDateTime::from_unix_timestamp(1_500).unwrap();
         params.not_after = OffsetDateTime::from_unix_timestamp(1_800_000_000).unwrap();
         let leaf_pem = params.signed_by(&key, &first).unwrap().pem();
@@ -204,32 +221,43 @@ mod tests {
         assert!(!leaf.is_ca);
         assert_eq!(leaf.expiry_seconds(), 1_800_000_000);
         assert_eq!(leaf.not_before, UNIX_EPOCH + Duration::from_secs(1_500));
-        assert_eq!(leaf.public_key_der, rcgen::PublicKeyData::subject_public_key_info(&key));
+        assert_eq!(
+            leaf.public_key_der,
+            rcgen::PublicKeyData::subject_public_key_info(&key)
+        );
         assert!(leaf.is_valid_at(UNIX_EPOCH + Duration::from_secs(1_500)));
         assert!(!leaf.is_valid_at(UNIX_EPOCH + Duration::from_secs(1_800_000_000)));
         assert!(
-            leaf.describe()
-                .starts_with("CN=a.ns.svc serial "),
+            leaf.describe().starts_with("CN=a.ns.svc serial "),
             "{}",
             leaf.describe()
         );
         assert!(leaf.describe().ends_with("notAfter 2027-01-15T08:00:00Z"));
 
         let bundle = format!("{second_pem}{first_pem}");
+        assert_eq!(
+            CertificateInfo::parse_pem(bundle.as_bytes())
+                .unwrap()
+                .iter()
+                .map(CertificateInfo::to_pem)
+                .collect::<String>(),
+            bundle.replace("\r\n", "\n"),
+            "PEM written as rcgen writes it"
+        );
         let cas = CertificateInfo::parse_pem(bundle.as_bytes()).unwrap();
         assert_eq!(cas.len(), 2);
         assert!(cas.iter().all(|ca| ca.is_ca));
-        assert_eq!(leaf.signer_among(&cas).map(|ca| ca.subject.as_str()), Some("CN=first"));
+        assert_eq!(
+            leaf.signer_among(&cas).map(|ca| ca.subject.as_str()),
+            Some("CN=first")
+        );
         assert!(!leaf.is_signed_by(&cas[0]));
     }
 
     #[test]
     fn text_without_a_certificate_is_an_error() {
         let key = KeyPair::generate().unwrap().serialize_pem();
-        for (text, want) in [
-            ("", PkiError::Empty),
-            (key.as_str(), PkiError::Empty),
-        ] {
+        for (text, want) in [("", PkiError::Empty), (key.as_str(), PkiError::Empty)] {
             assert_eq!(CertificateInfo::parse_pem(text.as_bytes()), Err(want));
         }
         let garbled = "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n";
