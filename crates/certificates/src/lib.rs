@@ -8,9 +8,16 @@
 //! - [`issue`] issues what a plan calls for (rcgen).
 //! - [`WebhookCertificates`] is the leader-only component.
 
+mod bundle;
+mod component;
+mod error;
 mod issue;
 mod plan;
 mod settings;
+
+pub use bundle::{CA_INJECTOR_ANNOTATIONS, StoredBundles, bundle_patch};
+pub use component::WebhookCertificates;
+pub use error::CertificateError;
 
 pub use issue::{IssueError, issue};
 pub use plan::{BACKDATE, CaReason, LeafProblem, LeafReason, Plan, Stored, plan};
