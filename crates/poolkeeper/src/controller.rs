@@ -215,7 +215,8 @@ impl Wiring<'_> {
             &self.bus,
             self.index.clone(),
             self.policy.clone(),
-        );
+        )
+        .with_client(self.client.clone());
         let addr = server.bind()?;
         Ok(Some((server, addr)))
     }
