@@ -105,7 +105,12 @@ impl Configuration for MutatingWebhookConfiguration {
                 .webhooks
                 .iter()
                 .flatten()
-                .map(|w| (w.name.as_str(), w.client_config.ca_bundle.as_ref().map(|b| b.0.as_slice())))
+                .map(|w| {
+                    (
+                        w.name.as_str(),
+                        w.client_config.ca_bundle.as_ref().map(|b| b.0.as_slice()),
+                    )
+                })
                 .collect(),
         }
     }
@@ -121,7 +126,12 @@ impl Configuration for ValidatingWebhookConfiguration {
                 .webhooks
                 .iter()
                 .flatten()
-                .map(|w| (w.name.as_str(), w.client_config.ca_bundle.as_ref().map(|b| b.0.as_slice())))
+                .map(|w| {
+                    (
+                        w.name.as_str(),
+                        w.client_config.ca_bundle.as_ref().map(|b| b.0.as_slice()),
+                    )
+                })
                 .collect(),
         }
     }
@@ -151,7 +161,10 @@ pub(crate) async fn publish<K: Configuration>(
     let stored = tokio::time::timeout(timeout, api.get_opt(name))
         .await
         .map_err(|_| CertificateError::Timeout(K::KIND))?
-        .map_err(|source| CertificateError::Api { what: K::KIND, source })?
+        .map_err(|source| CertificateError::Api {
+            what: K::KIND,
+            source,
+        })?
         .ok_or(CertificateError::ConfigurationMissing(K::KIND))?;
     let bundles = stored.bundles();
     if bundles.injected {
@@ -167,10 +180,16 @@ pub(crate) async fn publish<K: Configuration>(
         field_manager: Some(FIELD_MANAGER.to_owned()),
         ..PatchParams::default()
     };
-    tokio::time::timeout(timeout, api.patch(name, &params, &KubePatch::Json::<()>(patch)))
-        .await
-        .map_err(|_| CertificateError::Timeout(K::KIND))?
-        .map_err(|source| CertificateError::Api { what: K::KIND, source })?;
+    tokio::time::timeout(
+        timeout,
+        api.patch(name, &params, &KubePatch::Json::<()>(patch)),
+    )
+    .await
+    .map_err(|_| CertificateError::Timeout(K::KIND))?
+    .map_err(|source| CertificateError::Api {
+        what: K::KIND,
+        source,
+    })?;
     Ok(Published::Patched)
 }
 
@@ -180,12 +199,14 @@ mod tests {
 
     use super::*;
 
+    /// Entries (name, caBundle), whether cert-manager injects, the patch wanted.
+    type Case<'a> = (Vec<(&'a str, Option<&'a [u8]>)>, bool, Option<Value>);
+
     #[test]
     fn every_entry_gets_the_bundle_and_nothing_else_changes() {
         let old = b"old".as_slice();
         let new = b"new".as_slice();
-        // (entries, injected, wanted patch)
-        let cases: [(Vec<(&str, Option<&[u8]>)>, bool, Option<Value>); 4] = [
+        let cases: [Case<'_>; 4] = [
             (
                 vec![("a", None), ("b", Some(old))],
                 false,

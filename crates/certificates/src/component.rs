@@ -110,9 +110,8 @@ impl WebhookCertificates {
 
     /// Changes of the Secret and of both configurations, merged.
     fn changes(&self) -> Changes {
-        let by_name = |name: &str| {
-            watcher::Config::default().fields(&format!("metadata.name={name}"))
-        };
+        let by_name =
+            |name: &str| watcher::Config::default().fields(&format!("metadata.name={name}"));
         let secret = watch(
             self.client.clone(),
             Api::<Secret>::namespaced(self.client.clone(), &self.settings.namespace),
@@ -155,8 +154,14 @@ impl WebhookCertificates {
             let published = !bundle.is_empty() && self.publish(&bundle, true).await?;
             let plan = plan(&stored, now, &settings.lifetimes, published);
             if plan.writes(&stored) {
-                let written =
-                    crate::issue(&data, &stored, &plan, now, &settings.lifetimes, &settings.dns_names)?;
+                let written = crate::issue(
+                    &data,
+                    &stored,
+                    &plan,
+                    now,
+                    &settings.lifetimes,
+                    &settings.dns_names,
+                )?;
                 self.write_secret(secret, &written).await?;
                 tracing::info!(
                     secret = %settings.secret_name,
@@ -183,7 +188,10 @@ impl WebhookCertificates {
     /// whether both have it (a configuration cert-manager injects counts as
     /// published).
     async fn publish(&self, bundle: &[u8], check: bool) -> Result<bool, CertificateError> {
-        let (name, timeout) = (&self.settings.configuration_name, self.settings.request_timeout);
+        let (name, timeout) = (
+            &self.settings.configuration_name,
+            self.settings.request_timeout,
+        );
         let mutating =
             publish::<MutatingWebhookConfiguration>(&self.client, name, bundle, timeout, check)
                 .await?;
@@ -203,10 +211,16 @@ impl WebhookCertificates {
 
     async fn read_secret(&self) -> Result<Option<Secret>, CertificateError> {
         let api = Api::<Secret>::namespaced(self.client.clone(), &self.settings.namespace);
-        tokio::time::timeout(self.settings.request_timeout, api.get_opt(&self.settings.secret_name))
-            .await
-            .map_err(|_| CertificateError::Timeout("Secret"))?
-            .map_err(|source| CertificateError::Api { what: "Secret", source })
+        tokio::time::timeout(
+            self.settings.request_timeout,
+            api.get_opt(&self.settings.secret_name),
+        )
+        .await
+        .map_err(|_| CertificateError::Timeout("Secret"))?
+        .map_err(|source| CertificateError::Api {
+            what: "Secret",
+            source,
+        })
     }
 
     /// Creates the Secret (owned by the MutatingWebhookConfiguration, so
@@ -233,7 +247,8 @@ impl WebhookCertificates {
                 Some(mut secret) => {
                     secret.data = data;
                     secret.string_data = None;
-                    api.replace(&self.settings.secret_name, &params, &secret).await
+                    api.replace(&self.settings.secret_name, &params, &secret)
+                        .await
                 }
                 None => {
                     let secret = Secret {
@@ -258,7 +273,10 @@ impl WebhookCertificates {
         tokio::time::timeout(timeout, request)
             .await
             .map_err(|_| CertificateError::Timeout("Secret"))?
-            .map_err(|source| CertificateError::Api { what: "Secret", source })?;
+            .map_err(|source| CertificateError::Api {
+                what: "Secret",
+                source,
+            })?;
         Ok(())
     }
 
@@ -306,7 +324,9 @@ where
 
 /// The tokio instant of the wall-clock time `at` (now when it has passed).
 fn until(at: SystemTime) -> Instant {
-    let wait = at.duration_since(SystemTime::now()).unwrap_or(Duration::ZERO);
+    let wait = at
+        .duration_since(SystemTime::now())
+        .unwrap_or(Duration::ZERO);
     Instant::now() + wait
 }
 

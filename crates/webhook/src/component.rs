@@ -14,8 +14,8 @@ use crate::admission::AdmissionService;
 use crate::connection::Connections;
 use crate::error::WebhookError;
 use crate::serving::{serve, wait_for_certificate};
-use crate::source::CertificateSource;
 use crate::settings::WebhookSettings;
+use crate::source::CertificateSource;
 
 /// The component's name, also the name of its readiness check.
 pub const COMPONENT_NAME: &str = "webhook";

@@ -55,7 +55,10 @@ impl CertificateSource {
                     }
                     // A deleted Secret: the certificate served stays until a new one comes.
                     Ok(_) => None,
-                    Err(error) => Some(Err(format!("watching the Secret failed: {}", error_chain(&error)))),
+                    Err(error) => Some(Err(format!(
+                        "watching the Secret failed: {}",
+                        error_chain(&error)
+                    ))),
                 }
             },
         );

@@ -38,7 +38,11 @@ impl PemPair {
             .unwrap_or_default();
         match leaf.signer_among(&cas) {
             Some(ca) => format!("serving {}; CA {}", leaf.describe(), ca.describe()),
-            None => format!("serving {}; CA {} (not in ca.crt)", leaf.describe(), leaf.issuer),
+            None => format!(
+                "serving {}; CA {} (not in ca.crt)",
+                leaf.describe(),
+                leaf.issuer
+            ),
         }
     }
 }
@@ -60,7 +64,9 @@ pub(crate) async fn read_pair(dir: &Path) -> Result<PemPair, WebhookError> {
     Ok(PemPair {
         cert: read(cert_path(dir)).await?,
         key: read(key_path(dir)).await?,
-        ca: tokio::fs::read(dir.join(poolkeeper_pki::CA_CERT)).await.ok(),
+        ca: tokio::fs::read(dir.join(poolkeeper_pki::CA_CERT))
+            .await
+            .ok(),
     })
 }
 
@@ -96,4 +102,3 @@ pub(crate) fn server_config(dir: &Path, pair: &PemPair) -> Result<Arc<ServerConf
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }
-

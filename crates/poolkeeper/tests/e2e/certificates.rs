@@ -76,7 +76,9 @@ async fn install(env: &TestEnv, port: u16) {
     let service = format!(
         "apiVersion: v1\nkind: Service\nmetadata:\n  name: poolkeeper-webhook\n  namespace: {CONTROLLER_NAMESPACE}\nspec:\n  type: ExternalName\n  externalName: localhost\n"
     );
-    env.apply_yaml(&service, "the webhook Service").await.unwrap();
+    env.apply_yaml(&service, "the webhook Service")
+        .await
+        .unwrap();
 }
 
 async fn start(env: &TestEnv, config: &Config) -> Running {
@@ -226,7 +228,10 @@ async fn certificates_rotate_under_load_without_a_failed_admission() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     stream.await.unwrap();
-    let (failed, total) = (failures.load(Ordering::Relaxed), creates.load(Ordering::Relaxed));
+    let (failed, total) = (
+        failures.load(Ordering::Relaxed),
+        creates.load(Ordering::Relaxed),
+    );
     println!(
         "{total} creates, {failed} failed; {} leaves, {} CAs; a new leaf served within {:?}",
         seen.leaves.len(),
@@ -234,8 +239,16 @@ async fn certificates_rotate_under_load_without_a_failed_admission() {
         seen.longest_swap
     );
     assert_eq!(failed, 0, "of {total} creates");
-    assert!(seen.leaves.len() >= 3, "{} leaves: two rotations at least", seen.leaves.len());
-    assert!(seen.cas.len() >= 2, "{} CAs: one rotation at least", seen.cas.len());
+    assert!(
+        seen.leaves.len() >= 3,
+        "{} leaves: two rotations at least",
+        seen.leaves.len()
+    );
+    assert!(
+        seen.cas.len() >= 2,
+        "{} CAs: one rotation at least",
+        seen.cas.len()
+    );
     assert!(
         seen.longest_swap < Duration::from_secs(2),
         "a new leaf served after {:?}",
