@@ -181,14 +181,17 @@ async fn a_fresh_start_issues_the_certificate_and_the_api_server_trusts_it() {
 #[derive(Default)]
 struct Seen {
     leaves: BTreeSet<String>,
+    /// Every leaf the Secret held, to check that a CA stays while a leaf it signed is valid.
+    served: Vec<CertificateInfo>,
     cas: BTreeSet<String>,
     /// Longest time from a new leaf in the Secret to the replica serving it.
     longest_swap: Duration,
 }
 
 /// Lifetimes of seconds (CA 24 s, leaf 8 s, renewed 4 s early) under a stream of Pod
-/// creates in a bound namespace: at least two leaf rotations and one CA rotation, no create
-/// fails or goes unplaced, and the served leaf is always signed by a CA of the caBundle.
+/// creates in a bound namespace: at least two leaf rotations and one CA rotation, each ahead
+/// of expiry; no create fails or goes unplaced; every leaf still valid is signed by a CA of
+/// the caBundle (an old CA stays as long as needed); the replica serves a new leaf within 2 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn certificates_rotate_under_load_without_a_failed_admission() {
     let env = cluster(false, &[SHOP]).await;
@@ -221,19 +224,42 @@ async fn certificates_rotate_under_load_without_a_failed_admission() {
     let mut pending: Option<(String, Instant)> = None;
     while !stream.is_finished() {
         let secret = secret(&client).await;
+        let now = std::time::SystemTime::now();
         let leaf = CertificateInfo::parse_first(&data(&secret, TLS_CERT)).unwrap();
-        for ca in CertificateInfo::parse_pem(&data(&secret, CA_CERT)).unwrap() {
-            seen.cas.insert(ca.serial);
+        let cas = CertificateInfo::parse_pem(&data(&secret, CA_CERT)).unwrap();
+        // Renewed ahead of time, not when it runs out: renewBefore (4 s) early, postponed
+        // by at most the new CA's settling (1 s).
+        let left = leaf.not_after.duration_since(now).unwrap_or_default();
+        assert!(
+            left >= Duration::from_secs(2),
+            "{} has {left:?} left",
+            leaf.describe()
+        );
+        // A CA that can sign a full-lifetime leaf (8 s) is always there: CAs are rotated ahead.
+        let longest = cas
+            .iter()
+            .map(|ca| ca.not_after.duration_since(now).unwrap_or_default())
+            .max()
+            .unwrap_or_default();
+        assert!(
+            longest >= Duration::from_secs(8),
+            "the newest CA has {longest:?} left"
+        );
+        for ca in &cas {
+            seen.cas.insert(ca.serial.clone());
         }
         if seen.leaves.insert(leaf.serial.clone()) {
             pending = Some((leaf.serial.clone(), Instant::now()));
+            seen.served.push(leaf.clone());
         }
         for bundle in bundles(&client).await {
-            assert!(
-                leaf.signer_among(&bundle).is_some(),
-                "the leaf in the Secret, {}, is signed by no CA of the caBundle",
-                leaf.describe()
-            );
+            for served in seen.served.iter().filter(|served| served.is_valid_at(now)) {
+                assert!(
+                    served.signer_among(&bundle).is_some(),
+                    "{}, still valid, is signed by no CA of the caBundle",
+                    served.describe()
+                );
+            }
         }
         let (_, readyz) = running.get("/readyz?verbose").await;
         if let Some((serial, since)) = &pending
