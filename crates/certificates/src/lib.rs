@@ -25,3 +25,8 @@ pub use settings::{CertificateSettings, Lifetimes, service_dns_names};
 
 #[cfg(test)]
 mod tests;
+
+/// The code of this crate's README, compiled (and run where it can be) as doctests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
