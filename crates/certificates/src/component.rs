@@ -140,8 +140,16 @@ impl WebhookCertificates {
         if self.settings.source != CertificateSource::SelfManaged {
             let secret = self.read_secret().await?;
             let data = secret.map(|s| secret_data(&s)).unwrap_or_default();
-            let bundle = data.get(CA_CERT).ok_or(CertificateError::NoCaCert)?;
-            self.publish(bundle, false).await?;
+            match data.get(CA_CERT) {
+                Some(bundle) => {
+                    self.publish(bundle, false).await?;
+                }
+                // Its issuer has not written it yet: its change wakes the component.
+                None => tracing::info!(
+                    secret = %self.settings.secret_name,
+                    "no ca.crt in the webhook certificate's Secret yet"
+                ),
+            }
             return Ok(None);
         }
         let settings = &self.settings;

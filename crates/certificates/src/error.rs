@@ -13,8 +13,6 @@ pub enum CertificateError {
     ConfigurationMissing(&'static str),
     #[error(transparent)]
     Issue(#[from] crate::issue::IssueError),
-    #[error("the Secret has no ca.crt to publish")]
-    NoCaCert,
     #[error("the Secret still changes after {0} writes in one pass")]
     Unsettled(usize),
 }

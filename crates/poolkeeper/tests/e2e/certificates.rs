@@ -305,3 +305,116 @@ async fn certificates_rotate_under_load_without_a_failed_admission() {
     .await;
     running.stop().await;
 }
+
+/// A CA and serving certificate for the webhook Service, as another issuer would make them.
+fn issued_elsewhere() -> std::collections::BTreeMap<String, Vec<u8>> {
+    use poolkeeper_certificates::{Lifetimes, Stored, issue, plan, service_dns_names};
+    let names = service_dns_names("poolkeeper-webhook", CONTROLLER_NAMESPACE);
+    let lifetimes = Lifetimes {
+        ca: Duration::from_secs(3600),
+        leaf: Duration::from_secs(1800),
+        renew_before: Duration::from_secs(300),
+    };
+    let now = std::time::SystemTime::now();
+    let empty = std::collections::BTreeMap::new();
+    let stored = Stored::read(&empty, &names, now);
+    let plan = plan(&stored, now, &lifetimes, false);
+    let mut data = issue(&empty, &stored, &plan, now, &lifetimes, &names).unwrap();
+    data.remove(poolkeeper_pki::CA_KEY);
+    data
+}
+
+async fn put_secret(env: &TestEnv, data: &std::collections::BTreeMap<String, Vec<u8>>) {
+    let secret = Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some(SECRET.to_owned()),
+            namespace: Some(CONTROLLER_NAMESPACE.to_owned()),
+            ..Default::default()
+        },
+        type_: Some("kubernetes.io/tls".to_owned()),
+        data: Some(
+            data.iter()
+                .map(|(k, v)| (k.clone(), k8s_openapi::ByteString(v.clone())))
+                .collect(),
+        ),
+        ..Secret::default()
+    };
+    Api::<Secret>::namespaced(env.client(), CONTROLLER_NAMESPACE)
+        .patch(
+            SECRET,
+            &PatchParams::apply("another-issuer").force(),
+            &Patch::Apply(&secret),
+        )
+        .await
+        .unwrap();
+}
+
+/// The caBundle of every entry of the ValidatingWebhookConfiguration.
+async fn validating_bundles(client: &Client) -> Vec<Option<Vec<u8>>> {
+    Api::<ValidatingWebhookConfiguration>::all(client.clone())
+        .get("poolkeeper")
+        .await
+        .unwrap()
+        .webhooks
+        .unwrap_or_default()
+        .iter()
+        .map(|w| w.client_config.ca_bundle.as_ref().map(|b| b.0.clone()))
+        .collect()
+}
+
+/// Source `secret`: a Secret issued elsewhere is served as it changes, and its `ca.crt` copied
+/// into the caBundle, except where cert-manager's CA injector annotation says the injector
+/// owns it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_issued_elsewhere_is_served_and_its_ca_published_unless_injected() {
+    let env = cluster(false, &[SHOP]).await;
+    let first = issued_elsewhere();
+    put_secret(&env, &first).await;
+    let mut config = self_managed(None);
+    config.webhook.certificate.source = CertificateSource::Secret;
+    let running = start(&env, &config).await;
+    wait_placed(&env, SHOP, "cloud").await;
+    let client = env.client();
+    let first_cas = CertificateInfo::parse_pem(&first[CA_CERT]).unwrap();
+    for bundle in bundles(&client).await {
+        assert_eq!(bundle, first_cas);
+    }
+
+    // cert-manager's injector owns the validating configuration's caBundle from now on.
+    let annotation = serde_json::json!({"metadata": {"annotations": {
+        "cert-manager.io/inject-ca-from": "poolkeeper-system/poolkeeper-webhook"
+    }}});
+    Api::<ValidatingWebhookConfiguration>::all(client.clone())
+        .patch(
+            "poolkeeper",
+            &PatchParams::default(),
+            &Patch::Merge(&annotation),
+        )
+        .await
+        .unwrap();
+    let second = issued_elsewhere();
+    put_secret(&env, &second).await;
+    let second_cas = CertificateInfo::parse_pem(&second[CA_CERT]).unwrap();
+    let leaf = CertificateInfo::parse_first(&second[TLS_CERT]).unwrap();
+    wait_until("the new CA published and the new leaf served", || async {
+        let published = bundles(&client).await.iter().all(|b| *b == second_cas);
+        let (_, readyz) = running.get("/readyz?verbose").await;
+        (published && readyz.contains(&format!("serial {} ", leaf.serial))).then_some(())
+    })
+    .await;
+    for bundle in validating_bundles(&client).await {
+        assert_eq!(
+            bundle.as_deref(),
+            Some(first[CA_CERT].as_slice()),
+            "left to the CA injector"
+        );
+    }
+    let secret = secret(&client).await;
+    assert_eq!(
+        data(&secret, TLS_CERT),
+        second[TLS_CERT],
+        "the Secret is not written"
+    );
+    assert!(!secret.data.unwrap().contains_key(poolkeeper_pki::CA_KEY));
+    running.stop().await;
+}
