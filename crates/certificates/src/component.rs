@@ -233,7 +233,7 @@ impl WebhookCertificates {
 
     /// Creates the Secret (owned by the MutatingWebhookConfiguration, so
     /// that an uninstall removes it), or replaces the one read: its
-    /// resourceVersion is the precondition.
+    /// resourceVersion is the precondition; one without an owner gets it.
     async fn write_secret(
         &self,
         stored: Option<Secret>,
@@ -255,6 +255,10 @@ impl WebhookCertificates {
                 Some(mut secret) => {
                     secret.data = data;
                     secret.string_data = None;
+                    // A Secret it adopts is removed by an uninstall too.
+                    if secret.metadata.owner_references.is_none() {
+                        secret.metadata.owner_references = Some(vec![self.owner().await?]);
+                    }
                     api.replace(&self.settings.secret_name, &params, &secret)
                         .await
                 }
