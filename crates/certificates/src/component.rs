@@ -334,12 +334,17 @@ where
     )
 }
 
-/// The tokio instant of the wall-clock time `at` (now when it has passed).
+/// The longest the component sleeps between passes: the plan's times are wall-clock times,
+/// and the wall clock may jump (an NTP step, a suspended VM) while tokio's timer does not.
+const MAX_SLEEP: Duration = Duration::from_secs(60 * 60);
+
+/// The tokio instant of the wall-clock time `at` (now when it has passed), at most
+/// [`MAX_SLEEP`] ahead.
 fn until(at: SystemTime) -> Instant {
     let wait = at
         .duration_since(SystemTime::now())
         .unwrap_or(Duration::ZERO);
-    Instant::now() + wait
+    Instant::now() + wait.min(MAX_SLEEP)
 }
 
 async fn sleep_until(at: Option<Instant>) {
