@@ -87,8 +87,19 @@ mod tests {
     #[test]
     fn reports() {
         let healthy = [pass("index"), pass("shutdown")];
+        let detailed = [CheckResult {
+            detail: Some("serving CN=x".to_owned()),
+            ..pass("webhook")
+        }];
         let failing = [fail("index", "not synchronized"), pass("shutdown")];
-        let cases: [(&[CheckResult], bool, StatusCode, &str); 6] = [
+        let cases: [(&[CheckResult], bool, StatusCode, &str); 8] = [
+            (&detailed, false, StatusCode::OK, "ok"),
+            (
+                &detailed,
+                true,
+                StatusCode::OK,
+                "[+]webhook ok: serving CN=x\nreadyz check passed\n",
+            ),
             (&healthy, false, StatusCode::OK, "ok"),
             (
                 &healthy,

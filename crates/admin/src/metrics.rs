@@ -32,6 +32,7 @@
 //! | `placement_rejected_bindings` | `reason` | `BindingsRejected` (Namespace label bindings that take no effect) |
 //! | `placement_exceptions_applied_total` | `webhook`, `exception` (`namespace/name`) | `ExceptionsApplied` |
 //! | `leader_election_leading` | | `LeadershipChanged` |
+//! | `certificate_expiry_timestamp_seconds` | `certificate` (`leaf`, `ca`) | `CertificateServed` (the served certificate's notAfter, and its CA's) |
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -127,6 +128,11 @@ struct Violation {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CertificateLabel {
+    certificate: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct Webhook {
     webhook: &'static str,
 }
@@ -168,6 +174,7 @@ struct Metrics {
     audit_duration: Histogram,
     rejected_bindings: Family<Reason, Gauge>,
     leading: Gauge,
+    certificate_expiry: Family<CertificateLabel, Gauge>,
 }
 
 impl Metrics {
@@ -197,6 +204,7 @@ impl Metrics {
             audit_duration: reconcile_histogram(),
             rejected_bindings: Family::default(),
             leading: Gauge::default(),
+            certificate_expiry: Family::default(),
         }
         .with_every_label()
     }
@@ -318,6 +326,12 @@ impl Metrics {
                 "Whether this replica is the leader (1) or not (0)",
                 self.leading.clone(),
             );
+        registry.sub_registry_with_prefix("certificate").register_with_unit(
+            "expiry_timestamp",
+            "When the webhook's serving certificate (leaf) and the CA that signed it (ca) expire, in seconds since the Unix epoch",
+            Unit::Seconds,
+            self.certificate_expiry.clone(),
+        );
     }
 
     fn register_audit(&self, audit: &mut Registry) {
@@ -448,7 +462,26 @@ impl Metrics {
             Event::LeadershipChanged { leader } => {
                 self.leading.set(i64::from(*leader));
             }
+            Event::CertificateServed {
+                leaf_not_after,
+                ca_not_after,
+            } => self.certificate_served(*leaf_not_after, *ca_not_after),
             Event::ShutdownRequested => {}
+        }
+    }
+
+    fn certificate_served(&self, leaf: i64, ca: Option<i64>) {
+        let label = |certificate| CertificateLabel { certificate };
+        self.certificate_expiry
+            .get_or_create(&label("leaf"))
+            .set(leaf);
+        match ca {
+            Some(ca) => {
+                self.certificate_expiry.get_or_create(&label("ca")).set(ca);
+            }
+            None => {
+                self.certificate_expiry.remove(&label("ca"));
+            }
         }
     }
 
@@ -773,6 +806,10 @@ mod tests {
                 }],
             },
             Event::LeadershipChanged { leader: true },
+            Event::CertificateServed {
+                leaf_not_after: 1_800_000_000,
+                ca_not_after: Some(1_900_000_000),
+            },
         ] {
             metrics.observe(&event);
         }
@@ -808,6 +845,8 @@ mod tests {
             r#"poolkeeper_placement_rejected_bindings{reason="conflict"} 1"#,
             r#"poolkeeper_placement_rejected_bindings{reason="invalid"} 0"#,
             "poolkeeper_leader_election_leading 1",
+            r#"poolkeeper_certificate_expiry_timestamp_seconds{certificate="leaf"} 1800000000"#,
+            r#"poolkeeper_certificate_expiry_timestamp_seconds{certificate="ca"} 1900000000"#,
         ] {
             has(&text, line);
         }

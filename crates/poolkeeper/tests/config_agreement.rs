@@ -14,6 +14,10 @@ use poolkeeper_config::Config;
 /// or repeated a rule in a component, before the rules lived in one place.
 const INVALID: &[(&str, &str)] = &[
     (
+        "webhook: {certificate: {renewBefore: 200d}}",
+        "webhook.certificate.renewBefore",
+    ),
+    (
         "webhook: {mutatePath: '/mutate:pods'}",
         "webhook.mutatePath",
     ),

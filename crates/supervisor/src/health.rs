@@ -115,6 +115,13 @@ impl Gate {
         self.health.set(self.liveness, &self.name, Ok(()));
     }
 
+    /// What a verbose readiness report says of this check while it passes.
+    pub fn detail(&self, detail: impl Into<String>) {
+        if !self.liveness {
+            self.health.describe(&self.name, detail);
+        }
+    }
+
     pub fn fail(&self, reason: impl Into<String>) {
         self.health
             .set(self.liveness, &self.name, Err(reason.into()));

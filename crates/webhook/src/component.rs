@@ -13,8 +13,9 @@ use poolkeeper_supervisor::{BoxError, Component, Context};
 use crate::admission::AdmissionService;
 use crate::connection::Connections;
 use crate::error::WebhookError;
-use crate::serving::{serve, wait_for_certificate};
+use crate::serving::{ServedCertificate, serve, wait_for_certificate};
 use crate::settings::WebhookSettings;
+use crate::source::CertificateSource;
 
 /// The component's name, also the name of its readiness check.
 pub const COMPONENT_NAME: &str = "webhook";
@@ -27,6 +28,10 @@ pub const COMPONENT_NAME: &str = "webhook";
 /// and reports ready then.
 pub struct WebhookServer {
     settings: WebhookSettings,
+    /// Reads the serving certificate's Secret (sources `secret` and `self`).
+    client: Option<kube::Client>,
+    /// Where `CertificateServed` goes.
+    bus: Bus,
     admission: AdmissionService,
     listener: Option<(TcpListener, SocketAddr)>,
 }
@@ -52,8 +57,32 @@ impl WebhookServer {
         Self {
             admission: AdmissionService::new(&settings, index, policy, bus.clone()),
             settings,
+            client: None,
+            bus: bus.clone(),
             listener: None,
         }
+    }
+
+    /// The client the Secret of sources `secret` and `self` is watched with.
+    pub fn with_client(mut self, client: kube::Client) -> Self {
+        self.client = Some(client);
+        self
+    }
+
+    fn certificate_source(&self) -> Result<CertificateSource, WebhookError> {
+        let settings = &self.settings;
+        if !settings.certificate_source.is_secret() {
+            return Ok(CertificateSource::files(
+                settings.cert_dir.clone(),
+                settings.cert_reload_interval,
+            ));
+        }
+        let client = self.client.clone().ok_or(WebhookError::NoClient)?;
+        Ok(CertificateSource::secret(
+            client,
+            &settings.secret_namespace,
+            &settings.secret_name,
+        ))
     }
 
     /// Binds the listening socket now rather than when the component runs,
@@ -76,18 +105,19 @@ impl WebhookServer {
     }
 
     async fn serve(self, ctx: Context) -> Result<(), BoxError> {
+        let source = self.certificate_source()?;
         let WebhookServer {
             settings,
             admission,
             listener,
+            bus,
+            ..
         } = self;
         let (listener, addr) = match listener {
             Some(bound) => bound,
             None => bind(settings.listen)?,
         };
-        let interval = settings.cert_reload_interval;
-        let Some(mut certificate) = wait_for_certificate(&settings.cert_dir, interval, &ctx).await
-        else {
+        let Some(mut certificate) = wait_for_certificate(source, &ctx).await else {
             return Ok(());
         };
         let connections = Connections::new(&settings, admission);
@@ -98,10 +128,17 @@ impl WebhookServer {
             connections,
             settings.max_connections,
         )?;
+        let announce = |served: &ServedCertificate| {
+            ctx.ready_detail(served.describe());
+            if let Some(event) = served.served_event() {
+                bus.publish(event);
+            }
+        };
         ctx.mark_ready();
+        announce(&certificate);
         tracing::info!(%addr, mutate = %settings.mutate_path, validate = %settings.validate_path, "webhook server listening");
         serving
-            .until_cancelled(&mut certificate, interval, &ctx)
+            .until_cancelled(&mut certificate, &ctx, announce)
             .await?;
         serving.drain(settings.shutdown_timeout).await;
         Ok(())

@@ -27,7 +27,7 @@ fn helm_ok(args: &[&str]) -> String {
 }
 
 /// Every value the chart documents, set to something other than its default.
-const EVERY_OPTION: [&str; 17] = [
+const EVERY_OPTION: [&str; 18] = [
     "replicaCount=3",
     "image.repository=registry.example.com/poolkeeper",
     "image.tag=9.9.9",
@@ -40,6 +40,7 @@ const EVERY_OPTION: [&str; 17] = [
     "webhook.failurePolicy=Ignore",
     "webhook.timeoutSeconds=10",
     "certManager.enabled=true",
+    "existingSecret=my-tls",
     "podDisruptionBudget.enabled=false",
     "serviceMonitor.enabled=true",
     "logging.level=debug",
@@ -82,7 +83,7 @@ fn the_chart_lints_with_the_defaults_and_every_option() {
 }
 
 #[test]
-fn the_defaults_render_deploy_s_installation_with_its_own_certificate() {
+fn the_defaults_render_deploy_s_installation_and_no_certificate() {
     let rendered = template(&[]);
     let expected = [
         "ClusterRole",
@@ -95,7 +96,6 @@ fn the_defaults_render_deploy_s_installation_with_its_own_certificate() {
         "Role",
         "RoleBinding",
         "RoleBinding",
-        "Secret",
         "Service",
         "Service",
         "ServiceAccount",
@@ -106,12 +106,16 @@ fn the_defaults_render_deploy_s_installation_with_its_own_certificate() {
     assert!(rendered.contains("imagePullPolicy: IfNotPresent"));
     assert!(rendered.contains("replicas: 2"));
     assert!(rendered.contains("failurePolicy: Fail"));
-    assert_eq!(
-        rendered.matches("caBundle: LS0t").count(),
-        4,
-        "every entry has the CA"
+    for absent in ["caBundle", "kind: Secret", "PRIVATE KEY", "cert-manager.io"] {
+        assert!(
+            !rendered.contains(absent),
+            "{absent:?} is rendered: the leader issues"
+        );
+    }
+    assert!(
+        rendered.contains("    source: self\n"),
+        "webhook.certificate.source"
     );
-    assert!(!rendered.contains("cert-manager.io"));
     assert!(
         rendered.contains("values: [kube-node-lease, kube-public, kube-system, poolkeeper-system]")
     );
@@ -135,6 +139,9 @@ fn every_value_reaches_the_rendered_objects() {
         "kind: Certificate",
         "kind: Issuer",
         "cert-manager.io/inject-ca-from: poolkeeper-system/poolkeeper-webhook",
+        "secretName: my-tls",
+        "    source: secret\n",
+        "resourceNames: [my-tls]",
         "kind: ServiceMonitor",
         "level: debug",
         "interval: 5m",

@@ -47,10 +47,14 @@ fn kustomize() -> PathBuf {
 
 /// `kustomize build deploy/`, one JSON value per document.
 fn rendered_deploy() -> Vec<Value> {
-    let deploy = workspace_root().join("deploy");
+    rendered(&workspace_root().join("deploy"))
+}
+
+/// `kustomize build dir`, one JSON value per document.
+fn rendered(dir: &Path) -> Vec<Value> {
     let output = Command::new(kustomize())
         .arg("build")
-        .arg(&deploy)
+        .arg(dir)
         .output()
         .expect("kustomize runs");
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -200,6 +204,61 @@ async fn deploy_renders_and_applies_with_a_server_side_dry_run() {
             "{kind} is in deploy/ and applies: {applied:?}"
         );
     }
+}
+
+/// An overlay with the component `deploy/cert-manager`: cert-manager's objects, its CA
+/// injector's annotation on both configurations, and poolkeeper serving the Secret it issues
+/// (source `secret`) instead of issuing its own.
+#[test]
+fn the_cert_manager_component_hands_the_certificate_to_cert_manager() {
+    let overlay = workspace_root().join("target/cert-manager-overlay");
+    std::fs::create_dir_all(&overlay).unwrap();
+    std::fs::write(
+        overlay.join("kustomization.yaml"),
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n\
+         resources: [../../deploy]\ncomponents: [../../deploy/cert-manager]\n",
+    )
+    .unwrap();
+    let objects = rendered(&overlay);
+    for kind in ["Certificate", "Issuer"] {
+        assert!(objects.iter().any(|o| o["kind"] == kind), "{kind}");
+    }
+    for kind in [
+        "MutatingWebhookConfiguration",
+        "ValidatingWebhookConfiguration",
+    ] {
+        let configuration = objects.iter().find(|o| o["kind"] == kind).unwrap();
+        assert_eq!(
+            configuration["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
+            "poolkeeper-system/poolkeeper-webhook"
+        );
+    }
+    let text = objects
+        .iter()
+        .find(|o| o["kind"] == "ConfigMap" && o["metadata"]["name"] == "poolkeeper-config")
+        .and_then(|o| o["data"]["poolkeeper.yaml"].as_str())
+        .unwrap();
+    let config = poolkeeper_config::Config::from_yaml_str(text).unwrap();
+    assert_eq!(
+        config.webhook.certificate.source,
+        poolkeeper_config::CertificateSource::Secret
+    );
+    let shipped = rendered_deploy();
+    let shipped = shipped
+        .iter()
+        .find(|o| o["kind"] == "ConfigMap" && o["metadata"]["name"] == "poolkeeper-config")
+        .and_then(|o| o["data"]["poolkeeper.yaml"].as_str())
+        .unwrap();
+    let mut without = poolkeeper_config::Config::from_yaml_str(shipped).unwrap();
+    assert_eq!(
+        without.webhook.certificate.source,
+        poolkeeper_config::CertificateSource::SelfManaged
+    );
+    without.webhook.certificate.source = poolkeeper_config::CertificateSource::Secret;
+    assert_eq!(
+        config, without,
+        "the component changes nothing else of the configuration"
+    );
 }
 
 #[test]
