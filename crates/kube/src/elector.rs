@@ -63,7 +63,9 @@ impl LeaseSettings {
 #[derive(Debug, PartialEq, Eq)]
 enum Attempt {
     /// This replica holds the Lease; `epoch` is its `leaseTransitions`.
-    Holding { epoch: i64 },
+    Holding {
+        epoch: i64,
+    },
     HeldBy(String),
     /// Someone else wrote the Lease between our read and our write.
     Raced,

@@ -209,7 +209,10 @@ mod tests {
             );
             if let Some(Value::Object(before)) = annotations {
                 for (key, value) in before.iter().filter(|(k, _)| *k != LEADER_EPOCH_ANNOTATION) {
-                    assert_eq!(&written["metadata"]["annotations"][key], value, "{name}: {key} kept");
+                    assert_eq!(
+                        &written["metadata"]["annotations"][key], value,
+                        "{name}: {key} kept"
+                    );
                 }
             }
             assert_eq!(
@@ -223,10 +226,7 @@ mod tests {
     #[test]
     fn a_newer_epoch_means_deposed() {
         let object = stored(Some(json!({LEADER_EPOCH_ANNOTATION: "5"})));
-        assert_eq!(
-            fence_for(&object, 4),
-            Err(Deposed { stored: 5, ours: 4 })
-        );
+        assert_eq!(fence_for(&object, 4), Err(Deposed { stored: 5, ours: 4 }));
         assert_eq!(
             Deposed { stored: 5, ours: 4 }.to_string(),
             "the object carries leader epoch 5, newer than this replica's 4: a newer leader owns it"
@@ -250,14 +250,20 @@ mod tests {
         let late = fence_for(&object, 3).unwrap().around(change()).unwrap();
         let stamp = fence_for(&object, 4).unwrap().around(None).unwrap();
         let stamped = apply(&object, &stamp).unwrap();
-        assert!(apply(&stamped, &late).is_err(), "the late write tests epoch 3");
+        assert!(
+            apply(&stamped, &late).is_err(),
+            "the late write tests epoch 3"
+        );
 
         // The same from an object that had no epoch yet: the stamp changed
         // the resourceVersion the late write tests.
         let fresh = stored(None);
         let late = fence_for(&fresh, 3).unwrap().around(change()).unwrap();
         let stamped = apply(&fresh, &fence_for(&fresh, 4).unwrap().around(None).unwrap()).unwrap();
-        assert!(apply(&stamped, &late).is_err(), "the late write tests resourceVersion 41");
+        assert!(
+            apply(&stamped, &late).is_err(),
+            "the late write tests resourceVersion 41"
+        );
         assert_eq!(fence_for(&stamped, 3), Err(Deposed { stored: 4, ours: 3 }));
     }
 }

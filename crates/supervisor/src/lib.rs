@@ -20,8 +20,8 @@ pub use error::{SupervisorError, error_chain};
 pub use health::{CheckResult, Health};
 pub use leader::{LeaderElector, LeaderGated, LeadershipReporter};
 pub use signal::shutdown_signal;
-pub use term::{LeaderTerm, NotLeader, TermState, WritePermit};
 pub use supervisor::{SHUTDOWN_CHECK, StageBuilder, Supervisor, SupervisorSettings};
+pub use term::{LeaderTerm, NotLeader, TermState, WritePermit};
 pub use watchdog::{Activity, BusyGuard, format_duration};
 
 #[cfg(test)]

@@ -133,17 +133,17 @@ mod tests {
             valid_until: start + Duration::from_secs(10),
         };
         let cases = [
-            (
-                "at the start",
-                Duration::ZERO,
-                Ok(Duration::from_secs(10)),
-            ),
+            ("at the start", Duration::ZERO, Ok(Duration::from_secs(10))),
             (
                 "just before the deadline",
                 Duration::from_millis(9_999),
                 Ok(Duration::from_millis(1)),
             ),
-            ("at the deadline", Duration::from_secs(10), Err(Duration::ZERO)),
+            (
+                "at the deadline",
+                Duration::from_secs(10),
+                Err(Duration::ZERO),
+            ),
             (
                 "resumed long after",
                 Duration::from_secs(40),
@@ -153,7 +153,14 @@ mod tests {
         for (name, after, want) in cases {
             let got = term.permit_at(start + after);
             match want {
-                Ok(remaining) => assert_eq!(got, Ok(WritePermit { epoch: 4, remaining }), "{name}"),
+                Ok(remaining) => assert_eq!(
+                    got,
+                    Ok(WritePermit {
+                        epoch: 4,
+                        remaining
+                    }),
+                    "{name}"
+                ),
                 Err(late) => assert_eq!(got, Err(NotLeader::Expired { epoch: 4, late }), "{name}"),
             }
         }
@@ -165,7 +172,10 @@ mod tests {
             epoch: 1,
             remaining: Duration::from_secs(3),
         };
-        assert_eq!(permit.bound(Duration::from_secs(30)), Duration::from_secs(3));
+        assert_eq!(
+            permit.bound(Duration::from_secs(30)),
+            Duration::from_secs(3)
+        );
         assert_eq!(permit.bound(Duration::from_secs(1)), Duration::from_secs(1));
     }
 
