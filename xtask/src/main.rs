@@ -1,6 +1,7 @@
 //! `cargo xtask`: the project's automation. Run `cargo xtask help` for the commands.
 
 mod bench_scale;
+mod chaos;
 mod checks;
 mod cluster;
 mod controlplane;
