@@ -20,7 +20,7 @@ mod configs;
 mod daemons;
 mod host;
 mod pki;
-mod suite;
+pub(crate) mod suite;
 mod teardown;
 
 use std::path::{Path, PathBuf};
