@@ -217,44 +217,8 @@ impl LeaseElector {
                 () = term.expired(), if leading => None,
                 attempt = attempt => Some(attempt),
             };
-            match attempt {
-                Some(Ok(Ok(Attempt::Holding { epoch }))) => {
-                    last_holder = None;
-                    self.term
-                        .confirm(epoch, started + self.settings.renew_deadline);
-                    if self.term.permit().is_err() {
-                        tracing::warn!(lease = %lease, "the lease was renewed too late to lead on it");
-                    } else {
-                        if !reporter.is_leader() {
-                            tracing::info!(lease = %lease, identity = %self.settings.identity, epoch, "acquired the lease: now the leader");
-                        }
-                        reporter.set(true);
-                    }
-                }
-                Some(Ok(Ok(Attempt::HeldBy(holder)))) => {
-                    if reporter.is_leader() {
-                        tracing::warn!(lease = %lease, holder = %holder, "the lease was taken over");
-                    } else if last_holder.as_deref() != Some(holder.as_str()) {
-                        tracing::info!(lease = %lease, holder = %holder, "the lease is held by another replica; following");
-                    }
-                    last_holder = Some(holder);
-                    self.term.end();
-                    reporter.set(false);
-                }
-                Some(Ok(Ok(Attempt::Raced))) => {
-                    if reporter.is_leader() {
-                        tracing::warn!(lease = %lease, "the lease was written by another replica");
-                    }
-                    self.term.end();
-                    reporter.set(false);
-                }
-                Some(Ok(Err(error))) => {
-                    tracing::warn!(lease = %lease, %error, "could not acquire or renew the lease");
-                }
-                Some(Err(_elapsed)) => {
-                    tracing::warn!(lease = %lease, "acquiring or renewing the lease timed out");
-                }
-                None => {}
+            if let Some(attempt) = attempt {
+                self.on_attempt(attempt, started, &mut reporter, &mut last_holder, &lease);
             }
             self.step_down_if_expired(&mut reporter, &lease);
             let term = self.term.clone();
@@ -283,6 +247,56 @@ impl LeaseElector {
 }
 
 impl LeaseElector {
+    /// Acts on one attempt's outcome: confirms the term and leads, follows,
+    /// or logs the failure (the term runs out on its own).
+    fn on_attempt(
+        &mut self,
+        attempt: Result<Result<Attempt, LeaseError>, tokio::time::error::Elapsed>,
+        started: Instant,
+        reporter: &mut LeadershipReporter,
+        last_holder: &mut Option<String>,
+        lease: &str,
+    ) {
+        match attempt {
+            Ok(Ok(Attempt::Holding { epoch })) => {
+                *last_holder = None;
+                self.term
+                    .confirm(epoch, started + self.settings.renew_deadline);
+                if self.term.permit().is_err() {
+                    tracing::warn!(lease = %lease, "the lease was renewed too late to lead on it");
+                } else {
+                    if !reporter.is_leader() {
+                        tracing::info!(lease = %lease, identity = %self.settings.identity, epoch, "acquired the lease: now the leader");
+                    }
+                    reporter.set(true);
+                }
+            }
+            Ok(Ok(Attempt::HeldBy(holder))) => {
+                if reporter.is_leader() {
+                    tracing::warn!(lease = %lease, holder = %holder, "the lease was taken over");
+                } else if last_holder.as_deref() != Some(holder.as_str()) {
+                    tracing::info!(lease = %lease, holder = %holder, "the lease is held by another replica; following");
+                }
+                *last_holder = Some(holder);
+                self.term.end();
+                reporter.set(false);
+            }
+            Ok(Ok(Attempt::Raced)) => {
+                if reporter.is_leader() {
+                    tracing::warn!(lease = %lease, "the lease was written by another replica");
+                }
+                self.term.end();
+                reporter.set(false);
+            }
+            Ok(Err(error)) => {
+                tracing::warn!(lease = %lease, %error, "could not acquire or renew the lease");
+            }
+            Err(_elapsed) => {
+                tracing::warn!(lease = %lease, "acquiring or renewing the lease timed out");
+            }
+        }
+    }
+
     /// Gives leadership up once the term ran out without a renewal: the
     /// writers' guard refuses from that instant, and the components stop.
     fn step_down_if_expired(&self, reporter: &mut LeadershipReporter, lease: &str) {
