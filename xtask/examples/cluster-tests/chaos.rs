@@ -48,6 +48,9 @@ enum Fault {
     LeaderDeleted,
     LeaderFrozen,
     LeaderCutOff,
+    /// The leader's container limited to 5 % of a CPU for 2 × leaseDuration: it may keep the
+    /// Lease or lose it.
+    LeaderThrottled,
     BothDeleted,
 }
 
@@ -58,7 +61,8 @@ struct Injected {
     at: Duration,
     /// The window in which creates may fail: only while both replicas are down.
     until: Duration,
-    new_leader_after: Duration,
+    /// `None`: the leader kept the Lease (a throttled leader may).
+    new_leader_after: Option<Duration>,
 }
 
 #[test]
@@ -70,6 +74,8 @@ fn leader_safety_under_chaos() {
         .and_then(|m| m.parse().ok())
         .unwrap_or(2.5);
     let run_for = Duration::from_secs_f64(minutes * 60.0);
+    // Earlier installations' writes in the same audit log are not this run's.
+    let installed_at = std::time::SystemTime::now();
     let (work, _) = kustomize::install(&cluster, "chaos");
     scenario::set_up(&cluster, "poolkeeper-placement");
     cluster.kubectl_ok(&["create", "namespace", UNBOUND_NAMESPACE]);
@@ -91,7 +97,7 @@ fn leader_safety_under_chaos() {
     let converged = end_state_exact(&cluster, start);
     let memory_after = memory(&cluster);
     let restarts = restarts(&cluster);
-    let report = audit();
+    let report = audit(installed_at);
     print_figures(&Figures {
         injected: &injected,
         creates: &creates,
@@ -150,6 +156,7 @@ fn inject_faults(cluster: &Cluster, start: Instant, run_for: Duration) -> Vec<In
         Fault::LeaderDeleted,
         Fault::LeaderFrozen,
         Fault::LeaderCutOff,
+        Fault::LeaderThrottled,
         Fault::BothDeleted,
     ];
     let mut injected = Vec::new();
@@ -166,10 +173,11 @@ fn inject_faults(cluster: &Cluster, start: Instant, run_for: Duration) -> Vec<In
         let new_leader_after = match fault {
             Fault::LeaderDeleted => {
                 cluster.kubectl_ok(&["-n", NAMESPACE, "delete", "pod", &old, "--wait=false"]);
-                wait_new_leader(cluster, &old, since)
+                Some(wait_new_leader(cluster, &old, since))
             }
-            Fault::LeaderFrozen => hold(cluster, &old, since, Hold::Freeze),
-            Fault::LeaderCutOff => hold(cluster, &old, since, Hold::CutOff),
+            Fault::LeaderFrozen => Some(hold(cluster, &old, since, Hold::Freeze)),
+            Fault::LeaderCutOff => Some(hold(cluster, &old, since, Hold::CutOff)),
+            Fault::LeaderThrottled => throttle(cluster, &old, since),
             Fault::BothDeleted => {
                 cluster.kubectl_ok(&[
                     "-n",
@@ -180,7 +188,7 @@ fn inject_faults(cluster: &Cluster, start: Instant, run_for: Duration) -> Vec<In
                     SELECTOR,
                     "--wait=false",
                 ]);
-                wait_new_leader(cluster, &old, since)
+                Some(wait_new_leader(cluster, &old, since))
             }
         };
         let until = if *fault == Fault::BothDeleted {
@@ -225,6 +233,51 @@ fn hold(cluster: &Cluster, pod: &str, since: Instant, how: Hold) -> Duration {
         Hold::CutOff => rules.iter().for_each(|rule| iptables(pid, "-D", rule)),
     }
     took_over
+}
+
+/// Limits the leader's container to 5 % of a CPU for [`FAULT_HOLD`] (its cgroup's CPU quota,
+/// v2 `cpu.max` or v1 `cpu.cfs_quota_us`), then restores the quota; when another replica led
+/// meanwhile, how long after `since`.
+fn throttle(cluster: &Cluster, pod: &str, since: Instant) -> Option<Duration> {
+    let pid = container_pid(cluster, pod);
+    let quota = cpu_quota_file(pid);
+    let saved = std::fs::read_to_string(&quota).unwrap_or_else(|e| panic!("{quota}: {e}"));
+    let limited = if quota.ends_with("cpu.max") {
+        "5000 100000"
+    } else {
+        "5000"
+    };
+    std::fs::write(&quota, limited).unwrap_or_else(|e| panic!("{quota}: {e}"));
+    let mut took_over = None;
+    while since.elapsed() < FAULT_HOLD {
+        if took_over.is_none() && leader(cluster).is_some_and(|l| l != pod) {
+            took_over = Some(since.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    // The process may have been restarted meanwhile: its cgroup is gone then.
+    if let Err(error) = std::fs::write(&quota, saved.trim()) {
+        eprintln!("chaos: restoring {quota}: {error}");
+    }
+    took_over
+}
+
+/// The CPU quota file of the cgroup of process `pid`.
+fn cpu_quota_file(pid: u32) -> String {
+    let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+        .unwrap_or_else(|e| panic!("/proc/{pid}/cgroup: {e}"));
+    for line in cgroups.lines() {
+        let mut fields = line.splitn(3, ':');
+        let (_, controllers, path) = (fields.next(), fields.next(), fields.next());
+        match (controllers, path) {
+            (Some(""), Some(path)) => return format!("/sys/fs/cgroup{path}/cpu.max"),
+            (Some(c), Some(path)) if c.split(',').any(|c| c == "cpu") => {
+                return format!("/sys/fs/cgroup/{c}{path}/cpu.cfs_quota_us");
+            }
+            _ => {}
+        }
+    }
+    panic!("no CPU cgroup for process {pid}:\n{cgroups}")
 }
 
 /// The host PID of `pod`'s container, as containerd reports it.
@@ -538,38 +591,31 @@ fn restarts(cluster: &Cluster) -> u32 {
         .sum()
 }
 
-/// The replicas' resident memory (MiB, summed), from their `/metrics`.
+/// The replicas' resident memory (MiB, summed): `VmRSS` of their containers' processes.
 fn memory(cluster: &Cluster) -> f64 {
-    wait_for_replicas(cluster, SELECTOR);
-    let ips = cluster.kubectl_ok(&[
-        "-n",
-        NAMESPACE,
-        "get",
-        "pods",
-        "-l",
-        SELECTOR,
-        "-o",
-        "jsonpath={.items[*].status.podIP}",
-    ]);
-    ips.split_whitespace()
-        .map(|ip| cluster.curl(&format!("http://{ip}:8081/metrics")))
-        .flat_map(|metrics| {
-            metrics
-                .lines()
-                .filter(|l| l.starts_with("process_resident_memory_bytes "))
-                .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
-                .collect::<Vec<_>>()
+    let pods = wait_for_replicas(cluster, SELECTOR);
+    let kib: u64 = pods
+        .iter()
+        .map(|pod| container_pid(cluster, pod))
+        .filter_map(|pid| std::fs::read_to_string(format!("/proc/{pid}/status")).ok())
+        .filter_map(|status| {
+            let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+            line.split_whitespace().nth(1)?.parse::<u64>().ok()
         })
-        .sum::<f64>()
-        / (1024.0 * 1024.0)
+        .sum();
+    kib as f64 / 1024.0
 }
 
 /// The oracle over the API server's audit log: in-flight writes are allowed up to
 /// leaseDuration − renewDeadline after their term (the margin the term guard keeps).
-fn audit() -> oracle::Report {
+fn audit(since: std::time::SystemTime) -> oracle::Report {
     let path = std::env::var(AUDIT_LOG).unwrap_or_else(|_| panic!("{AUDIT_LOG} is not set"));
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {path}: {e}"));
-    let requests = oracle::parse_log(&text).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let mut requests = oracle::parse_log(&text).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let since = since
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX));
+    requests.retain(|r| r.received >= since);
     let grace = LEASE_DURATION.saturating_sub(RENEW_DEADLINE);
     oracle::check(
         &requests,
@@ -606,7 +652,7 @@ fn print_figures(f: &Figures<'_>) {
             .injected
             .iter()
             .filter(|i| i.fault == kind)
-            .map(|i| i.new_leader_after)
+            .filter_map(|i| i.new_leader_after)
             .collect();
         took.sort();
         let in_windows = f
@@ -618,17 +664,24 @@ fn print_figures(f: &Figures<'_>) {
                     .bound
                     .iter()
                     .filter(|(at, failed)| {
-                        *failed && *at >= i.at && *at <= i.until.max(i.at + i.new_leader_after)
+                        *failed
+                            && *at >= i.at
+                            && *at <= i.until.max(i.at + i.new_leader_after.unwrap_or(FAULT_HOLD))
                     })
                     .count()
             })
             .sum::<usize>();
-        println!(
-            "| {kind:?} | {} | {:.1} s / {:.1} s | {in_windows} |",
-            took.len(),
-            took[took.len() / 2].as_secs_f64(),
-            took[took.len() - 1].as_secs_f64(),
-        );
+        let injected = f.injected.iter().filter(|i| i.fault == kind).count();
+        let leader = match (took.get(took.len() / 2), took.last()) {
+            (Some(p50), Some(max)) => format!(
+                "{:.1} s / {:.1} s ({} of {injected})",
+                p50.as_secs_f64(),
+                max.as_secs_f64(),
+                took.len()
+            ),
+            _ => "kept the Lease".to_owned(),
+        };
+        println!("| {kind:?} | {injected} | {leader} | {in_windows} |");
     }
     println!(
         "creates: bound {} ({} failed), unbound {} ({} failed); last fault at {:.0} s; end state \
