@@ -349,6 +349,8 @@ fn iptables(pid: u32, action: &str, rule: &[String]) {
 struct Creates {
     bound: Vec<(Duration, bool)>,
     unbound: Vec<(Duration, bool)>,
+    /// The first lines of what kubectl said about failed creates, with when.
+    errors: Vec<String>,
 }
 
 /// Batches of gated Pods (admitted and stored, never run), alternately in the bound and the
@@ -376,6 +378,13 @@ fn start_creates(
             command.args(["create", "-f", "-", "-o", "name"]);
             let out = crate::support::run_with_input(&mut command, &yaml);
             let created = String::from_utf8_lossy(&out.stdout).lines().count();
+            if created < BATCH && creates.errors.len() < 20 {
+                let stderr = String::from_utf8_lossy(&out.stderr);
+                let first = stderr.lines().next().unwrap_or_default();
+                creates
+                    .errors
+                    .push(format!("{:.1} s: {first}", at.as_secs_f64()));
+            }
             let record = if bound {
                 &mut creates.bound
             } else {
@@ -567,7 +576,7 @@ fn end_state_exact(cluster: &Cluster, start: Instant) -> Duration {
     );
     let converged = since.elapsed();
     eprintln!(
-        "chaos: end state exact {converged:?} after the last fault ({:?} into the run)",
+        "chaos: end state exact {converged:?} after the script's final step ({:?} into the run)",
         start.elapsed()
     );
     converged
@@ -672,7 +681,7 @@ fn print_figures(f: &Figures<'_>) {
             })
             .sum::<usize>();
         let injected = f.injected.iter().filter(|i| i.fault == kind).count();
-        let leader = match (took.get(took.len() / 2), took.last()) {
+        let leader = match (took.get(took.len().saturating_sub(1) / 2), took.last()) {
             (Some(p50), Some(max)) => format!(
                 "{:.1} s / {:.1} s ({} of {injected})",
                 p50.as_secs_f64(),
@@ -685,7 +694,8 @@ fn print_figures(f: &Figures<'_>) {
     }
     println!(
         "creates: bound {} ({} failed), unbound {} ({} failed); last fault at {:.0} s; end state \
-         exact {:.1} s after it; restarts {}; memory {:.1} -> {:.1} MiB; audit: {}",
+         exact {:.1} s after the script's final step; restarts {}; memory {:.1} -> {:.1} MiB; \
+         audit: {}\nfailed creates: {:#?}",
         f.creates.bound.len(),
         failed(&f.creates.bound),
         f.creates.unbound.len(),
@@ -695,7 +705,8 @@ fn print_figures(f: &Figures<'_>) {
         f.restarts,
         f.memory.0,
         f.memory.1,
-        f.report
+        f.report,
+        f.creates.errors
     );
 }
 
