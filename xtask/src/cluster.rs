@@ -20,7 +20,7 @@ mod configs;
 mod daemons;
 mod host;
 mod pki;
-mod suite;
+pub(crate) mod suite;
 mod teardown;
 
 use std::path::{Path, PathBuf};
@@ -93,6 +93,16 @@ impl Layout {
 
     pub fn logs(&self) -> PathBuf {
         self.dir.join("logs")
+    }
+
+    /// The API server's audit policy ([`configs::audit_policy`]).
+    pub fn audit_policy(&self) -> PathBuf {
+        self.dir.join("audit-policy.yaml")
+    }
+
+    /// The API server's audit log, JSON lines: the chaos run's oracle reads it.
+    pub fn audit_log(&self) -> PathBuf {
+        self.logs().join("kube-apiserver-audit.log")
     }
 
     pub fn log(&self, name: &str) -> PathBuf {
@@ -341,6 +351,7 @@ fn write_configs(layout: &Layout, host: &Host, binaries: &Binaries) -> Result<()
         ),
         // No cluster DNS runs and nothing may resolve names outside: Pods get no resolver.
         (layout.dir.join("resolv.conf"), String::new()),
+        (layout.audit_policy(), configs::audit_policy()),
     ];
     for (path, text) in files {
         std::fs::write(&path, text)
@@ -445,6 +456,13 @@ fn apiserver(layout: &Layout, binaries: &Binaries) -> Daemon {
             ),
             "--kubelet-preferred-address-types=InternalIP",
             "--profiling=false",
+            &format!("--audit-policy-file={}", layout.audit_policy().display()),
+            &format!("--audit-log-path={}", layout.audit_log().display()),
+            "--audit-log-format=json",
+            // Written as the requests complete: the oracle reads the log right after a run.
+            "--audit-log-mode=blocking",
+            "--audit-log-maxsize=200",
+            "--audit-log-maxbackup=1",
         ]),
     }
 }

@@ -1,6 +1,7 @@
 //! `cargo xtask`: the project's automation. Run `cargo xtask help` for the commands.
 
 mod bench_scale;
+mod chaos;
 mod checks;
 mod cluster;
 mod controlplane;
@@ -64,6 +65,12 @@ commands:
                             run the libFuzzer targets of fuzz/ (all, or those named) one after
                             the other with cargo-fuzz (nightly; installed when missing), then
                             minimise fuzz/corpus/; fails on a crash
+  chaos [--minutes N] | --audit-log FILE
+                            leader safety on the real cluster (`cluster test`'s tier, needs
+                            root): load, leader deleted / frozen / cut off from the API server,
+                            both replicas deleted, for N minutes (10); then the end state and
+                            the oracle: no accepted write outside its replica's term in the API
+                            server's audit log (or the oracle alone over FILE)
   soak [--duration 10m] [--pods-per-second 5] [--machines-per-second 2] [--release]
                             poolkeeper against a local control plane under steady admissions and
                             Machine churn; samples RSS, fds and /metrics every minute and fails
@@ -135,6 +142,7 @@ fn main() -> ExitCode {
         "bench-kwok" => bench_scale::kwok_command(rest),
         "fuzz" => fuzz::command(rest),
         "soak" => soak::command(rest),
+        "chaos" => chaos::command(rest),
         "help" | "-h" | "--help" => {
             print!("{USAGE}");
             Ok(())

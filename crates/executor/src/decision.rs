@@ -105,6 +105,9 @@ pub(crate) fn after_write_error(error: &WriteError, retries: &Retries) -> ClassD
         WriteError::Api(_) | WriteError::Timeout(_) | WriteError::NotNamespaced(_) => {
             (Requeue::Short, ClassOutcome::Error)
         }
+        // Leadership is being given up: the component stops before the
+        // retry is due, and the next leader reconciles every class anyway.
+        WriteError::NotLeader(_) => (Requeue::Short, ClassOutcome::Error),
         // The index still has it: check again soon, by then the watch has
         // most likely removed it.
         WriteError::NotFound => (Requeue::Short, ClassOutcome::Gone),
@@ -388,6 +391,11 @@ mod tests {
                 ClassOutcome::Error,
             ),
             (WriteError::NotFound, Requeue::Short, ClassOutcome::Gone),
+            (
+                WriteError::NotLeader(poolkeeper_supervisor::NotLeader::NoTerm),
+                Requeue::Short,
+                ClassOutcome::Error,
+            ),
         ];
         for (error, requeue, outcome) in cases {
             let decision = after_write_error(&error, &retries);

@@ -14,7 +14,7 @@ use poolkeeper_bus::{
     Bus, ClassOutcome, Delivery, Event, ObjectKey, Requeue, ResourceKind, Subscription,
 };
 use poolkeeper_index::{Index, MachineClass};
-use poolkeeper_supervisor::{BoxError, Component, Context};
+use poolkeeper_supervisor::{BoxError, Component, Context, LeaderTerm};
 use tokio::time::Instant;
 
 use self::passes::Passes;
@@ -33,7 +33,7 @@ const PUBLISH_BURST: usize = 64;
 /// The executor component. See the crate documentation.
 pub struct Executor<W: ClassWriter> {
     subscription: Subscription,
-    worker: Arc<Worker<W>>,
+    worker: Worker<W>,
 }
 
 impl<W: ClassWriter> std::fmt::Debug for Executor<W> {
@@ -55,25 +55,36 @@ impl<W: ClassWriter> Executor<W> {
         );
         Self {
             subscription: bus.subscribe(Self::NAME),
-            worker: Arc::new(Worker {
+            worker: Worker {
                 bus: bus.clone(),
                 index,
                 writer,
                 settings,
-            }),
+                term: None,
+            },
         }
+    }
+
+    /// Every write first asks `term` for leave (see [`LeaderTerm`]): none is
+    /// sent past the leader's term, and none takes longer than what is left
+    /// of it. Without it the executor writes as a replica that leads
+    /// unconditionally.
+    pub fn guarded_by(mut self, term: LeaderTerm) -> Self {
+        self.worker.term = Some(term);
+        self
     }
 
     async fn run_loop(mut self, ctx: Context) -> Result<(), BoxError> {
         ctx.mark_ready();
+        let worker = Arc::new(self.worker);
         let mut state = State {
-            secret_finalizer: self.worker.settings.secret_finalizer.clone(),
+            secret_finalizer: worker.settings.secret_finalizer.clone(),
             ..State::default()
         };
         let mut passes = Passes::new(ctx.activity().clone());
         let mut reconciled = 0_usize;
         loop {
-            passes.fill(&self.worker);
+            passes.fill(&worker);
             tokio::select! {
                 biased;
                 () = ctx.cancelled() => return Ok(()),
@@ -88,8 +99,8 @@ impl<W: ClassWriter> Executor<W> {
                 // A pass opens once the bus is drained: its first event must
                 // not push unread ones out of this subscription.
                 () = std::future::ready(()), if state.wants_pass() => {
-                    if let Some((number, keys)) = state.next_pass(&self.worker.index) {
-                        passes.open(&self.worker.bus, number, keys);
+                    if let Some((number, keys)) = state.next_pass(&worker.index) {
+                        passes.open(&worker.bus, number, keys);
                     }
                 }
                 key = state.requeues.next() => {
@@ -97,7 +108,7 @@ impl<W: ClassWriter> Executor<W> {
                     state.pass_requested = true;
                 }
                 (pass, result) = passes.next() => {
-                    passes.finished(&self.worker.bus, pass, &result);
+                    passes.finished(&worker.bus, pass, &result);
                     state.apply(result);
                     reconciled += 1;
                     if reconciled.is_multiple_of(PUBLISH_BURST) {
@@ -378,6 +389,9 @@ struct Worker<W> {
     index: Arc<Index>,
     writer: W,
     settings: ExecutorSettings,
+    /// The leader's term every write asks first; `None` when this replica
+    /// leads unconditionally.
+    term: Option<LeaderTerm>,
 }
 
 impl<W: ClassWriter> Worker<W> {
@@ -488,12 +502,16 @@ impl<W: ClassWriter> Worker<W> {
             .await
     }
 
-    /// `write`, given up as failed after `executor.writeTimeout`.
+    /// `write`, sent only within the leader's term and given up as failed
+    /// after `executor.writeTimeout` or at the term's end, whichever is first.
     async fn within_write_timeout(
         &self,
         write: impl Future<Output = Result<(), WriteError>>,
     ) -> Result<(), WriteError> {
-        let timeout = self.settings.write_timeout;
+        let mut timeout = self.settings.write_timeout;
+        if let Some(term) = &self.term {
+            timeout = term.permit()?.bound(timeout);
+        }
         tokio::time::timeout(timeout, write)
             .await
             .unwrap_or(Err(WriteError::Timeout(timeout)))

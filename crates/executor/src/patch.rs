@@ -196,6 +196,41 @@ mod tests {
         assert_eq!(patched["metadata"]["finalizers"], json!(["a/b", "c/d"]));
     }
 
+    /// A deposed leader's late patch, computed from what it last read, meets
+    /// the object after the new leader wrote it: the finalizer `test` (or
+    /// the resourceVersion `test` of a first finalizer) refuses it. Where
+    /// the new leader left the list as the old one read it, the test passes:
+    /// the finalizers are not fenced by the leader's epoch (poolkeeper owns
+    /// only its finalizer on these objects), so that window is closed by the
+    /// term guard alone, which stops sending before another replica leads.
+    #[test]
+    fn a_deposed_leaders_stale_patch_is_refused_once_the_list_moved_on() {
+        // The old leader saw no Machine of the class and removes the finalizer;
+        // the new leader meanwhile saw one, and another controller's finalizer
+        // came: the list the old leader tested is gone.
+        let stale =
+            finalizer_patch(&class(&[FINALIZER], "9"), FinalizerPatch::Remove, FINALIZER).unwrap();
+        let now = object(Some(&[FINALIZER, "c/d"]), "10");
+        assert!(apply(&stale, now).is_err(), "the stale removal is refused");
+
+        // A stale first finalizer after the new leader's own write.
+        let stale = finalizer_patch(&class(&[], "7"), FinalizerPatch::Add, FINALIZER).unwrap();
+        let written = object(Some(&[FINALIZER]), "8");
+        assert!(
+            apply(&stale, without_finalizers(written)).is_err(),
+            "resourceVersion moved on"
+        );
+
+        // The list as the old leader read it: the test cannot tell.
+        let stale =
+            finalizer_patch(&class(&[FINALIZER], "9"), FinalizerPatch::Remove, FINALIZER).unwrap();
+        let unchanged = object(Some(&[FINALIZER]), "12");
+        assert!(
+            apply(&stale, unchanged).is_ok(),
+            "unfenced: the term guard's to prevent"
+        );
+    }
+
     #[test]
     fn remove_drops_every_copy() {
         let current = [FINALIZER, "a/b", FINALIZER];

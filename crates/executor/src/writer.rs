@@ -10,6 +10,7 @@ use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
 use kube::core::{PartialObjectMeta, Status};
 use kube::{Api, Client};
 use poolkeeper_bus::ObjectKey;
+use poolkeeper_supervisor::NotLeader;
 
 /// Why a write did not happen. The executor's only error type: everything
 /// else it does is reading the index.
@@ -33,6 +34,9 @@ pub enum WriteError {
     /// names none.
     #[error("{0} has no namespace")]
     NotNamespaced(ObjectKey),
+    /// The leadership term ran out (or ended): the write was not sent.
+    #[error(transparent)]
+    NotLeader(#[from] NotLeader),
 }
 
 /// Applies finalizer patches. Implemented with kube for the cluster, and in

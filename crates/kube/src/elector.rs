@@ -11,7 +11,9 @@ use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::api::PostParams;
 use poolkeeper_config::LeaderElectionConfig;
-use poolkeeper_supervisor::{BoxError, LeaderElector, LeadershipReporter, format_duration};
+use poolkeeper_supervisor::{
+    BoxError, LeaderElector, LeaderTerm, LeadershipReporter, format_duration,
+};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -60,7 +62,10 @@ impl LeaseSettings {
 /// What one attempt found.
 #[derive(Debug, PartialEq, Eq)]
 enum Attempt {
-    Holding,
+    /// This replica holds the Lease; `epoch` is its `leaseTransitions`.
+    Holding {
+        epoch: i64,
+    },
     HeldBy(String),
     /// Someone else wrote the Lease between our read and our write.
     Raced,
@@ -71,6 +76,7 @@ pub struct LeaseElector {
     api: Api<Lease>,
     settings: LeaseSettings,
     decider: LeaseDecider,
+    term: LeaderTerm,
 }
 
 impl std::fmt::Debug for LeaseElector {
@@ -92,7 +98,15 @@ impl LeaseElector {
             api: Api::namespaced(client, &settings.namespace),
             decider: LeaseDecider::new(settings.identity.clone(), settings.lease_duration),
             settings,
+            term: LeaderTerm::new(),
         }
+    }
+
+    /// The term this elector confirms after each successful acquire or
+    /// renew: the guard every leader write asks first, and its fencing epoch
+    /// (the Lease's `leaseTransitions`).
+    pub fn term(&self) -> LeaderTerm {
+        self.term.clone()
     }
 
     fn error(&self, source: kube::Error) -> LeaseError {
@@ -121,6 +135,7 @@ impl LeaseElector {
                 _ => Ok(Attempt::Raced),
             };
         };
+        let epoch = i64::from(spec.lease_transitions.unwrap_or(0));
         let written = match current {
             None => {
                 let lease = Lease {
@@ -142,7 +157,7 @@ impl LeaseElector {
             }
         };
         match written {
-            Ok(_) => Ok(Attempt::Holding),
+            Ok(_) => Ok(Attempt::Holding { epoch }),
             Err(kube::Error::Api(status)) if status.is_conflict() || status.is_already_exists() => {
                 Ok(Attempt::Raced)
             }
@@ -185,61 +200,35 @@ impl LeaseElector {
         stop: CancellationToken,
     ) -> Result<(), BoxError> {
         let lease = format!("{}/{}", self.settings.namespace, self.settings.name);
-        let mut last_renewal: Option<Instant> = None;
         let mut last_holder: Option<String> = None;
         loop {
+            self.step_down_if_expired(&mut reporter, &lease);
+            // The term is measured from before the read: a follower measures
+            // its wait from when it first sees the renewal, which is later.
+            let started = Instant::now();
+            let term = self.term.clone();
+            let leading = reporter.is_leader();
             let attempt =
                 tokio::time::timeout(self.settings.renew_deadline, self.try_acquire_or_renew());
             let attempt = tokio::select! {
                 _ = stop.cancelled() => break,
-                attempt = attempt => attempt,
+                // A renewal still unanswered when the term runs out: step
+                // down now rather than when the request gives up.
+                () = term.expired(), if leading => None,
+                attempt = attempt => Some(attempt),
             };
-            match attempt {
-                Ok(Ok(Attempt::Holding)) => {
-                    last_renewal = Some(Instant::now());
-                    last_holder = None;
-                    if !reporter.is_leader() {
-                        tracing::info!(lease = %lease, identity = %self.settings.identity, "acquired the lease: now the leader");
-                    }
-                    reporter.set(true);
-                }
-                Ok(Ok(Attempt::HeldBy(holder))) => {
-                    if reporter.is_leader() {
-                        tracing::warn!(lease = %lease, holder = %holder, "the lease was taken over");
-                    } else if last_holder.as_deref() != Some(holder.as_str()) {
-                        tracing::info!(lease = %lease, holder = %holder, "the lease is held by another replica; following");
-                    }
-                    last_holder = Some(holder);
-                    reporter.set(false);
-                }
-                Ok(Ok(Attempt::Raced)) => {
-                    if reporter.is_leader() {
-                        tracing::warn!(lease = %lease, "the lease was written by another replica");
-                    }
-                    reporter.set(false);
-                }
-                Ok(Err(error)) => {
-                    tracing::warn!(lease = %lease, %error, "could not acquire or renew the lease");
-                }
-                Err(_elapsed) => {
-                    tracing::warn!(lease = %lease, "acquiring or renewing the lease timed out");
-                }
+            if let Some(attempt) = attempt {
+                self.on_attempt(attempt, started, &mut reporter, &mut last_holder, &lease);
             }
-            if reporter.is_leader()
-                && last_renewal.is_none_or(|at| at.elapsed() >= self.settings.renew_deadline)
-            {
-                tracing::error!(
-                    lease = %lease,
-                    renew_deadline = %format_duration(self.settings.renew_deadline),
-                    "could not renew the lease within the renew deadline: giving up leadership"
-                );
-                reporter.set(false);
-            }
+            self.step_down_if_expired(&mut reporter, &lease);
+            let term = self.term.clone();
             tokio::select! {
                 _ = stop.cancelled() => break,
                 _ = tokio::time::sleep(self.settings.retry_period) => {}
+                () = term.expired(), if reporter.is_leader() => {}
             }
         }
+        self.term.end();
         if reporter.is_leader() {
             reporter.set(false);
             let released = tokio::time::timeout(self.settings.renew_deadline, self.release()).await;
@@ -254,6 +243,76 @@ impl LeaseElector {
             }
         }
         Ok(())
+    }
+}
+
+impl LeaseElector {
+    /// Acts on one attempt's outcome: confirms the term and leads, follows,
+    /// or logs the failure (the term runs out on its own).
+    fn on_attempt(
+        &mut self,
+        attempt: Result<Result<Attempt, LeaseError>, tokio::time::error::Elapsed>,
+        started: Instant,
+        reporter: &mut LeadershipReporter,
+        last_holder: &mut Option<String>,
+        lease: &str,
+    ) {
+        match attempt {
+            Ok(Ok(Attempt::Holding { epoch })) => {
+                *last_holder = None;
+                self.term
+                    .confirm(epoch, started + self.settings.renew_deadline);
+                if self.term.permit().is_err() {
+                    tracing::warn!(lease = %lease, "the lease was renewed too late to lead on it");
+                } else {
+                    if !reporter.is_leader() {
+                        tracing::info!(lease = %lease, identity = %self.settings.identity, epoch, "acquired the lease: now the leader");
+                    }
+                    reporter.set(true);
+                }
+            }
+            Ok(Ok(Attempt::HeldBy(holder))) => {
+                if reporter.is_leader() {
+                    tracing::warn!(lease = %lease, holder = %holder, "the lease was taken over");
+                } else if last_holder.as_deref() != Some(holder.as_str()) {
+                    tracing::info!(lease = %lease, holder = %holder, "the lease is held by another replica; following");
+                }
+                *last_holder = Some(holder);
+                self.term.end();
+                reporter.set(false);
+            }
+            Ok(Ok(Attempt::Raced)) => {
+                if reporter.is_leader() {
+                    tracing::warn!(lease = %lease, "the lease was written by another replica");
+                }
+                self.term.end();
+                reporter.set(false);
+            }
+            Ok(Err(error)) => {
+                tracing::warn!(lease = %lease, %error, "could not acquire or renew the lease");
+            }
+            Err(_elapsed) => {
+                tracing::warn!(lease = %lease, "acquiring or renewing the lease timed out");
+            }
+        }
+    }
+
+    /// Gives leadership up once the term ran out without a renewal: the
+    /// writers' guard refuses from that instant, and the components stop.
+    fn step_down_if_expired(&self, reporter: &mut LeadershipReporter, lease: &str) {
+        if !reporter.is_leader() {
+            return;
+        }
+        if let Err(reason) = self.term.permit() {
+            tracing::error!(
+                lease = %lease,
+                renew_deadline = %format_duration(self.settings.renew_deadline),
+                %reason,
+                "could not renew the lease within the renew deadline: giving up leadership"
+            );
+            self.term.end();
+            reporter.set(false);
+        }
     }
 }
 

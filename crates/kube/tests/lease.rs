@@ -126,11 +126,13 @@ struct Candidate {
     changes: mpsc::UnboundedReceiver<bool>,
     stop: CancellationToken,
     task: JoinHandle<Result<(), poolkeeper_supervisor::BoxError>>,
+    term: poolkeeper_supervisor::LeaderTerm,
 }
 
 impl Candidate {
     fn start(client: &kube::Client, identity: &str) -> Self {
         let elector = LeaseElector::new(client.clone(), settings(identity));
+        let term = elector.term();
         let (reporter, changes) = LeadershipReporter::channel();
         let stop = CancellationToken::new();
         let task = tokio::spawn(Box::new(elector).campaign(reporter, stop.clone()));
@@ -138,6 +140,7 @@ impl Candidate {
             changes,
             stop,
             task,
+            term,
         }
     }
 
@@ -250,6 +253,36 @@ async fn a_leader_that_cannot_renew_steps_down() {
     assert!(
         a.next_change().await,
         "its own lease is renewed once writes work again"
+    );
+    a.stop().await;
+}
+
+/// While leading, the term's epoch is the Lease's `leaseTransitions` and it
+/// holds at most `renewDeadline`; once renewals fail, no write is permitted
+/// from the moment leadership is given up.
+#[tokio::test]
+async fn the_term_follows_the_lease() {
+    let store = Shared::default();
+    let client = api_server(store.clone()).await;
+    let mut a = Candidate::start(&client, "pod-a");
+    assert!(a.next_change().await);
+    let term = a.term.current().expect("a confirmed term");
+    assert_eq!(
+        Some(term.epoch),
+        spec(&store)["leaseTransitions"].as_i64(),
+        "the epoch is leaseTransitions"
+    );
+    let left = term
+        .valid_until
+        .saturating_duration_since(tokio::time::Instant::now());
+    assert!(left <= Duration::from_millis(500), "{left:?}");
+    assert!(a.term.permit().is_ok());
+
+    store.lock().fail_writes = true;
+    assert!(!a.next_change().await);
+    assert!(
+        a.term.permit().is_err(),
+        "no write permitted once leadership is given up"
     );
     a.stop().await;
 }

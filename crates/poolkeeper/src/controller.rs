@@ -35,8 +35,8 @@ use poolkeeper_recorder::{EventRecorder, RecorderSettings};
 use poolkeeper_reports::{AuditReports, ReportSettings};
 use poolkeeper_selectors::{SelectorSettings, WebhookSelectors};
 use poolkeeper_supervisor::{
-    Component, Drained, Health, LeaderElector, LeaderGated, Supervisor, SupervisorError,
-    SupervisorSettings,
+    Component, Drained, Health, LeaderElector, LeaderGated, LeaderTerm, Supervisor,
+    SupervisorError, SupervisorSettings,
 };
 use poolkeeper_watchers::{WatcherSettings, Watchers};
 use poolkeeper_webhook::{WebhookServer, WebhookSettings};
@@ -235,10 +235,13 @@ impl Wiring<'_> {
         }
         let election = &config.leader_election;
         let identity = identity();
-        let elector: Option<Box<dyn LeaderElector>> = election.enabled.then(|| {
+        let elector = election.enabled.then(|| {
             let settings = LeaseSettings::new(election, identity.clone());
-            Box::new(LeaseElector::new(self.client.clone(), settings)) as Box<dyn LeaderElector>
+            LeaseElector::new(self.client.clone(), settings)
         });
+        // Every leader write asks the elector's term first.
+        let term = elector.as_ref().map(LeaseElector::term);
+        let elector = elector.map(|elector| Box::new(elector) as Box<dyn LeaderElector>);
         let components = LeaderComponents {
             classes: config.machine_classes.enabled,
             placement: config.placement.enabled,
@@ -257,6 +260,7 @@ impl Wiring<'_> {
             client: self.client.clone(),
             identity,
             writer,
+            term,
         };
         // Stopped before another replica can take the lease over.
         let stop_timeout = election
@@ -298,6 +302,9 @@ struct LeaderComponents<W> {
     client: Client,
     identity: String,
     writer: W,
+    /// The term every leader write asks first; `None` without leader
+    /// election.
+    term: Option<LeaderTerm>,
 }
 
 impl<W: ClassWriter + Clone> LeaderComponents<W> {
@@ -324,12 +331,13 @@ impl<W: ClassWriter + Clone> LeaderComponents<W> {
 
     fn executor(&self) -> Option<Box<dyn Component>> {
         self.classes.then(|| {
-            Box::new(Executor::new(
+            let executor = Executor::new(
                 self.executor.clone(),
                 &self.bus,
                 self.index.clone(),
                 self.writer.clone(),
-            )) as _
+            );
+            Box::new(guard(executor, &self.term, Executor::guarded_by)) as _
         })
     }
 
@@ -372,13 +380,14 @@ impl<W: ClassWriter + Clone> LeaderComponents<W> {
 
     fn selectors(&self) -> Option<Box<dyn Component>> {
         (self.placement && self.webhook).then(|| {
-            Box::new(WebhookSelectors::new(
+            let selectors = WebhookSelectors::new(
                 self.selectors.clone(),
                 &self.bus,
                 self.client.clone(),
                 self.index.clone(),
                 self.policy.clone(),
-            )) as _
+            );
+            Box::new(guard(selectors, &self.term, WebhookSelectors::guarded_by)) as _
         })
     }
 
@@ -393,12 +402,21 @@ impl<W: ClassWriter + Clone> LeaderComponents<W> {
     }
 
     fn recorder(&self) -> Box<dyn Component> {
-        Box::new(EventRecorder::new(
+        let recorder = EventRecorder::new(
             self.recorder.clone(),
             &self.bus,
             self.client.clone(),
             self.identity.clone(),
-        ))
+        );
+        Box::new(guard(recorder, &self.term, EventRecorder::guarded_by))
+    }
+}
+
+/// `component` guarded by the leader's term, when there is one.
+fn guard<C>(component: C, term: &Option<LeaderTerm>, guarded_by: fn(C, LeaderTerm) -> C) -> C {
+    match term {
+        Some(term) => guarded_by(component, term.clone()),
+        None => component,
     }
 }
 

@@ -8,4 +8,7 @@ pub(crate) enum Error {
     Write(#[source] kube::Error),
     #[error("no answer within {}", humantime::format_duration(*.0))]
     Timeout(Duration),
+    /// The leader's term ran out: the Event was dropped unsent.
+    #[error(transparent)]
+    NotLeader(#[from] poolkeeper_supervisor::NotLeader),
 }

@@ -68,6 +68,13 @@ impl EventRecorder {
         }
     }
 
+    /// Writes Events only within the leader's `term`, as every leader
+    /// write; they are best-effort and carry no fencing epoch.
+    pub fn guarded_by(mut self, term: poolkeeper_supervisor::LeaderTerm) -> Self {
+        self.writer.guarded_by(term);
+        self
+    }
+
     async fn run_loop(mut self, ctx: Context) -> Result<(), BoxError> {
         ctx.mark_ready();
         let mut writing: Option<BoxFuture<'static, Written>> = None;

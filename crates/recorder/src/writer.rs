@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use kube::Client;
 use kube::runtime::events::{Recorder, Reporter};
+use poolkeeper_supervisor::LeaderTerm;
 
 use crate::error::Error;
 use crate::queue::Pending;
@@ -26,6 +27,10 @@ pub(crate) struct Written {
 pub(crate) struct Writer {
     recorder: Recorder,
     timeout: Duration,
+    /// Events are best-effort and not fenced (each is an object of its
+    /// own, nothing to test), but a leader past its term writes none, as
+    /// every other leader write.
+    term: Option<LeaderTerm>,
 }
 
 impl Writer {
@@ -33,16 +38,33 @@ impl Writer {
         Self {
             recorder: Recorder::new(client, reporter),
             timeout,
+            term: None,
         }
     }
 
-    /// Writes `pending` within the write timeout.
+    pub(crate) fn guarded_by(&mut self, term: LeaderTerm) {
+        self.term = Some(term);
+    }
+
+    /// Writes `pending` within the write timeout and the leader's term.
     pub(crate) async fn write(self, pending: Pending) -> Written {
+        let mut timeout = self.timeout;
+        if let Some(term) = &self.term {
+            match term.permit() {
+                Ok(permit) => timeout = permit.bound(timeout),
+                Err(refused) => {
+                    return Written {
+                        pending,
+                        result: Err(refused.into()),
+                    };
+                }
+            }
+        }
         let event = pending.notice.to_kube();
         let attempt = self.recorder.publish(&event, &pending.regarding);
-        let result = match tokio::time::timeout(self.timeout, attempt).await {
+        let result = match tokio::time::timeout(timeout, attempt).await {
             Ok(result) => result.map_err(Error::Write),
-            Err(_) => Err(Error::Timeout(self.timeout)),
+            Err(_) => Err(Error::Timeout(timeout)),
         };
         Written { pending, result }
     }

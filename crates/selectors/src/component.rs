@@ -15,7 +15,7 @@ use kube::runtime::watcher;
 use poolkeeper_bus::{Bus, Delivery, Event, Subscription};
 use poolkeeper_index::Index;
 use poolkeeper_placement::PolicyCache;
-use poolkeeper_supervisor::{BoxError, Component, Context, error_chain};
+use poolkeeper_supervisor::{BoxError, Component, Context, LeaderTerm, error_chain};
 use tokio::time::Instant;
 
 use crate::configuration::{self, Updated};
@@ -33,6 +33,9 @@ pub struct WebhookSelectors {
     policy: PolicyCache,
     subscription: Subscription,
     settings: SelectorSettings,
+    /// The leader's term every patch asks first and whose epoch fences the
+    /// configurations; `None` when this replica leads unconditionally.
+    term: Option<LeaderTerm>,
 }
 
 impl std::fmt::Debug for WebhookSelectors {
@@ -62,7 +65,15 @@ impl WebhookSelectors {
             policy,
             subscription: bus.subscribe(Self::NAME),
             settings,
+            term: None,
         }
+    }
+
+    /// Every patch first asks `term` for leave and carries its epoch as the
+    /// configurations' fence (`poolkeeper_kube::fencing`).
+    pub fn guarded_by(mut self, term: LeaderTerm) -> Self {
+        self.term = Some(term);
+        self
     }
 
     async fn run_loop(mut self, ctx: Context) -> Result<(), BoxError> {
@@ -154,6 +165,7 @@ impl WebhookSelectors {
             &self.settings.mutating,
             &desired,
             timeout,
+            self.term.as_ref(),
         )
         .await;
         let validating = configuration::update::<ValidatingWebhookConfiguration>(
@@ -161,6 +173,7 @@ impl WebhookSelectors {
             &self.settings.validating,
             &desired,
             timeout,
+            self.term.as_ref(),
         )
         .await;
         let mut first_error = None;

@@ -12,11 +12,12 @@ use kube::api::{Patch, PatchParams};
 use kube::runtime::watcher;
 use kube::{Api, Client, Resource};
 use poolkeeper_kube::watch::retrying;
+use poolkeeper_supervisor::LeaderTerm;
 use serde::de::DeserializeOwned;
 
 use crate::desired::DesiredSelectors;
 use crate::error::SelectorError;
-use crate::patch::{StoredConfiguration, StoredEntry, selector_patch};
+use crate::patch::{StoredConfiguration, StoredEntry, fenced_patch, selector_patch};
 use crate::settings::{ConfigurationKind, ManagedConfiguration};
 
 /// The field manager of poolkeeper's selector patches (in `managedFields`).
@@ -80,12 +81,15 @@ pub(crate) enum Updated {
 }
 
 /// Reads the configuration `managed` names and, when its selectors differ
-/// from `desired`, patches them; each request within `timeout`.
+/// from `desired` or it lacks the term's epoch, patches them behind the
+/// leader's fence; each request within `timeout` and sent only with the
+/// leader's permit (`None`: this replica leads unconditionally).
 pub(crate) async fn update<K: Configuration>(
     client: &Client,
     managed: &ManagedConfiguration,
     desired: &DesiredSelectors,
     timeout: Duration,
+    term: Option<&LeaderTerm>,
 ) -> Result<Updated, SelectorError> {
     let api = Api::<K>::all(client.clone());
     let timed_out = || SelectorError::Timeout {
@@ -105,9 +109,25 @@ pub(crate) async fn update<K: Configuration>(
             kind: managed.kind,
             name: managed.name.clone(),
         })?;
-    let Some(patch) = selector_patch(&stored.stored(), managed, desired)? else {
+    let changes = selector_patch(&stored.stored(), managed, desired)?;
+    let permit = term.map(LeaderTerm::permit).transpose()?;
+    let epoch = permit.map(|permit| permit.epoch);
+    let meta = stored.meta();
+    let fenced = fenced_patch(
+        changes,
+        meta.annotations.as_ref(),
+        meta.resource_version.as_deref(),
+        epoch,
+    )
+    .map_err(|source| SelectorError::Deposed {
+        kind: managed.kind,
+        name: managed.name.clone(),
+        source,
+    })?;
+    let Some(patch) = fenced else {
         return Ok(Updated::InStep);
     };
+    let timeout = permit.map_or(timeout, |permit| permit.bound(timeout));
     let params = PatchParams {
         field_manager: Some(FIELD_MANAGER.to_owned()),
         ..PatchParams::default()

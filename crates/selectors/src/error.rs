@@ -1,5 +1,8 @@
 use std::time::Duration;
 
+use poolkeeper_kube::Deposed;
+use poolkeeper_supervisor::NotLeader;
+
 use crate::settings::ConfigurationKind;
 
 /// Why the selectors of a configuration could not be brought in step.
@@ -40,6 +43,18 @@ pub enum SelectorError {
         name: String,
         timeout: Duration,
     },
+    /// The leader's term ran out: nothing was sent. The elector steps down
+    /// at the same instant and stops this component.
+    #[error(transparent)]
+    NotLeader(#[from] NotLeader),
+    /// The configuration carries a newer leader's epoch.
+    #[error("{} {name}: {source}", kind.as_str())]
+    Deposed {
+        kind: ConfigurationKind,
+        name: String,
+        #[source]
+        source: Deposed,
+    },
 }
 
 impl SelectorError {
@@ -53,6 +68,7 @@ impl SelectorError {
             SelectorError::Read { .. }
                 | SelectorError::Patch { .. }
                 | SelectorError::Timeout { .. }
+                | SelectorError::NotLeader(_)
         )
     }
 

@@ -7,10 +7,18 @@
 //! entries, `clientConfig` and the `caBundle` cert-manager injects, rules,
 //! policies — is left alone, and if anything changed since it was read the
 //! API server rejects the patch (422) instead of writing over it.
+//!
+//! Under leader election the patch also goes behind the leader's fence
+//! ([`fenced_patch`]): the configuration carries the term's epoch, which the
+//! patch tests, so a deposed leader's late patch is refused even when the
+//! object did not change in between.
 
 use json_patch::jsonptr::PointerBuf;
+use std::collections::BTreeMap;
+
 use json_patch::{AddOperation, Patch, PatchOperation, TestOperation};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use poolkeeper_kube::{Deposed, Fence};
 use serde_json::Value;
 
 use crate::desired::{DesiredSelectors, EntrySelectors, canonical};
@@ -71,6 +79,23 @@ pub fn selector_patch(
     }
     ops.extend(changes);
     Ok(Some(Patch(ops)))
+}
+
+/// `patch` (the selector changes, if any) behind the fence of the leader's
+/// term `epoch`: the epoch tested, or stamped by the term's first write even
+/// when the selectors are in step. `None` for `epoch` (a replica leading
+/// unconditionally) leaves the patch as it is. An object carrying a newer
+/// epoch is [`Deposed`]: this replica must not write it.
+pub fn fenced_patch(
+    patch: Option<Patch>,
+    annotations: Option<&BTreeMap<String, String>>,
+    resource_version: Option<&str>,
+    epoch: Option<i64>,
+) -> Result<Option<Patch>, Deposed> {
+    let Some(epoch) = epoch else {
+        return Ok(patch);
+    };
+    Ok(Fence::new(annotations, resource_version, epoch)?.around(patch))
 }
 
 /// The operations for one entry: a test of its name at `index`, then one
@@ -329,6 +354,64 @@ mod tests {
         assert!(
             json_patch::patch(&mut reordered, &patch).is_err(),
             "entry names tested"
+        );
+    }
+
+    #[test]
+    fn the_fence_goes_first_and_stamps_a_new_term() {
+        let object = stored_object(None, None);
+        let wanted = desired(&["shop"]);
+        let rv = object["metadata"]["resourceVersion"].as_str();
+        let changes = patch_for(&object, &wanted).unwrap();
+
+        let unfenced = fenced_patch(changes.clone(), None, rv, None).unwrap();
+        assert_eq!(unfenced, changes, "leading unconditionally: no fence");
+
+        let patch = fenced_patch(changes, None, rv, Some(7)).unwrap().unwrap();
+        let ops = serde_json::to_value(&patch).unwrap();
+        assert_eq!(
+            ops[1],
+            json!({"op": "add", "path": "/metadata/annotations",
+                   "value": {"poolkeeper.io/leader-epoch": "7"}})
+        );
+        let mut patched = object.clone();
+        json_patch::patch(&mut patched, &patch).unwrap();
+        patched["metadata"]["resourceVersion"] = json!("42");
+        let annotations: BTreeMap<String, String> =
+            serde_json::from_value(patched["metadata"]["annotations"].clone()).unwrap();
+        let rv = patched["metadata"]["resourceVersion"]
+            .as_str()
+            .map(str::to_owned);
+        let rv = rv.as_deref();
+
+        let in_step = patch_for(&patched, &wanted).unwrap();
+        assert_eq!(in_step, None);
+        assert_eq!(
+            fenced_patch(None, Some(&annotations), rv, Some(7)).unwrap(),
+            None,
+            "in step and stamped: nothing to write"
+        );
+        let stamp = fenced_patch(None, Some(&annotations), rv, Some(8))
+            .unwrap()
+            .expect("the next term stamps its epoch");
+        let late = fenced_patch(
+            patch_for(&patched, &desired(&["lab"])).unwrap(),
+            Some(&annotations),
+            rv,
+            Some(7),
+        )
+        .unwrap()
+        .unwrap();
+        json_patch::patch(&mut patched, &stamp).unwrap();
+        assert!(
+            json_patch::patch(&mut patched.clone(), &late).is_err(),
+            "the older term's write tests its epoch and is refused"
+        );
+        let annotations: BTreeMap<String, String> =
+            serde_json::from_value(patched["metadata"]["annotations"].clone()).unwrap();
+        assert_eq!(
+            fenced_patch(None, Some(&annotations), rv, Some(7)),
+            Err(Deposed { stored: 8, ours: 7 })
         );
     }
 

@@ -9,6 +9,7 @@ mod leader;
 mod signal;
 mod supervisor;
 mod tasks;
+mod term;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod watchdog;
@@ -20,6 +21,7 @@ pub use health::{CheckResult, Health};
 pub use leader::{LeaderElector, LeaderGated, LeadershipReporter};
 pub use signal::shutdown_signal;
 pub use supervisor::{SHUTDOWN_CHECK, StageBuilder, Supervisor, SupervisorSettings};
+pub use term::{LeaderTerm, NotLeader, TermState, WritePermit};
 pub use watchdog::{Activity, BusyGuard, format_duration};
 
 #[cfg(test)]

@@ -6,6 +6,8 @@
 //! cluster down.
 
 #[cfg(test)]
+mod chaos;
+#[cfg(test)]
 mod chart;
 #[cfg(test)]
 mod helm;
@@ -13,6 +15,10 @@ mod helm;
 mod kustomize;
 #[cfg(test)]
 mod operations;
+/// The chaos run's oracle, shared with `cargo xtask chaos`.
+#[cfg(test)]
+#[path = "../../src/chaos/oracle.rs"]
+mod oracle;
 #[cfg(test)]
 mod same_objects;
 #[cfg(test)]

@@ -155,6 +155,33 @@ conntrack:
     )
 }
 
+/// The ServiceAccounts whose writes the API server audits: those of poolkeeper's namespace.
+pub const AUDITED_GROUP: &str = "system:serviceaccounts:poolkeeper-system";
+
+/// The API server's audit policy: the oracle of leader safety (`xtask/src/chaos/oracle.rs`).
+/// Every write (create, update, patch, delete) by a ServiceAccount of poolkeeper's namespace at
+/// `Metadata` level — who (the token's Pod name is in `user.extra`), what, when, the answer —
+/// and their Lease writes at `Request` level, because the holder a write names (a renewal, a
+/// takeover or a release all are updates) is in the body. Reads and everyone else's requests
+/// are not logged.
+pub fn audit_policy() -> String {
+    format!(
+        r#"apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: Request
+    userGroups: ["{AUDITED_GROUP}"]
+    verbs: [create, update, patch]
+    resources: [{{group: coordination.k8s.io, resources: [leases]}}]
+  - level: Metadata
+    userGroups: ["{AUDITED_GROUP}"]
+    verbs: [create, update, patch, delete, deletecollection]
+  - level: None
+"#
+    )
+}
+
 /// A kubeconfig with certificate files, for one identity.
 pub fn kubeconfig(server: &str, ca: &str, cert: &str, key: &str) -> String {
     format!(
@@ -204,6 +231,27 @@ mod tests {
         assert!(text.contains("failCgroupV1: false"));
         assert!(text.contains(&format!("address: {NODE_IP}")));
         assert!(text.contains("cgroupRoot: /poolkeeper-cluster"));
+    }
+
+    #[test]
+    fn the_audit_policy_logs_poolkeeper_s_writes_and_its_lease_bodies() {
+        let text = audit_policy();
+        let rules: Vec<&str> = text.split("  - level: ").skip(1).collect();
+        assert_eq!(rules.len(), 3, "{text}");
+        assert!(
+            rules[0].starts_with("Request") && rules[0].contains("leases"),
+            "{text}"
+        );
+        assert!(
+            rules[1].starts_with("Metadata") && rules[1].contains("delete"),
+            "{text}"
+        );
+        assert!(
+            rules[2].starts_with("None"),
+            "the rest is not logged: {text}"
+        );
+        assert!(rules[..2].iter().all(|rule| rule.contains(AUDITED_GROUP)));
+        assert!(!text.contains("get"), "reads are not logged: {text}");
     }
 
     #[test]

@@ -16,7 +16,7 @@ use crate::{Error, Result, dist, image};
 
 const EXAMPLE: &str = "cluster-tests";
 /// Read by the tests: where the cluster and its tools are.
-const ENV: [&str; 11] = [
+const ENV: [&str; 12] = [
     "POOLKEEPER_CLUSTER_NETNS",
     "POOLKEEPER_CLUSTER_KUBECONFIG",
     "POOLKEEPER_CLUSTER_CONTAINERD",
@@ -28,6 +28,7 @@ const ENV: [&str; 11] = [
     "POOLKEEPER_HELM",
     "POOLKEEPER_BINARY",
     "POOLKEEPER_KUSTOMIZE",
+    "POOLKEEPER_CLUSTER_AUDIT_LOG",
 ];
 
 /// `cargo xtask cluster test [FILTER]...`: the tests with libtest's output as it comes.
@@ -124,6 +125,7 @@ fn test_command(
         path(&helm),
         path(binary),
         path(kustomize),
+        path(&layout.audit_log()),
     ];
     test.envs(ENV.iter().zip(values));
     test

@@ -1,4 +1,5 @@
-//! Only a leader writes; after shutdown is requested nothing starts.
+//! Only a leader writes, and only within its term; after shutdown is
+//! requested nothing starts.
 
 use super::*;
 
@@ -60,5 +61,71 @@ async fn the_executor_is_ready_at_once() {
         "without waiting for anything"
     );
     assert_eq!(h.running.waiting_reason(), None);
+    h.stop().await;
+}
+
+/// A leader frozen past its term (the paused clock runs on as it would
+/// through a SIGSTOP) sends nothing on resume; a renewal lets it write again.
+#[tokio::test(start_paused = true)]
+async fn no_write_is_sent_past_the_term() {
+    let term = LeaderTerm::new();
+    let start = Instant::now();
+    term.confirm(1, start + secs(10));
+    let setup = Setup {
+        term: Some(term.clone()),
+        ..Setup::default()
+    };
+    let h = Harness::start_with(
+        &[class("a", &[]), class("b", &[])],
+        &[machine("m1", "a")],
+        setup,
+    );
+    h.trigger(TriggerReason::LeadershipGained);
+    h.at(secs(30)).await;
+    assert_eq!(h.calls(), [(ms(0), "a".into(), Answer::Accepted)]);
+
+    h.apply(ResourceKind::Machine, machine("m2", "b"));
+    h.trigger(TriggerReason::Debounced);
+    h.at(secs(31)).await;
+    assert_eq!(h.calls().len(), 1, "past the term no write is sent");
+    assert!(
+        h.reconciled()
+            .iter()
+            .any(|(_, class, outcome, _)| class == "b" && *outcome == ClassOutcome::Error),
+        "the refused write is an error: {:?}",
+        h.reconciled()
+    );
+
+    term.confirm(1, Instant::now() + secs(10));
+    h.at(secs(31) + SHORT).await;
+    assert_eq!(
+        h.calls().last(),
+        Some(&(secs(30) + SHORT, "b".into(), Answer::Accepted)),
+        "renewed, the retry writes"
+    );
+    h.stop().await;
+}
+
+/// A write that hangs is given up when the term ends, not after the
+/// (longer) write timeout.
+#[tokio::test(start_paused = true)]
+async fn a_hanging_write_is_given_up_at_the_term_end() {
+    let term = LeaderTerm::new();
+    term.confirm(1, Instant::now() + secs(3));
+    let setup = Setup {
+        term: Some(term.clone()),
+        ..Setup::default()
+    };
+    let h = Harness::start_with(&[class("a", &[])], &[machine("m1", "a")], setup);
+    h.fake.hang(&key("a"));
+    h.trigger(TriggerReason::LeadershipGained);
+    h.at(secs(4)).await;
+    assert_eq!(
+        h.reconciled()
+            .into_iter()
+            .map(|(at, class, outcome, _)| (at, class, outcome))
+            .collect::<Vec<_>>(),
+        [(secs(3), "a".into(), ClassOutcome::Error)]
+    );
     h.stop().await;
 }

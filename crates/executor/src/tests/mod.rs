@@ -17,6 +17,7 @@ use poolkeeper_bus::{
 };
 use poolkeeper_config::Config;
 use poolkeeper_index::{Changed, Index, IndexResource};
+use poolkeeper_supervisor::LeaderTerm;
 use poolkeeper_supervisor::testing::{BusRecorder, Running, spawn};
 use serde_json::json;
 use tokio::time::Instant;
@@ -85,6 +86,7 @@ fn settings() -> ExecutorSettings {
 struct Setup {
     capacity: usize,
     settings: ExecutorSettings,
+    term: Option<LeaderTerm>,
 }
 
 impl Default for Setup {
@@ -92,6 +94,7 @@ impl Default for Setup {
         Self {
             capacity: 1024,
             settings: settings(),
+            term: None,
         }
     }
 }
@@ -126,7 +129,10 @@ impl Harness {
         fake.mirror_to(index.clone());
         let bus = Bus::new(setup.capacity);
         let recorder = BusRecorder::new(&bus);
-        let executor = Executor::new(setup.settings, &bus, index.clone(), fake.clone());
+        let mut executor = Executor::new(setup.settings, &bus, index.clone(), fake.clone());
+        if let Some(term) = setup.term {
+            executor = executor.guarded_by(term);
+        }
         bus.start();
         let start = Instant::now();
         let running = spawn(Box::new(executor));

@@ -187,6 +187,18 @@ impl Replica {
         assert!(status.success(), "kill -s TERM {pid}: {status}");
     }
 
+    /// SIGSTOP (`freeze: true`) or SIGCONT: the process paused as by a
+    /// frozen cgroup or a stalled host, and resumed.
+    fn freeze(&self, freeze: bool) {
+        let pid = self.pid().to_string();
+        let signal = if freeze { "STOP" } else { "CONT" };
+        let status = std::process::Command::new("kill")
+            .args(["-s", signal, &pid])
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill -s {signal} {pid}: {status}");
+    }
+
     /// SIGKILL, and the process reaped.
     async fn kill(&mut self) {
         let mut child = self.child.take().expect("the replica runs");
@@ -631,6 +643,70 @@ async fn killed_leader_s_pending_changes_converge_on_the_new_leader() {
          finalized {converged:?} after it (bound {bound:?})"
     );
     assert!(converged <= bound);
+}
+
+/// The leader frozen (SIGSTOP) for 2 × leaseDuration with 20 MachineClass
+/// changes pending in its debouncer: the other replica takes the Lease over
+/// and finalizes them; resumed, the old leader finds its term over and
+/// writes nothing: its accepted-writes counter does not move, its log shows
+/// no finalizer update after the resume, and it steps down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frozen_leader_resumed_after_a_takeover_writes_nothing() {
+    let mut fleet = setup(PENDING_DEBOUNCE).await;
+    fleet.start_ready(A).await;
+    fleet.wait_holder(A, TIMEOUT).await;
+    fleet.start_ready(B).await;
+    let warm = fleet.create_classes_in_use("warm", 3).await;
+    fleet.wait_finalized(&warm, Instant::now(), TIMEOUT).await;
+    let writes_before = wait_metric(&fleet.replicas[A], API_WRITES_OK, 3).await;
+
+    let names = fleet.create_classes_in_use("frozen", 20).await;
+    fleet.replicas[A].freeze(true);
+    let frozen = Instant::now();
+    let bound = LEASE_DURATION + RETRY_PERIOD + Duration::from_secs(5);
+    let (holder, took_over) = fleet.wait_holder(B, bound).await;
+    let converged = fleet.wait_finalized(&names, frozen, bound).await;
+    // More work that the resumed replica's watches bring it at once.
+    let late = fleet.create_classes_in_use("late", 5).await;
+    tokio::time::sleep((2 * LEASE_DURATION).saturating_sub(frozen.elapsed())).await;
+    let log_at_resume = fleet.replicas[A].log_text().len();
+    fleet.replicas[A].freeze(false);
+    let paused = frozen.elapsed();
+    fleet.wait_finalized(&late, Instant::now(), bound).await;
+    // Room for the resumed replica's debounce (max 5 s) and a pass.
+    tokio::time::sleep(PENDING_DEBOUNCE.max_delay + RETRY_PERIOD).await;
+
+    let writes_after = metric_sum(&fleet.replicas[A].metrics().await, API_WRITES_OK);
+    let resumed_log = fleet.replicas[A].log_text()[log_at_resume..].to_owned();
+    let refused = resumed_log
+        .matches("without a renewal: not writing")
+        .count();
+    println!(
+        "[replicas/sigstop] leader paused {paused:?}; {holder} held the Lease {took_over:?} \
+         after the pause and finalized the 20 pending classes {converged:?} after it; the \
+         resumed replica's accepted writes {writes_before} -> {writes_after}, {refused} \
+         refused by its term guard"
+    );
+    assert!(
+        fleet
+            .lease_holder()
+            .await
+            .is_some_and(|h| fleet.replicas[B].is(&h)),
+        "the resumed replica did not take the Lease back"
+    );
+    assert_eq!(
+        writes_after, writes_before,
+        "the resumed replica wrote as leader:\n{resumed_log}"
+    );
+    assert!(
+        !resumed_log.contains("MachineClass finalizers updated"),
+        "the resumed replica wrote a finalizer:\n{resumed_log}"
+    );
+    assert!(
+        resumed_log.contains("giving up leadership")
+            || resumed_log.contains("the lease was taken over"),
+        "the resumed replica stepped down:\n{resumed_log}"
+    );
 }
 
 /// SIGTERM of the leader: the other replica holds the Lease within 2 s
