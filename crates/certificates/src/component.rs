@@ -22,7 +22,7 @@ use poolkeeper_config::CertificateSource;
 use poolkeeper_kube::Backoff;
 use poolkeeper_kube::watch::retrying;
 use poolkeeper_pki::CA_CERT;
-use poolkeeper_supervisor::{BoxError, Component, Context, error_chain};
+use poolkeeper_supervisor::{BoxError, Component, Context, LeaderTerm, error_chain};
 use tokio::time::Instant;
 
 use crate::bundle::{FIELD_MANAGER, Published, publish};
@@ -40,6 +40,9 @@ const MAX_WRITES: usize = 4;
 pub struct WebhookCertificates {
     client: Client,
     settings: CertificateSettings,
+    /// The leader's term every write asks first; `None` without leader
+    /// election.
+    term: Option<LeaderTerm>,
 }
 
 impl std::fmt::Debug for WebhookCertificates {
@@ -54,7 +57,28 @@ impl WebhookCertificates {
     pub const NAME: &'static str = "webhook-certificates";
 
     pub fn new(settings: CertificateSettings, client: Client) -> Self {
-        Self { client, settings }
+        Self {
+            client,
+            settings,
+            term: None,
+        }
+    }
+
+    /// Every write of the Secret and of the caBundles first asks `term`
+    /// for leave (`poolkeeper_kube`'s README: the leader's term), and is
+    /// bounded by what is left of it.
+    pub fn guarded_by(mut self, term: LeaderTerm) -> Self {
+        self.term = Some(term);
+        self
+    }
+
+    /// The request timeout, once the term allows a write.
+    fn write_timeout(&self) -> Result<Duration, CertificateError> {
+        let timeout = self.settings.request_timeout;
+        match &self.term {
+            Some(term) => Ok(term.permit()?.bound(timeout)),
+            None => Ok(timeout),
+        }
     }
 
     async fn run_loop(self, ctx: Context) -> Result<(), BoxError> {
@@ -196,10 +220,12 @@ impl WebhookCertificates {
     /// whether both have it (a configuration cert-manager injects counts as
     /// published).
     async fn publish(&self, bundle: &[u8], check: bool) -> Result<bool, CertificateError> {
-        let (name, timeout) = (
-            &self.settings.configuration_name,
-            self.settings.request_timeout,
-        );
+        let name = &self.settings.configuration_name;
+        let timeout = if check {
+            self.settings.request_timeout
+        } else {
+            self.write_timeout()?
+        };
         let mutating =
             publish::<MutatingWebhookConfiguration>(&self.client, name, bundle, timeout, check)
                 .await?;
@@ -249,7 +275,7 @@ impl WebhookCertificates {
                 .map(|(k, v)| (k.clone(), ByteString(v.clone())))
                 .collect(),
         );
-        let timeout = self.settings.request_timeout;
+        let timeout = self.write_timeout()?;
         let request = async {
             match stored {
                 Some(mut secret) => {

@@ -15,6 +15,8 @@ pub enum CertificateError {
     Issue(#[from] crate::issue::IssueError),
     #[error("the Secret still changes after {0} writes in one pass")]
     Unsettled(usize),
+    #[error("not written: {0}")]
+    NotLeader(#[from] poolkeeper_supervisor::NotLeader),
 }
 
 impl CertificateError {

@@ -357,12 +357,13 @@ impl<W: ClassWriter + Clone> LeaderComponents<W> {
     /// OpenReports.
     fn reports(&self) -> Option<Box<dyn Component>> {
         (self.placement && self.reports.enabled).then(|| {
-            Box::new(AuditReports::new(
+            let reports = AuditReports::new(
                 self.reports.clone(),
                 &self.bus,
                 self.client.clone(),
                 self.health.clone(),
-            )) as _
+            );
+            Box::new(guard(reports, &self.term, AuditReports::guarded_by)) as _
         })
     }
 
@@ -394,9 +395,12 @@ impl<W: ClassWriter + Clone> LeaderComponents<W> {
     /// With the webhook, when its certificate comes from a Secret.
     fn certificates(&self) -> Option<Box<dyn Component>> {
         (self.webhook && self.certificates.source.is_secret()).then(|| {
-            Box::new(WebhookCertificates::new(
-                self.certificates.clone(),
-                self.client.clone(),
+            let certificates =
+                WebhookCertificates::new(self.certificates.clone(), self.client.clone());
+            Box::new(guard(
+                certificates,
+                &self.term,
+                WebhookCertificates::guarded_by,
             )) as _
         })
     }

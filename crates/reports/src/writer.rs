@@ -11,7 +11,9 @@ use kube::api::{
 };
 use poolkeeper_bus::{AuditCount, AuditViolation, Bus, Delivery, Event, Subscription};
 use poolkeeper_config::Config;
-use poolkeeper_supervisor::{BoxError, Component, Context, Health, error_chain};
+use poolkeeper_supervisor::{
+    BoxError, Component, Context, Health, LeaderTerm, NotLeader, error_chain,
+};
 
 use crate::report::{CONTENT_HASH, MANAGED_BY, REPORT_NAME, Write, desired_reports, plan};
 
@@ -33,6 +35,8 @@ pub enum ReportsError {
     },
     #[error("{what}: no answer within {REQUEST_TIMEOUT:?}")]
     Timeout { what: String },
+    #[error("not written: {0}")]
+    NotLeader(#[from] NotLeader),
 }
 
 /// `audit.reports` and the writes' pace (`audit.concurrency`).
@@ -60,6 +64,9 @@ pub struct AuditReports {
     /// Namespace → content hash of the reports stored, as read at term start
     /// and written since; `None` until the API is found served and read.
     stored: Option<BTreeMap<String, String>>,
+    /// The leader's term every write asks first; `None` without leader
+    /// election.
+    term: Option<LeaderTerm>,
 }
 
 impl std::fmt::Debug for AuditReports {
@@ -83,7 +90,16 @@ impl AuditReports {
             health,
             subscription: bus.subscribe(Self::NAME),
             stored: None,
+            term: None,
         }
+    }
+
+    /// Every write first asks `term` for leave, bounded by what is left of
+    /// it (the reports are applied whole, server-side: there is nothing to
+    /// fence with a `test`, and a later round rewrites what differs).
+    pub fn guarded_by(mut self, term: LeaderTerm) -> Self {
+        self.term = Some(term);
+        self
     }
 
     fn api(&self, namespace: Option<&str>) -> Api<DynamicObject> {
@@ -223,6 +239,10 @@ impl AuditReports {
     }
 
     async fn write(&self, write: &Write) -> Result<(), ReportsError> {
+        let timeout = match &self.term {
+            Some(term) => term.permit()?.bound(REQUEST_TIMEOUT),
+            None => REQUEST_TIMEOUT,
+        };
         let namespace = write.namespace();
         let api = self.api(Some(namespace));
         match write {
@@ -238,7 +258,13 @@ impl AuditReports {
             }
             Write::Delete { .. } => {
                 let what = format!("deleting report {namespace}/{REPORT_NAME}");
-                match bounded(&what, api.delete(REPORT_NAME, &DeleteParams::default())).await {
+                match bounded_by(
+                    timeout,
+                    &what,
+                    api.delete(REPORT_NAME, &DeleteParams::default()),
+                )
+                .await
+                {
                     Err(ReportsError::Api {
                         source: kube::Error::Api(status),
                         ..
@@ -254,7 +280,15 @@ async fn bounded<T>(
     what: &str,
     request: impl Future<Output = Result<T, kube::Error>>,
 ) -> Result<T, ReportsError> {
-    match tokio::time::timeout(REQUEST_TIMEOUT, request).await {
+    bounded_by(REQUEST_TIMEOUT, what, request).await
+}
+
+async fn bounded_by<T>(
+    timeout: Duration,
+    what: &str,
+    request: impl Future<Output = Result<T, kube::Error>>,
+) -> Result<T, ReportsError> {
+    match tokio::time::timeout(timeout, request).await {
         Ok(Ok(value)) => Ok(value),
         Ok(Err(source)) => Err(ReportsError::Api {
             what: what.to_owned(),
