@@ -1,5 +1,6 @@
 //! Tests of the installation on a real node: the README's kustomize and Helm installations of
-//! poolkeeper's image, day-two operations, and the Helm chart's lint and rendering. They need
+//! poolkeeper's image, day-two operations, leader safety under faults (`chaos`, judged by the
+//! API server's audit log), and the Helm chart's lint and rendering. They need
 //! the cluster of `cargo xtask cluster`, so they are not among the workspace's test targets:
 //! `cargo xtask cluster test` (a step of `cargo xtask test`) builds what they need, brings the
 //! cluster up, runs them with `cargo test -p xtask --example cluster-tests`, and takes the
