@@ -58,7 +58,10 @@ pub(crate) fn one(checks: &[CheckResult], name: &str) -> Option<Report> {
 
 fn line(body: &mut String, check: &CheckResult) {
     let _ = match &check.status {
-        Ok(()) => writeln!(body, "[+]{} ok", check.name),
+        Ok(()) => match &check.note {
+            Some(note) => writeln!(body, "[+]{} ok: {note}", check.name),
+            None => writeln!(body, "[+]{} ok", check.name),
+        },
         Err(reason) => writeln!(body, "[-]{} failed: {reason}", check.name),
     };
 }
@@ -71,6 +74,7 @@ mod tests {
         CheckResult {
             name: name.to_string(),
             status: Ok(()),
+            note: None,
         }
     }
 
@@ -78,6 +82,7 @@ mod tests {
         CheckResult {
             name: name.to_string(),
             status: Err(reason.to_string()),
+            note: None,
         }
     }
 
@@ -85,7 +90,11 @@ mod tests {
     fn reports() {
         let healthy = [pass("index"), pass("shutdown")];
         let failing = [fail("index", "not synchronized"), pass("shutdown")];
-        let cases: [(&[CheckResult], bool, StatusCode, &str); 6] = [
+        let noted = [CheckResult {
+            note: Some("cel".to_owned()),
+            ..pass("placement-engine")
+        }];
+        let cases: [(&[CheckResult], bool, StatusCode, &str); 7] = [
             (&healthy, false, StatusCode::OK, "ok"),
             (
                 &healthy,
@@ -104,6 +113,12 @@ mod tests {
                 true,
                 StatusCode::SERVICE_UNAVAILABLE,
                 "[-]index failed: not synchronized\n[+]shutdown ok\nreadyz check failed\n",
+            ),
+            (
+                &noted,
+                true,
+                StatusCode::OK,
+                "[+]placement-engine ok: cel\nreadyz check passed\n",
             ),
             (&[], false, StatusCode::OK, "ok"),
             (&[], true, StatusCode::OK, "readyz check passed\n"),

@@ -30,10 +30,10 @@ use std::path::Path;
 pub use error::{ConfigError, ConfigErrors, Location};
 pub use poolkeeper_bus::{Constraints, Mode};
 pub use schema::{
-    ApiServerConfig, AuditConfig, BusConfig, Config, EventsConfig, ExecutorConfig, HealthConfig,
-    LeaderElectionConfig, LogFormat, LoggingConfig, MachineClassesConfig, NamespaceLabels,
-    PlacementConfig, PolicyConfigMapRef, ReconcilerConfig, ShutdownConfig, WatchersConfig,
-    WebhookConfig, WebhookSelectorsConfig,
+    ApiServerConfig, AuditConfig, BusConfig, Config, Engine, EngineChoice, EventsConfig,
+    ExecutorConfig, HealthConfig, LeaderElectionConfig, LogFormat, LoggingConfig,
+    MachineClassesConfig, NamespaceLabels, PlacementConfig, PolicyConfigMapRef, ReconcilerConfig,
+    ShutdownConfig, WatchersConfig, WebhookConfig, WebhookSelectorsConfig,
 };
 
 /// The documented default configuration file (`config/poolkeeper.yaml`).
@@ -208,6 +208,7 @@ mod tests {
                     && k.as_str() != "machineClasses.protectSecrets"
                     && k.as_str() != "placement.defaultMode"
                     && k.as_str() != "placement.defaultConstraints"
+                    && k.as_str() != "placement.engine"
                     && k.as_str() != "audit.interval"
                     // Compared against gracePeriod, which this config breaks on its own.
                     && k.as_str() != "shutdown.drainDelay"

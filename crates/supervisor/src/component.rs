@@ -122,6 +122,14 @@ impl Context {
         }
     }
 
+    /// What the component's `/readyz` check reports besides `ok`
+    /// (`[+]placement-engine ok: cel`): a decision it made at start.
+    pub fn note(&self, note: impl Into<String>) {
+        if let Some(check) = &self.check {
+            check.note(note);
+        }
+    }
+
     /// Before [`Context::mark_ready`]: what the component waits for, shown
     /// by its `/readyz` check and by a startup timeout. Ignored once ready.
     pub fn waiting_for(&self, reason: impl Into<String>) {

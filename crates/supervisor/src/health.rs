@@ -9,6 +9,8 @@ pub struct CheckResult {
     pub name: String,
     /// `Err(reason)` when the check fails.
     pub status: Result<(), String>,
+    /// What a passing check reports besides `ok` (a decision it made).
+    pub note: Option<String>,
 }
 
 /// The named liveness and readiness checks of the process, shared by the
@@ -22,6 +24,8 @@ pub struct Health {
 struct HealthInner {
     liveness: RwLock<BTreeMap<String, Result<(), String>>>,
     readiness: RwLock<BTreeMap<String, Result<(), String>>>,
+    /// Readiness notes, by check.
+    notes: RwLock<BTreeMap<String, String>>,
 }
 
 impl Health {
@@ -49,11 +53,11 @@ impl Health {
     }
 
     pub fn liveness(&self) -> Vec<CheckResult> {
-        report(&self.inner.liveness.read())
+        report(&self.inner.liveness.read(), &BTreeMap::new())
     }
 
     pub fn readiness(&self) -> Vec<CheckResult> {
-        report(&self.inner.readiness.read())
+        report(&self.inner.readiness.read(), &self.inner.notes.read())
     }
 
     fn set(&self, liveness: bool, name: &str, status: Result<(), String>) {
@@ -66,11 +70,15 @@ impl Health {
     }
 }
 
-fn report(map: &BTreeMap<String, Result<(), String>>) -> Vec<CheckResult> {
+fn report(
+    map: &BTreeMap<String, Result<(), String>>,
+    notes: &BTreeMap<String, String>,
+) -> Vec<CheckResult> {
     map.iter()
         .map(|(name, status)| CheckResult {
             name: name.clone(),
             status: status.clone(),
+            note: notes.get(name).cloned(),
         })
         .collect()
 }
@@ -86,6 +94,18 @@ pub struct Gate {
 impl Gate {
     pub fn pass(&self) {
         self.health.set(self.liveness, &self.name, Ok(()));
+    }
+
+    /// What the check reports besides `ok` while it passes (readiness
+    /// checks only).
+    pub fn note(&self, note: impl Into<String>) {
+        if !self.liveness {
+            self.health
+                .inner
+                .notes
+                .write()
+                .insert(self.name.clone(), note.into());
+        }
     }
 
     pub fn fail(&self, reason: impl Into<String>) {

@@ -1,0 +1,274 @@
+//! The admission objects of the CEL engine: the static policies embedded
+//! in the binary (so they are versioned with it) and the bindings, params
+//! ConfigMap and names the leader writes. Pure: building them does no I/O.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::admissionregistration::v1::{
+    MatchResources, MutatingAdmissionPolicy, MutatingAdmissionPolicyBinding,
+    MutatingAdmissionPolicyBindingSpec, ParamRef, ValidatingAdmissionPolicy,
+    ValidatingAdmissionPolicyBinding, ValidatingAdmissionPolicyBindingSpec, Variable,
+};
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    LabelSelector, LabelSelectorRequirement, ObjectMeta, OwnerReference,
+};
+use poolkeeper_config::Mode;
+
+/// The name of the MutatingAdmissionPolicy and of its binding.
+pub const MUTATING_POLICY: &str = "poolkeeper-placement";
+/// The name of the params ConfigMap, in poolkeeper's namespace.
+pub const PARAMS_NAME: &str = "poolkeeper-placement-params";
+/// The label every object of the engine carries, so that they can be
+/// told from others at a glance.
+pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "poolkeeper");
+
+const VARIABLES: &str = include_str!("../policies/variables.yaml");
+const MUTATING: &str = include_str!("../policies/mutating.yaml");
+const VALIDATING: &str = include_str!("../policies/validating.yaml");
+/// What the validating template names its mode by.
+const MODE_PLACEHOLDER: &str = "MODE";
+
+/// The name of the ValidatingAdmissionPolicy (and binding) of `mode`.
+pub fn validating_policy_name(mode: Mode) -> String {
+    format!("poolkeeper-placement-{}", mode.as_str())
+}
+
+/// What a binding of each mode does with a failed validation: `enforce`
+/// denies, `warn` warns and audits, `dryrun` only audits.
+pub fn validation_actions(mode: Mode) -> Vec<String> {
+    let actions: &[&str] = match mode {
+        Mode::Enforce => &["Deny"],
+        Mode::Warn => &["Warn", "Audit"],
+        Mode::Dryrun => &["Audit"],
+    };
+    actions.iter().map(|a| (*a).to_owned()).collect()
+}
+
+/// An embedded policy that does not parse: a build defect, caught by the
+/// crate's tests.
+#[derive(Debug, thiserror::Error)]
+#[error("the embedded admission policy {name} does not parse: {message}")]
+pub struct EmbeddedPolicyError {
+    pub name: &'static str,
+    pub message: String,
+}
+
+fn parse<T: serde::de::DeserializeOwned>(
+    name: &'static str,
+    text: &str,
+) -> Result<T, EmbeddedPolicyError> {
+    serde_saphyr::from_str(text).map_err(|error| EmbeddedPolicyError {
+        name,
+        message: error.to_string(),
+    })
+}
+
+fn shared_variables() -> Result<Vec<Variable>, EmbeddedPolicyError> {
+    parse("variables.yaml", VARIABLES)
+}
+
+/// Where the engine's objects live and whom they belong to.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Placement {
+    /// poolkeeper's namespace (the policy ConfigMap's): the params
+    /// ConfigMap's.
+    pub namespace: String,
+    /// Namespaces no binding matches (`PolicyCache::excluded_namespaces`).
+    pub excluded: Vec<String>,
+    /// The installer's MutatingWebhookConfiguration, which owns every
+    /// object of the engine (an uninstall collects them).
+    pub owner: Option<OwnerReference>,
+}
+
+/// Every object the CEL engine maintains, in the order they are written
+/// (params before the policies that read them, policies before their
+/// bindings).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Objects {
+    pub params: ConfigMap,
+    pub mutating: MutatingAdmissionPolicy,
+    pub mutating_binding: MutatingAdmissionPolicyBinding,
+    pub validating: Vec<ValidatingAdmissionPolicy>,
+    pub validating_bindings: Vec<ValidatingAdmissionPolicyBinding>,
+}
+
+impl Placement {
+    fn metadata(&self, name: &str, namespace: Option<&str>) -> ObjectMeta {
+        ObjectMeta {
+            name: Some(name.to_owned()),
+            namespace: namespace.map(str::to_owned),
+            labels: Some(BTreeMap::from([(
+                MANAGED_BY.0.to_owned(),
+                MANAGED_BY.1.to_owned(),
+            )])),
+            owner_references: self.owner.clone().map(|owner| vec![owner]),
+            ..ObjectMeta::default()
+        }
+    }
+
+    /// Every Pod outside the excluded namespaces: a label binding is read
+    /// by the policies from the Namespace, so no list of bound namespaces
+    /// can narrow this without making labels wait for the leader.
+    fn match_resources(&self) -> MatchResources {
+        MatchResources {
+            namespace_selector: Some(LabelSelector {
+                match_expressions: Some(vec![LabelSelectorRequirement {
+                    key: "kubernetes.io/metadata.name".to_owned(),
+                    operator: "NotIn".to_owned(),
+                    values: Some(self.excluded.clone()),
+                }]),
+                match_labels: None,
+            }),
+            ..MatchResources::default()
+        }
+    }
+
+    fn param_ref(&self) -> ParamRef {
+        ParamRef {
+            name: Some(PARAMS_NAME.to_owned()),
+            namespace: Some(self.namespace.clone()),
+            // Without params nothing can be placed: the Pod waits (is
+            // refused) rather than running anywhere.
+            parameter_not_found_action: Some("Deny".to_owned()),
+            selector: None,
+        }
+    }
+
+    /// The objects for the params `data` ([`crate::compile`]).
+    pub fn objects(&self, data: BTreeMap<String, String>) -> Result<Objects, EmbeddedPolicyError> {
+        let variables = shared_variables()?;
+        let mut mutating: MutatingAdmissionPolicy = parse("mutating.yaml", MUTATING)?;
+        mutating.metadata = self.metadata(MUTATING_POLICY, None);
+        if let Some(spec) = mutating.spec.as_mut() {
+            spec.variables = Some(variables.clone());
+        }
+        let mutating_binding = MutatingAdmissionPolicyBinding {
+            metadata: self.metadata(MUTATING_POLICY, None),
+            spec: Some(MutatingAdmissionPolicyBindingSpec {
+                policy_name: Some(MUTATING_POLICY.to_owned()),
+                param_ref: Some(self.param_ref()),
+                match_resources: Some(self.match_resources()),
+            }),
+        };
+        let mut validating = Vec::new();
+        let mut validating_bindings = Vec::new();
+        for mode in [Mode::Enforce, Mode::Warn, Mode::Dryrun] {
+            let name = validating_policy_name(mode);
+            let text = VALIDATING.replace(MODE_PLACEHOLDER, mode.as_str());
+            let mut policy: ValidatingAdmissionPolicy = parse("validating.yaml", &text)?;
+            policy.metadata = self.metadata(&name, None);
+            if let Some(spec) = policy.spec.as_mut() {
+                spec.variables = Some(variables.clone());
+            }
+            validating.push(policy);
+            validating_bindings.push(ValidatingAdmissionPolicyBinding {
+                metadata: self.metadata(&name, None),
+                spec: ValidatingAdmissionPolicyBindingSpec {
+                    policy_name: name,
+                    param_ref: Some(self.param_ref()),
+                    match_resources: Some(self.match_resources()),
+                    validation_actions: validation_actions(mode),
+                },
+            });
+        }
+        Ok(Objects {
+            params: ConfigMap {
+                metadata: self.metadata(PARAMS_NAME, Some(&self.namespace)),
+                data: Some(data),
+                ..ConfigMap::default()
+            },
+            mutating,
+            mutating_binding,
+            validating,
+            validating_bindings,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn placement() -> Placement {
+        Placement {
+            namespace: "poolkeeper-system".to_owned(),
+            excluded: vec!["kube-system".to_owned(), "poolkeeper-system".to_owned()],
+            owner: None,
+        }
+    }
+
+    #[test]
+    fn the_embedded_policies_parse_with_the_shared_variables() {
+        let objects = placement().objects(BTreeMap::new()).unwrap();
+        let variables = shared_variables().unwrap();
+        assert!(variables.iter().any(|v| v.name == "binding"));
+        let spec = objects.mutating.spec.as_ref().unwrap();
+        assert_eq!(spec.variables.as_ref(), Some(&variables));
+        assert_eq!(spec.mutations.as_ref().map(Vec::len), Some(1));
+        assert_eq!(spec.failure_policy.as_deref(), Some("Fail"));
+        assert_eq!(spec.reinvocation_policy.as_deref(), Some("IfNeeded"));
+        let names: Vec<_> = objects
+            .validating
+            .iter()
+            .map(|p| p.metadata.name.clone().unwrap_or_default())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "poolkeeper-placement-enforce",
+                "poolkeeper-placement-warn",
+                "poolkeeper-placement-dryrun"
+            ]
+        );
+    }
+
+    /// Each mode's policy judges only the Pods of that mode, and its
+    /// binding carries the mode's actions.
+    #[test]
+    fn each_mode_has_its_policy_and_actions() {
+        let objects = placement().objects(BTreeMap::new()).unwrap();
+        for ((policy, binding), mode) in objects
+            .validating
+            .iter()
+            .zip(&objects.validating_bindings)
+            .zip([Mode::Enforce, Mode::Warn, Mode::Dryrun])
+        {
+            let text = serde_json::to_string(policy).unwrap();
+            assert!(!text.contains(MODE_PLACEHOLDER), "{text}");
+            assert!(
+                text.contains(&format!("variables.mode != '{}'", mode.as_str())),
+                "{mode}"
+            );
+            assert_eq!(
+                Some(&binding.spec.policy_name),
+                policy.metadata.name.as_ref()
+            );
+            assert_eq!(binding.spec.validation_actions, validation_actions(mode));
+        }
+        assert_eq!(validation_actions(Mode::Enforce), ["Deny"]);
+        assert_eq!(validation_actions(Mode::Warn), ["Warn", "Audit"]);
+        assert_eq!(validation_actions(Mode::Dryrun), ["Audit"]);
+    }
+
+    #[test]
+    fn bindings_leave_the_excluded_namespaces_out_and_read_the_params() {
+        let objects = placement().objects(BTreeMap::new()).unwrap();
+        let spec = objects.mutating_binding.spec.unwrap();
+        let selector = spec.match_resources.unwrap().namespace_selector.unwrap();
+        let requirement = &selector.match_expressions.unwrap()[0];
+        assert_eq!(requirement.operator, "NotIn");
+        assert_eq!(
+            requirement.values.as_deref(),
+            Some(&["kube-system".to_owned(), "poolkeeper-system".to_owned()][..])
+        );
+        let params = spec.param_ref.unwrap();
+        assert_eq!(params.name.as_deref(), Some(PARAMS_NAME));
+        assert_eq!(params.namespace.as_deref(), Some("poolkeeper-system"));
+        assert_eq!(params.parameter_not_found_action.as_deref(), Some("Deny"));
+        assert_eq!(
+            objects.params.metadata.namespace.as_deref(),
+            Some("poolkeeper-system")
+        );
+    }
+}
