@@ -15,5 +15,5 @@ mod policies;
 pub use params::{BINDING_PREFIX, compile};
 pub use policies::{
     EmbeddedPolicyError, MANAGED_BY, MUTATING_POLICY, Objects, PARAMS_NAME, Placement,
-    validating_policy_name, validation_actions,
+    WARNINGS_POLICY, validating_policy_name, validation_actions,
 };

@@ -210,6 +210,14 @@ mod tests {
         ]
     }
 
+    /// (policy document, labelled namespaces, pools, expected keys).
+    type Case<'a> = (
+        String,
+        Vec<(&'a str, &'a str)>,
+        &'a [NodePool],
+        Vec<(&'a str, &'a str)>,
+    );
+
     #[test]
     fn each_config_map_binding_becomes_one_key_and_label_bindings_none() {
         let placement = PlacementConfig::default();
@@ -219,8 +227,7 @@ mod tests {
             pool("cloud", PoolType::Cloud),
         ];
         let tolerations = "edgeTolerations:\n  - {key: node-role.kubernetes.io/edge, operator: Exists, effect: NoSchedule}\n  - {key: dedicated, value: edge, effect: NoExecute, tolerationSeconds: 30}\n  - {operator: Exists}\n";
-        // (policy document, labelled namespaces, pools, expected keys beyond the base ones)
-        let cases: Vec<(String, Vec<(&str, &str)>, &[NodePool], Vec<(&str, &str)>)> = vec![
+        let cases: Vec<Case<'_>> = vec![
             (String::new(), vec![], &[], base(",", ",", "")),
             (
                 "bindings: [{namespace: shop, nodePool: hangzhou}]".to_owned(),

@@ -26,6 +26,10 @@ pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "poolkeepe
 const VARIABLES: &str = include_str!("../policies/variables.yaml");
 const MUTATING: &str = include_str!("../policies/mutating.yaml");
 const VALIDATING: &str = include_str!("../policies/validating.yaml");
+const WARNINGS: &str = include_str!("../policies/warnings.yaml");
+/// The name of the ValidatingAdmissionPolicy (and binding) that returns
+/// the warnings about missing pools.
+pub const WARNINGS_POLICY: &str = "poolkeeper-placement-warnings";
 /// What the validating template names its mode by.
 const MODE_PLACEHOLDER: &str = "MODE";
 
@@ -89,6 +93,7 @@ pub struct Objects {
     pub params: ConfigMap,
     pub mutating: MutatingAdmissionPolicy,
     pub mutating_binding: MutatingAdmissionPolicyBinding,
+    /// One per mode, then the warnings' policy.
     pub validating: Vec<ValidatingAdmissionPolicy>,
     pub validating_bindings: Vec<ValidatingAdmissionPolicyBinding>,
 }
@@ -172,6 +177,21 @@ impl Placement {
                 },
             });
         }
+        let mut warnings: ValidatingAdmissionPolicy = parse("warnings.yaml", WARNINGS)?;
+        warnings.metadata = self.metadata(WARNINGS_POLICY, None);
+        if let Some(spec) = warnings.spec.as_mut() {
+            spec.variables = Some(variables.clone());
+        }
+        validating.push(warnings);
+        validating_bindings.push(ValidatingAdmissionPolicyBinding {
+            metadata: self.metadata(WARNINGS_POLICY, None),
+            spec: ValidatingAdmissionPolicyBindingSpec {
+                policy_name: WARNINGS_POLICY.to_owned(),
+                param_ref: Some(self.param_ref()),
+                match_resources: Some(self.match_resources()),
+                validation_actions: vec!["Warn".to_owned()],
+            },
+        });
         Ok(Objects {
             params: ConfigMap {
                 metadata: self.metadata(PARAMS_NAME, Some(&self.namespace)),
@@ -218,7 +238,8 @@ mod tests {
             [
                 "poolkeeper-placement-enforce",
                 "poolkeeper-placement-warn",
-                "poolkeeper-placement-dryrun"
+                "poolkeeper-placement-dryrun",
+                "poolkeeper-placement-warnings"
             ]
         );
     }
@@ -228,6 +249,8 @@ mod tests {
     #[test]
     fn each_mode_has_its_policy_and_actions() {
         let objects = placement().objects(BTreeMap::new()).unwrap();
+        let warnings = objects.validating_bindings.last().unwrap();
+        assert_eq!(warnings.spec.validation_actions, ["Warn"]);
         for ((policy, binding), mode) in objects
             .validating
             .iter()
