@@ -1,9 +1,9 @@
-//! The params the admission policies read, compiled from the loaded
+//! The data the admission policies read, compiled from the loaded
 //! placement policy and the NodePools: pure, no I/O.
 //!
-//! CEL cannot parse `placement.yaml`, so the policy is flattened into the
-//! `data` of a ConfigMap (the simplest param kind: every value a string
-//! that CEL splits). The keys:
+//! CEL cannot parse `placement.yaml`, so the policy is flattened into a map
+//! of strings that CEL splits, the policies' variable `data` (see
+//! `policies.rs` for why not a param object). The keys:
 //!
 //! | key | value |
 //! |---|---|

@@ -1,15 +1,22 @@
-//! The admission objects of the CEL engine: the static policies embedded
-//! in the binary (so they are versioned with it) and the bindings, params
-//! ConfigMap and names the leader writes. Pure: building them does no I/O.
+//! The admission objects of the CEL engine: the policies embedded in the
+//! binary (so their expressions are versioned with it), with the compiled
+//! policy as their first variable `data`, and their bindings. Pure: building
+//! them does no I/O.
+//!
+//! The compiled policy is a variable, not a param object: a policy with a
+//! `paramKind` may only be written by whoever may `get` every object of that
+//! kind in the cluster (the API server's escalation check), which for
+//! ConfigMaps would let poolkeeper read every ConfigMap. Inlined, the
+//! policy's expressions and the data they read change in one write, and no
+//! third object can be missing.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::admissionregistration::v1::{
     MatchResources, MutatingAdmissionPolicy, MutatingAdmissionPolicyBinding,
-    MutatingAdmissionPolicyBindingSpec, ParamRef, ValidatingAdmissionPolicy,
+    MutatingAdmissionPolicyBindingSpec, ValidatingAdmissionPolicy,
     ValidatingAdmissionPolicyBinding, ValidatingAdmissionPolicyBindingSpec, Variable,
 };
-use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     LabelSelector, LabelSelectorRequirement, ObjectMeta, OwnerReference,
 };
@@ -17,8 +24,8 @@ use poolkeeper_config::Mode;
 
 /// The name of the MutatingAdmissionPolicy and of its binding.
 pub const MUTATING_POLICY: &str = "poolkeeper-placement";
-/// The name of the params ConfigMap, in poolkeeper's namespace.
-pub const PARAMS_NAME: &str = "poolkeeper-placement-params";
+/// The name of the variable holding the compiled policy.
+const DATA_VARIABLE: &str = "data";
 /// The label every object of the engine carries, so that they can be
 /// told from others at a glance.
 pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "poolkeeper");
@@ -68,16 +75,47 @@ fn parse<T: serde::de::DeserializeOwned>(
     })
 }
 
-fn shared_variables() -> Result<Vec<Variable>, EmbeddedPolicyError> {
-    parse("variables.yaml", VARIABLES)
+/// The variables every policy starts with: the compiled policy `data`,
+/// then the embedded ones that read it.
+fn shared_variables(data: &BTreeMap<String, String>) -> Result<Vec<Variable>, EmbeddedPolicyError> {
+    let mut variables = vec![Variable {
+        name: DATA_VARIABLE.to_owned(),
+        expression: cel_map(data),
+    }];
+    variables.extend(parse::<Vec<Variable>>("variables.yaml", VARIABLES)?);
+    Ok(variables)
 }
 
-/// Where the engine's objects live and whom they belong to.
+/// `data` as a CEL map literal of strings.
+fn cel_map(data: &BTreeMap<String, String>) -> String {
+    let entries: Vec<String> = data
+        .iter()
+        .map(|(key, value)| format!("{}: {}", cel_string(key), cel_string(value)))
+        .collect();
+    format!("{{{}}}", entries.join(", "))
+}
+
+/// A CEL string literal: single-quoted, backslashes and quotes escaped.
+fn cel_string(text: &str) -> String {
+    let mut literal = String::with_capacity(text.len() + 2);
+    literal.push('\'');
+    for c in text.chars() {
+        match c {
+            '\\' | '\'' => {
+                literal.push('\\');
+                literal.push(c);
+            }
+            '\n' => literal.push_str("\\n"),
+            c => literal.push(c),
+        }
+    }
+    literal.push('\'');
+    literal
+}
+
+/// Whom the engine's objects belong to and which namespaces they leave out.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Placement {
-    /// poolkeeper's namespace (the policy ConfigMap's): the params
-    /// ConfigMap's.
-    pub namespace: String,
     /// Namespaces no binding matches (`PolicyCache::excluded_namespaces`).
     pub excluded: Vec<String>,
     /// The installer's MutatingWebhookConfiguration, which owns every
@@ -86,11 +124,9 @@ pub struct Placement {
 }
 
 /// Every object the CEL engine maintains, in the order they are written
-/// (params before the policies that read them, policies before their
-/// bindings).
+/// (policies before their bindings).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Objects {
-    pub params: ConfigMap,
     pub mutating: MutatingAdmissionPolicy,
     pub mutating_binding: MutatingAdmissionPolicyBinding,
     /// One per mode, then the warnings' policy.
@@ -99,10 +135,9 @@ pub struct Objects {
 }
 
 impl Placement {
-    fn metadata(&self, name: &str, namespace: Option<&str>) -> ObjectMeta {
+    fn metadata(&self, name: &str) -> ObjectMeta {
         ObjectMeta {
             name: Some(name.to_owned()),
-            namespace: namespace.map(str::to_owned),
             labels: Some(BTreeMap::from([(
                 MANAGED_BY.0.to_owned(),
                 MANAGED_BY.1.to_owned(),
@@ -129,30 +164,19 @@ impl Placement {
         }
     }
 
-    fn param_ref(&self) -> ParamRef {
-        ParamRef {
-            name: Some(PARAMS_NAME.to_owned()),
-            namespace: Some(self.namespace.clone()),
-            // Without params nothing can be placed: the Pod waits (is
-            // refused) rather than running anywhere.
-            parameter_not_found_action: Some("Deny".to_owned()),
-            selector: None,
-        }
-    }
-
-    /// The objects for the params `data` ([`crate::compile`]).
-    pub fn objects(&self, data: BTreeMap<String, String>) -> Result<Objects, EmbeddedPolicyError> {
-        let variables = shared_variables()?;
+    /// The objects for the compiled policy `data` ([`crate::compile`]).
+    pub fn objects(&self, data: &BTreeMap<String, String>) -> Result<Objects, EmbeddedPolicyError> {
+        let variables = shared_variables(data)?;
         let mut mutating: MutatingAdmissionPolicy = parse("mutating.yaml", MUTATING)?;
-        mutating.metadata = self.metadata(MUTATING_POLICY, None);
+        mutating.metadata = self.metadata(MUTATING_POLICY);
         if let Some(spec) = mutating.spec.as_mut() {
             spec.variables = Some(variables.clone());
         }
         let mutating_binding = MutatingAdmissionPolicyBinding {
-            metadata: self.metadata(MUTATING_POLICY, None),
+            metadata: self.metadata(MUTATING_POLICY),
             spec: Some(MutatingAdmissionPolicyBindingSpec {
                 policy_name: Some(MUTATING_POLICY.to_owned()),
-                param_ref: Some(self.param_ref()),
+                param_ref: None,
                 match_resources: Some(self.match_resources()),
             }),
         };
@@ -162,42 +186,37 @@ impl Placement {
             let name = validating_policy_name(mode);
             let text = VALIDATING.replace(MODE_PLACEHOLDER, mode.as_str());
             let mut policy: ValidatingAdmissionPolicy = parse("validating.yaml", &text)?;
-            policy.metadata = self.metadata(&name, None);
+            policy.metadata = self.metadata(&name);
             if let Some(spec) = policy.spec.as_mut() {
                 spec.variables = Some(variables.clone());
             }
             validating.push(policy);
             validating_bindings.push(ValidatingAdmissionPolicyBinding {
-                metadata: self.metadata(&name, None),
+                metadata: self.metadata(&name),
                 spec: ValidatingAdmissionPolicyBindingSpec {
                     policy_name: name,
-                    param_ref: Some(self.param_ref()),
+                    param_ref: None,
                     match_resources: Some(self.match_resources()),
                     validation_actions: validation_actions(mode),
                 },
             });
         }
         let mut warnings: ValidatingAdmissionPolicy = parse("warnings.yaml", WARNINGS)?;
-        warnings.metadata = self.metadata(WARNINGS_POLICY, None);
+        warnings.metadata = self.metadata(WARNINGS_POLICY);
         if let Some(spec) = warnings.spec.as_mut() {
             spec.variables = Some(variables.clone());
         }
         validating.push(warnings);
         validating_bindings.push(ValidatingAdmissionPolicyBinding {
-            metadata: self.metadata(WARNINGS_POLICY, None),
+            metadata: self.metadata(WARNINGS_POLICY),
             spec: ValidatingAdmissionPolicyBindingSpec {
                 policy_name: WARNINGS_POLICY.to_owned(),
-                param_ref: Some(self.param_ref()),
+                param_ref: None,
                 match_resources: Some(self.match_resources()),
                 validation_actions: vec!["Warn".to_owned()],
             },
         });
         Ok(Objects {
-            params: ConfigMap {
-                metadata: self.metadata(PARAMS_NAME, Some(&self.namespace)),
-                data: Some(data),
-                ..ConfigMap::default()
-            },
             mutating,
             mutating_binding,
             validating,
@@ -212,7 +231,6 @@ mod tests {
 
     fn placement() -> Placement {
         Placement {
-            namespace: "poolkeeper-system".to_owned(),
             excluded: vec!["kube-system".to_owned(), "poolkeeper-system".to_owned()],
             owner: None,
         }
@@ -220,8 +238,8 @@ mod tests {
 
     #[test]
     fn the_embedded_policies_parse_with_the_shared_variables() {
-        let objects = placement().objects(BTreeMap::new()).unwrap();
-        let variables = shared_variables().unwrap();
+        let objects = placement().objects(&BTreeMap::new()).unwrap();
+        let variables = shared_variables(&BTreeMap::new()).unwrap();
         assert!(variables.iter().any(|v| v.name == "binding"));
         let spec = objects.mutating.spec.as_ref().unwrap();
         assert_eq!(spec.variables.as_ref(), Some(&variables));
@@ -248,7 +266,7 @@ mod tests {
     /// binding carries the mode's actions.
     #[test]
     fn each_mode_has_its_policy_and_actions() {
-        let objects = placement().objects(BTreeMap::new()).unwrap();
+        let objects = placement().objects(&BTreeMap::new()).unwrap();
         let warnings = objects.validating_bindings.last().unwrap();
         assert_eq!(warnings.spec.validation_actions, ["Warn"]);
         for ((policy, binding), mode) in objects
@@ -275,8 +293,8 @@ mod tests {
     }
 
     #[test]
-    fn bindings_leave_the_excluded_namespaces_out_and_read_the_params() {
-        let objects = placement().objects(BTreeMap::new()).unwrap();
+    fn bindings_leave_the_excluded_namespaces_out() {
+        let objects = placement().objects(&BTreeMap::new()).unwrap();
         let spec = objects.mutating_binding.spec.unwrap();
         let selector = spec.match_resources.unwrap().namespace_selector.unwrap();
         let requirement = &selector.match_expressions.unwrap()[0];
@@ -285,13 +303,31 @@ mod tests {
             requirement.values.as_deref(),
             Some(&["kube-system".to_owned(), "poolkeeper-system".to_owned()][..])
         );
-        let params = spec.param_ref.unwrap();
-        assert_eq!(params.name.as_deref(), Some(PARAMS_NAME));
-        assert_eq!(params.namespace.as_deref(), Some("poolkeeper-system"));
-        assert_eq!(params.parameter_not_found_action.as_deref(), Some("Deny"));
+        assert_eq!(spec.param_ref, None);
+    }
+
+    /// The compiled policy is the first variable of every policy, as a CEL
+    /// map literal whose strings survive quotes and backslashes.
+    #[test]
+    fn the_compiled_policy_is_every_policys_first_variable() {
+        let data = BTreeMap::from([
+            ("poolLabel".to_owned(), "example.com/pool".to_owned()),
+            ("odd".to_owned(), "it's a \\ path".to_owned()),
+        ]);
+        let objects = placement().objects(&data).unwrap();
+        let expected = Variable {
+            name: "data".to_owned(),
+            expression: "{'odd': 'it\\'s a \\\\ path', 'poolLabel': 'example.com/pool'}".to_owned(),
+        };
+        let first = |variables: &Option<Vec<Variable>>| variables.as_ref().unwrap()[0].clone();
         assert_eq!(
-            objects.params.metadata.namespace.as_deref(),
-            Some("poolkeeper-system")
+            first(&objects.mutating.spec.as_ref().unwrap().variables),
+            expected
         );
+        for policy in &objects.validating {
+            assert_eq!(first(&policy.spec.as_ref().unwrap().variables), expected);
+        }
+        assert_eq!(cel_string(""), "''");
+        assert_eq!(cel_string("a\nb"), "'a\\nb'");
     }
 }

@@ -12,7 +12,7 @@ use k8s_openapi::api::admissionregistration::v1::{
     MutatingAdmissionPolicy, MutatingAdmissionPolicyBinding, ValidatingAdmissionPolicy,
     ValidatingAdmissionPolicyBinding,
 };
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use poolkeeper_cel::{Objects, Placement, compile};
@@ -300,8 +300,6 @@ where
 }
 
 async fn install(client: &Client, objects: &Objects) {
-    let params: Api<ConfigMap> = Api::namespaced(client.clone(), "poolkeeper-system");
-    apply(&params, &objects.params).await;
     apply(
         &Api::<MutatingAdmissionPolicy>::all(client.clone()),
         &objects.mutating,
@@ -385,11 +383,10 @@ async fn the_policies_place_and_judge_every_fixture_as_the_webhook_does() {
     );
     drop(view);
     let objects = Placement {
-        namespace: "poolkeeper-system".to_owned(),
         excluded: source.excluded_namespaces.iter().cloned().collect(),
         owner: None,
     }
-    .objects(data)
+    .objects(&data)
     .unwrap();
     install(&client, &objects).await;
 
