@@ -13,6 +13,7 @@ use kube::Client;
 use kube::runtime::watcher;
 
 use poolkeeper_bus::{Bus, Delivery, Event, Subscription};
+use poolkeeper_config::Engine;
 use poolkeeper_index::Index;
 use poolkeeper_placement::PolicyCache;
 use poolkeeper_supervisor::{BoxError, Component, Context, error_chain};
@@ -33,6 +34,7 @@ pub struct WebhookSelectors {
     policy: PolicyCache,
     subscription: Subscription,
     settings: SelectorSettings,
+    engine: Engine,
 }
 
 impl std::fmt::Debug for WebhookSelectors {
@@ -62,7 +64,18 @@ impl WebhookSelectors {
             policy,
             subscription: bus.subscribe(Self::NAME),
             settings,
+            engine: Engine::Webhook,
         }
+    }
+
+    /// The placement engine the process runs (`webhook` unless said):
+    /// under `cel` every managed entry also gets the `matchConditions`
+    /// `poolkeeper.io/engine-*` that leave to the admission policies what
+    /// they decide.
+    #[must_use]
+    pub fn with_engine(mut self, engine: Engine) -> Self {
+        self.engine = engine;
+        self
     }
 
     async fn run_loop(mut self, ctx: Context) -> Result<(), BoxError> {
@@ -140,7 +153,8 @@ impl WebhookSelectors {
             policy.bindings().map(|(namespace, _)| namespace),
             &self.settings.pool_label,
             self.policy.excluded_namespaces(),
-        ))
+        )
+        .with_engine(self.engine, &self.settings.pool_label))
     }
 
     /// Brings both configurations in step; tries the second even when the

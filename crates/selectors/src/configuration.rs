@@ -47,6 +47,7 @@ impl Configuration for MutatingWebhookConfiguration {
                     name: &webhook.name,
                     namespace_selector: webhook.namespace_selector.as_ref(),
                     object_selector: webhook.object_selector.as_ref(),
+                    match_conditions: webhook.match_conditions.as_deref(),
                 })
                 .collect(),
         }
@@ -65,6 +66,7 @@ impl Configuration for ValidatingWebhookConfiguration {
                     name: &webhook.name,
                     namespace_selector: webhook.namespace_selector.as_ref(),
                     object_selector: webhook.object_selector.as_ref(),
+                    match_conditions: webhook.match_conditions.as_deref(),
                 })
                 .collect(),
         }
