@@ -28,3 +28,8 @@ pub use policies::{
     EmbeddedPolicyError, MANAGED_BY, MUTATING_POLICY, Objects, Placement, WARNINGS_POLICY,
     validating_policy_name, validation_actions,
 };
+
+/// The code of this crate's README, compiled (and run where it can be) as doctests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
