@@ -283,3 +283,56 @@ async fn auto_runs_cel_and_switching_to_webhook_leaves_nothing_behind() {
     );
     running.stop().await;
 }
+
+/// An API server that does not serve v1 MutatingAdmissionPolicies (turned
+/// off with `--runtime-config`, as a cluster before 1.36): `auto` runs the
+/// webhook engine and the webhooks place every Pod.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_runs_the_webhook_engine_where_mutating_admission_policies_are_not_served() {
+    let env = control_plane(
+        TestEnv::builder().runtime_config(
+            "admissionregistration.k8s.io/v1/mutatingadmissionpolicies=false,\
+             admissionregistration.k8s.io/v1/mutatingadmissionpolicybindings=false",
+        ),
+        &[CONTROLLER_NAMESPACE, SHOP],
+    )
+    .await;
+    let client = env.client();
+    create_pool(&env, "cloud", NodePoolType::Cloud, &["cloud-1"]).await;
+    write_policy(&client, &[(SHOP, "cloud", "enforce")]).await;
+    let (cert_dir, cert) = serving_cert();
+    let mut config = test_config(CONTROLLER_NAMESPACE, cert_dir.path());
+    config.machine_classes.enabled = false;
+    config.placement.engine = EngineChoice::Auto;
+    let port = free_port();
+    config.webhook.listen = ([127, 0, 0, 1], port).into();
+    env.register_webhooks(deploy_webhooks(port, &cert.ca_pem))
+        .await
+        .unwrap();
+    assert!(
+        !poolkeeper_cel::serves_mutating_admission_policies(&client)
+            .await
+            .unwrap()
+    );
+    let running = Running::start(&config, &env).await;
+    running.wait_ready().await;
+    let (_, readyz) = running.get("/readyz?verbose").await;
+    assert!(
+        readyz.contains("[+]placement-engine ok: webhook"),
+        "{readyz}"
+    );
+    let metrics = running.metrics().await;
+    assert!(
+        metrics.contains("poolkeeper_placement_engine{engine=\"webhook\"} 1"),
+        "{metrics}"
+    );
+    wait_until("a plain Pod placed by the webhook", || async {
+        let created = Api::<Pod>::namespaced(client.clone(), SHOP)
+            .create(&dry_run(), &plain_pod("probe"))
+            .await
+            .ok()?;
+        (pool_affinity(&created).as_deref() == Some("cloud")).then_some(())
+    })
+    .await;
+    running.stop().await;
+}
