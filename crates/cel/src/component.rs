@@ -26,7 +26,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use crate::engine::EngineState;
-use crate::params::compile;
+use crate::params::{compile, previous_bindings};
 use crate::policies::{
     MUTATING_POLICY, Objects, Placement, WARNINGS_POLICY, validating_policy_name,
 };
@@ -36,6 +36,9 @@ const FIELD_MANAGER: &str = "poolkeeper";
 /// How soon after writing the validating policies their type checking
 /// (the controller manager's, in their status) is read again.
 const TYPE_CHECK_DELAY: Duration = Duration::from_secs(3);
+/// How long the pools of a changed ConfigMap binding stay accepted: longer
+/// than the API server takes to reload every policy (about 1 s measured).
+const PREVIOUS_GRACE: Duration = Duration::from_secs(10);
 
 /// Settings of the CEL engine's leader, from the configuration file.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -88,6 +91,10 @@ pub struct CelPolicies {
     subscription: Subscription,
     /// What this term wrote, by kind and name: a steady state writes nothing.
     written: BTreeMap<String, Value>,
+    /// The policy last compiled, and the previous pools of the bindings
+    /// that changed then, accepted until the instant.
+    compiled: Option<BTreeMap<String, String>>,
+    previous: Option<(BTreeMap<String, String>, Instant)>,
 }
 
 impl std::fmt::Debug for CelPolicies {
@@ -144,6 +151,8 @@ impl CelPolicies {
             state,
             subscription: bus.subscribe(Self::NAME),
             written: BTreeMap::new(),
+            compiled: None,
+            previous: None,
         }
     }
 
@@ -234,7 +243,7 @@ impl CelPolicies {
 
     /// The objects for the current policy; `None` while the policy is
     /// invalid (the last compiled policy stays in force).
-    fn objects(&self, owner: Option<OwnerReference>) -> Result<Option<Objects>, CelError> {
+    fn objects(&mut self, owner: Option<OwnerReference>) -> Result<Option<Objects>, CelError> {
         let view = self.index.placement();
         let loaded = self.policy.get(&view);
         let policy = match loaded.as_ref() {
@@ -246,13 +255,15 @@ impl CelPolicies {
                 return Ok(None);
             }
         };
-        let data = compile(
+        let compiled = compile(
             policy,
             self.policy.excluded_namespaces(),
             view.node_pools(),
             &self.settings.pool_label,
             self.settings.namespace_labels.as_ref(),
         );
+        drop(view);
+        let data = self.with_previous(compiled);
         let placement = Placement {
             excluded: self.policy.excluded_namespaces().iter().cloned().collect(),
             owner,
@@ -260,15 +271,49 @@ impl CelPolicies {
         Ok(Some(placement.objects(&data)?))
     }
 
+    /// `compiled` with the previous pools of the bindings that changed
+    /// since the last compilation, until [`PREVIOUS_GRACE`] has passed.
+    fn with_previous(&mut self, compiled: BTreeMap<String, String>) -> BTreeMap<String, String> {
+        let now = Instant::now();
+        if let Some(before) = &self.compiled {
+            let changed = previous_bindings(before, &compiled);
+            if !changed.is_empty() {
+                let mut previous = match self.previous.take() {
+                    Some((previous, until)) if until > now => previous,
+                    _ => BTreeMap::new(),
+                };
+                previous.extend(changed);
+                self.previous = Some((previous, now + PREVIOUS_GRACE));
+            }
+        }
+        self.compiled = Some(compiled.clone());
+        let mut data = compiled;
+        match &self.previous {
+            Some((previous, until)) if *until > now => data.extend(previous.clone()),
+            _ => self.previous = None,
+        }
+        data
+    }
+
+    /// When the previous pools must be dropped, if any are in force.
+    fn previous_expiry(&self) -> Option<Duration> {
+        self.previous
+            .as_ref()
+            .map(|(_, until)| until.saturating_duration_since(Instant::now()))
+    }
+
     async fn apply_all(&mut self) -> Result<Option<Duration>, CelError> {
         let owner = self.owner().await?;
         let Some(objects) = self.objects(owner)? else {
             return Ok(None);
         };
-        let mut wrote_policies = self.apply(self.all(), &objects.mutating).await?;
+        // Validating first: with the previous pools they accept what the
+        // mutating policy places before and after its own reload.
+        let mut wrote_policies = false;
         for policy in &objects.validating {
             wrote_policies |= self.apply(self.all(), policy).await?;
         }
+        wrote_policies |= self.apply(self.all(), &objects.mutating).await?;
         self.apply(self.all(), &objects.mutating_binding).await?;
         for binding in &objects.validating_bindings {
             self.apply(self.all(), binding).await?;
@@ -282,7 +327,11 @@ impl CelPolicies {
                 "the CEL engine's validating policies do not type-check"
             );
         }
-        Ok(wrote_policies.then_some(TYPE_CHECK_DELAY))
+        let recheck = wrote_policies.then_some(TYPE_CHECK_DELAY);
+        Ok(match (recheck, self.previous_expiry()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        })
     }
 
     fn all<K: Resource<DynamicType = ()>>(&self) -> Api<K> {

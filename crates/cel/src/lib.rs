@@ -23,7 +23,7 @@ mod policies;
 pub use component::{CelPolicies, CelSettings};
 pub use engine::{EngineResolver, EngineState, serves_mutating_admission_policies};
 
-pub use params::{BINDING_PREFIX, compile};
+pub use params::{BINDING_PREFIX, PREVIOUS_PREFIX, compile, previous_bindings};
 pub use policies::{
     EmbeddedPolicyError, MANAGED_BY, MUTATING_POLICY, Objects, Placement, WARNINGS_POLICY,
     validating_policy_name, validation_actions,

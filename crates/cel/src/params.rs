@@ -35,6 +35,8 @@ use poolkeeper_placement::{BindingOrigin, PlacementPolicy};
 
 /// The key prefix of a ConfigMap binding.
 pub const BINDING_PREFIX: &str = "binding.";
+/// The key prefix of the pools a changed ConfigMap binding had before.
+pub const PREVIOUS_PREFIX: &str = "previous.";
 
 /// The `data` of the params ConfigMap for `policy` over `pools` (the
 /// NodePools that exist). `pool_label` is `placement.poolLabel`,
@@ -97,6 +99,32 @@ pub fn compile<'a>(
         );
     }
     data
+}
+
+/// The pools each ConfigMap binding of `before` had where `now` binds the
+/// namespace differently (or not at all), as `previous.<namespace>` = `a,b`.
+///
+/// The API server reloads each admission policy on its own, so for a moment
+/// after a change a Pod placed by the new mutating policy may meet the old
+/// validating policy, or the other way round. The validating policies
+/// accept a pool requirement naming the previous pools too while these keys
+/// are present; the leader drops them once every policy has had time to
+/// reload.
+pub fn previous_bindings(
+    before: &BTreeMap<String, String>,
+    now: &BTreeMap<String, String>,
+) -> BTreeMap<String, String> {
+    before
+        .iter()
+        .filter_map(|(key, value)| {
+            let namespace = key.strip_prefix(BINDING_PREFIX)?;
+            if now.get(key) == Some(value) {
+                return None;
+            }
+            let pools = value.rsplit(';').next()?;
+            Some((format!("{PREVIOUS_PREFIX}{namespace}"), pools.to_owned()))
+        })
+        .collect()
 }
 
 /// `,a,b,`: membership is `contains(',' + name + ',')`; `,` for none.
@@ -299,6 +327,34 @@ mod tests {
                 ("binding.shop", "warn;narrow;a"),
             ])
         );
+    }
+
+    #[test]
+    fn a_changed_or_removed_binding_keeps_its_previous_pools() {
+        let before = entries(&[
+            ("binding.shop", "enforce;judge;hangzhou"),
+            ("binding.east", "warn;judge;a,b"),
+            ("binding.lab", "dryrun;judge;cloud"),
+            ("binding.same", "enforce;judge;cloud"),
+            ("poolLabel", "apps.openyurt.io/nodepool"),
+        ]);
+        let now = entries(&[
+            ("binding.shop", "enforce;judge;cloud"),
+            // Only the mode changed: the pools are the same, kept all the same.
+            ("binding.east", "enforce;judge;a,b"),
+            ("binding.same", "enforce;judge;cloud"),
+            ("binding.new", "enforce;judge;cloud"),
+            ("poolLabel", "example.com/pool"),
+        ]);
+        assert_eq!(
+            previous_bindings(&before, &now),
+            entries(&[
+                ("previous.east", "a,b"),
+                ("previous.lab", "cloud"),
+                ("previous.shop", "hangzhou"),
+            ])
+        );
+        assert_eq!(previous_bindings(&now, &now), BTreeMap::new());
     }
 
     /// Every key is a valid ConfigMap key and no value breaks the
