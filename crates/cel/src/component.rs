@@ -28,7 +28,7 @@ use tokio::time::Instant;
 use crate::engine::EngineState;
 use crate::params::{compile, previous_bindings};
 use crate::policies::{
-    MUTATING_POLICY, Objects, Placement, WARNINGS_POLICY, validating_policy_name,
+    MUTATING_POLICY, Objects, Placement, PolicyTexts, WARNINGS_POLICY, validating_policy_name,
 };
 
 /// The field manager of every write (in `managedFields`).
@@ -95,6 +95,7 @@ pub struct CelPolicies {
     /// that changed then, accepted until the instant.
     compiled: Option<BTreeMap<String, String>>,
     previous: Option<(BTreeMap<String, String>, Instant)>,
+    texts: PolicyTexts,
 }
 
 impl std::fmt::Debug for CelPolicies {
@@ -153,7 +154,16 @@ impl CelPolicies {
             written: BTreeMap::new(),
             compiled: None,
             previous: None,
+            texts: PolicyTexts::EMBEDDED,
         }
+    }
+
+    /// Writes these policies instead of the embedded ones: how a test sees
+    /// a broken expression surface.
+    #[must_use]
+    pub fn with_texts(mut self, texts: PolicyTexts) -> Self {
+        self.texts = texts;
+        self
     }
 
     async fn run_loop(mut self, ctx: Context) -> Result<(), BoxError> {
@@ -265,6 +275,7 @@ impl CelPolicies {
         drop(view);
         let data = self.with_previous(compiled);
         let placement = Placement {
+            texts: self.texts,
             excluded: self.policy.excluded_namespaces().iter().cloned().collect(),
             owner,
         };
@@ -564,6 +575,7 @@ mod tests {
     #[test]
     fn the_validating_names_are_the_policies_written() {
         let objects = Placement {
+            texts: PolicyTexts::EMBEDDED,
             excluded: Vec::new(),
             owner: None,
         }

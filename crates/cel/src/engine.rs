@@ -68,6 +68,7 @@ pub struct EngineResolver {
     client: Client,
     state: EngineState,
     gauge: Family<EngineLabels, Gauge>,
+    problem: Gauge,
 }
 
 impl std::fmt::Debug for EngineResolver {
@@ -94,11 +95,19 @@ impl EngineResolver {
             "The placement engine this process runs (1 for the one in use)",
             gauge.clone(),
         );
+        let problem = Gauge::default();
+        registry.register(
+            "placement_engine_problem",
+            "1 while the CEL engine's admission objects cannot be written or do not type-check \
+             (the reason is on /readyz?verbose and in the log)",
+            problem.clone(),
+        );
         Self {
             choice,
             client,
             state,
             gauge,
+            problem,
         }
     }
 
@@ -144,7 +153,7 @@ impl EngineResolver {
                 .set(i64::from(other == engine));
         }
         let mut problems = self.state.problem.subscribe();
-        ctx.note(note(engine, problems.borrow_and_update().as_deref()));
+        self.report(&ctx, engine, problems.borrow_and_update().as_deref());
         ctx.mark_ready();
         loop {
             tokio::select! {
@@ -153,10 +162,15 @@ impl EngineResolver {
                     if changed.is_err() {
                         return Ok(());
                     }
-                    ctx.note(note(engine, problems.borrow_and_update().as_deref()));
+                    self.report(&ctx, engine, problems.borrow_and_update().as_deref());
                 }
             }
         }
+    }
+
+    fn report(&self, ctx: &Context, engine: Engine, problem: Option<&str>) {
+        self.problem.set(i64::from(problem.is_some()));
+        ctx.note(note(engine, problem));
     }
 }
 

@@ -25,8 +25,8 @@ pub use engine::{EngineResolver, EngineState, serves_mutating_admission_policies
 
 pub use params::{BINDING_PREFIX, PREVIOUS_PREFIX, compile, previous_bindings};
 pub use policies::{
-    EmbeddedPolicyError, MANAGED_BY, MUTATING_POLICY, Objects, Placement, WARNINGS_POLICY,
-    validating_policy_name, validation_actions,
+    EmbeddedPolicyError, MANAGED_BY, MUTATING_POLICY, Objects, Placement, PolicyTexts,
+    WARNINGS_POLICY, validating_policy_name, validation_actions,
 };
 
 /// The code of this crate's README, compiled (and run where it can be) as doctests.

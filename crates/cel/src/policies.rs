@@ -30,10 +30,27 @@ const DATA_VARIABLE: &str = "data";
 /// told from others at a glance.
 pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "poolkeeper");
 
-const VARIABLES: &str = include_str!("../policies/variables.yaml");
-const MUTATING: &str = include_str!("../policies/mutating.yaml");
-const VALIDATING: &str = include_str!("../policies/validating.yaml");
-const WARNINGS: &str = include_str!("../policies/warnings.yaml");
+/// The texts of the admission policies: the ones embedded in the binary
+/// ([`PolicyTexts::EMBEDDED`]), or others that test how a broken
+/// expression surfaces.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PolicyTexts {
+    /// The variables every policy starts with (after `data`).
+    pub variables: &'static str,
+    pub mutating: &'static str,
+    /// The validating policy of every mode, `MODE` standing for the mode.
+    pub validating: &'static str,
+    pub warnings: &'static str,
+}
+
+impl PolicyTexts {
+    pub const EMBEDDED: PolicyTexts = PolicyTexts {
+        variables: include_str!("../policies/variables.yaml"),
+        mutating: include_str!("../policies/mutating.yaml"),
+        validating: include_str!("../policies/validating.yaml"),
+        warnings: include_str!("../policies/warnings.yaml"),
+    };
+}
 /// The name of the ValidatingAdmissionPolicy (and binding) that returns
 /// the warnings about missing pools.
 pub const WARNINGS_POLICY: &str = "poolkeeper-placement-warnings";
@@ -77,12 +94,15 @@ fn parse<T: serde::de::DeserializeOwned>(
 
 /// The variables every policy starts with: the compiled policy `data`,
 /// then the embedded ones that read it.
-fn shared_variables(data: &BTreeMap<String, String>) -> Result<Vec<Variable>, EmbeddedPolicyError> {
+fn shared_variables(
+    data: &BTreeMap<String, String>,
+    texts: &PolicyTexts,
+) -> Result<Vec<Variable>, EmbeddedPolicyError> {
     let mut variables = vec![Variable {
         name: DATA_VARIABLE.to_owned(),
         expression: cel_map(data),
     }];
-    variables.extend(parse::<Vec<Variable>>("variables.yaml", VARIABLES)?);
+    variables.extend(parse::<Vec<Variable>>("variables.yaml", texts.variables)?);
     Ok(variables)
 }
 
@@ -116,6 +136,8 @@ fn cel_string(text: &str) -> String {
 /// Whom the engine's objects belong to and which namespaces they leave out.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Placement {
+    /// The policies' texts.
+    pub texts: PolicyTexts,
     /// Namespaces no binding matches (`PolicyCache::excluded_namespaces`).
     pub excluded: Vec<String>,
     /// The installer's MutatingWebhookConfiguration, which owns every
@@ -166,8 +188,8 @@ impl Placement {
 
     /// The objects for the compiled policy `data` ([`crate::compile`]).
     pub fn objects(&self, data: &BTreeMap<String, String>) -> Result<Objects, EmbeddedPolicyError> {
-        let variables = shared_variables(data)?;
-        let mut mutating: MutatingAdmissionPolicy = parse("mutating.yaml", MUTATING)?;
+        let variables = shared_variables(data, &self.texts)?;
+        let mut mutating: MutatingAdmissionPolicy = parse("mutating.yaml", self.texts.mutating)?;
         mutating.metadata = self.metadata(MUTATING_POLICY);
         if let Some(spec) = mutating.spec.as_mut() {
             spec.variables = Some(variables.clone());
@@ -184,7 +206,10 @@ impl Placement {
         let mut validating_bindings = Vec::new();
         for mode in [Mode::Enforce, Mode::Warn, Mode::Dryrun] {
             let name = validating_policy_name(mode);
-            let text = VALIDATING.replace(MODE_PLACEHOLDER, mode.as_str());
+            let text = self
+                .texts
+                .validating
+                .replace(MODE_PLACEHOLDER, mode.as_str());
             let mut policy: ValidatingAdmissionPolicy = parse("validating.yaml", &text)?;
             policy.metadata = self.metadata(&name);
             if let Some(spec) = policy.spec.as_mut() {
@@ -201,7 +226,7 @@ impl Placement {
                 },
             });
         }
-        let mut warnings: ValidatingAdmissionPolicy = parse("warnings.yaml", WARNINGS)?;
+        let mut warnings: ValidatingAdmissionPolicy = parse("warnings.yaml", self.texts.warnings)?;
         warnings.metadata = self.metadata(WARNINGS_POLICY);
         if let Some(spec) = warnings.spec.as_mut() {
             spec.variables = Some(variables.clone());
@@ -231,6 +256,7 @@ mod tests {
 
     fn placement() -> Placement {
         Placement {
+            texts: PolicyTexts::EMBEDDED,
             excluded: vec!["kube-system".to_owned(), "poolkeeper-system".to_owned()],
             owner: None,
         }
@@ -239,7 +265,7 @@ mod tests {
     #[test]
     fn the_embedded_policies_parse_with_the_shared_variables() {
         let objects = placement().objects(&BTreeMap::new()).unwrap();
-        let variables = shared_variables(&BTreeMap::new()).unwrap();
+        let variables = shared_variables(&BTreeMap::new(), &PolicyTexts::EMBEDDED).unwrap();
         assert!(variables.iter().any(|v| v.name == "binding"));
         let spec = objects.mutating.spec.as_ref().unwrap();
         assert_eq!(spec.variables.as_ref(), Some(&variables));

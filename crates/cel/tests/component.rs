@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::PostParams;
 use kube::{Api, Client};
 use poolkeeper_bus::{Bus, Event, ResourceKind};
-use poolkeeper_cel::{CelPolicies, CelSettings, EngineState, MUTATING_POLICY};
+use poolkeeper_cel::{CelPolicies, CelSettings, EngineState, MUTATING_POLICY, PolicyTexts};
 use poolkeeper_config::{Config, Engine};
 use poolkeeper_index::{Changed, Index, IndexResource};
 use poolkeeper_placement::PolicyCache;
@@ -114,6 +114,10 @@ impl Setup {
     }
 
     fn leader(&self, engine: Engine) -> Running {
+        self.leader_with(engine, PolicyTexts::EMBEDDED)
+    }
+
+    fn leader_with(&self, engine: Engine, texts: PolicyTexts) -> Running {
         let component = CelPolicies::new(
             CelSettings::from(&self.config),
             engine,
@@ -122,7 +126,8 @@ impl Setup {
             self.index.clone(),
             self.policy.clone(),
             self.state.clone(),
-        );
+        )
+        .with_texts(texts);
         spawn(Box::new(component))
     }
 
@@ -325,4 +330,69 @@ impl Setup {
     fn state_problem(&self) -> Option<String> {
         self.state.problem()
     }
+}
+
+/// A broken expression surfaces in the leader's report (on `/readyz?verbose`
+/// beside the engine, and in the log): one the API server refuses to take
+/// (the mutating policy does not compile), and one it takes but the
+/// controller manager's type checking flags (a validating policy reads a
+/// field Pods do not have).
+#[tokio::test]
+async fn a_broken_expression_surfaces_in_the_leaders_report() {
+    let setup = Setup::start().await;
+    setup.set_policy("bindings: [{namespace: shop, nodePool: hangzhou}]");
+    setup.bus.start();
+    let leak = |text: String| -> &'static str { Box::leak(text.into_boxed_str()) };
+
+    let uncompilable = PolicyTexts {
+        mutating: leak(
+            PolicyTexts::EMBEDDED
+                .mutating
+                .replace("!variables.celDecides ||", "!variables.celDecides )( ||"),
+        ),
+        ..PolicyTexts::EMBEDDED
+    };
+    let mut leader = setup.leader_with(Engine::Cel, uncompilable);
+    leader.wait_ready(WAIT).await;
+    let problem = eventually("the refused policy reported", WAIT, || async {
+        setup
+            .state
+            .problem()
+            .filter(|p| p.contains("applying MutatingAdmissionPolicy poolkeeper-placement"))
+    })
+    .await
+    .unwrap_or_else(|error| panic!("{error}: {:?}", setup.state.problem()));
+    assert!(problem.contains("compilation failed"), "{problem}");
+    leader.stop().await.unwrap();
+
+    let mistyped = PolicyTexts {
+        validating: leak(PolicyTexts::EMBEDDED.validating.replace(
+            "variables.mode != 'MODE' || !variables.celDecides || size(variables.namespaceBinding) != 4 ||",
+            "variables.mode != 'MODE' || !variables.celDecides || size(variables.namespaceBinding) != 4 || object.spec.nodeNam == '' ||",
+        )),
+        ..PolicyTexts::EMBEDDED
+    };
+    assert_ne!(mistyped.validating, PolicyTexts::EMBEDDED.validating);
+    let mut leader = setup.leader_with(Engine::Cel, mistyped);
+    leader.wait_ready(WAIT).await;
+    let problem = eventually("the type-checking warning reported", WAIT, || async {
+        setup
+            .state
+            .problem()
+            .filter(|p| p.contains("ValidatingAdmissionPolicy poolkeeper-placement-enforce"))
+    })
+    .await
+    .unwrap_or_else(|error| panic!("{error}: {:?}", setup.state.problem()));
+    assert!(problem.contains("nodeNam"), "{problem}");
+
+    // Fixed (the embedded policies again): the report clears.
+    leader.stop().await.unwrap();
+    let mut leader = setup.leader(Engine::Cel);
+    leader.wait_ready(WAIT).await;
+    eventually("the report cleared", WAIT, || async {
+        setup.state.problem().is_none().then_some(())
+    })
+    .await
+    .unwrap_or_else(|error| panic!("{error}: {:?}", setup.state.problem()));
+    leader.stop().await.unwrap();
 }

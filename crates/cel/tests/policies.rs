@@ -15,7 +15,7 @@ use k8s_openapi::api::admissionregistration::v1::{
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
-use poolkeeper_cel::{Objects, Placement, compile};
+use poolkeeper_cel::{Objects, Placement, PolicyTexts, compile};
 use poolkeeper_config::PlacementConfig;
 use poolkeeper_index::Namespace as IndexedNamespace;
 use poolkeeper_placement::{
@@ -383,6 +383,7 @@ async fn the_policies_place_and_judge_every_fixture_as_the_webhook_does() {
     );
     drop(view);
     let objects = Placement {
+        texts: PolicyTexts::EMBEDDED,
         excluded: source.excluded_namespaces.iter().cloned().collect(),
         owner: None,
     }
