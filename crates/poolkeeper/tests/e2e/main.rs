@@ -14,6 +14,7 @@ mod machineclass;
 mod manifests;
 mod modes;
 mod objects;
+mod parity;
 mod placement;
 mod privilege;
 mod process;
