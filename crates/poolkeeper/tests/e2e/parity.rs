@@ -205,6 +205,16 @@ fn fixtures() -> Vec<(String, &'static str, Value)> {
             ));
         }
         fixtures.push((
+            format!("{namespace}/mirror"),
+            namespace,
+            pod(
+                "mirror",
+                json!({}),
+                json!({"kubernetes.io/config.mirror": "abc"}),
+                json!({"nodeName": "cloud-1"}),
+            ),
+        ));
+        fixtures.push((
             format!("{namespace}/annotated"),
             namespace,
             pod("annotated", json!({}), json!({"team": "a"}), json!({})),
