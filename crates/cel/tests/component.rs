@@ -11,8 +11,8 @@ use k8s_openapi::api::admissionregistration::v1::{
     MutatingAdmissionPolicy, MutatingAdmissionPolicyBinding, MutatingWebhookConfiguration,
     ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
 };
-use k8s_openapi::api::core::v1::{ConfigMap, Pod};
-use kube::api::PostParams;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use poolkeeper_bus::{Bus, Event, ResourceKind};
 use poolkeeper_cel::{CelPolicies, CelSettings, EngineState, MUTATING_POLICY, PolicyTexts};
@@ -313,6 +313,29 @@ async fn the_leader_keeps_the_cel_objects_and_removes_them_under_the_webhook_eng
         Some("cloud")
     );
     assert_eq!(setup.placed_pool("free", "unbound").await, None);
+    // A Namespace label binds without any leader: the policies read it.
+    let labelled_at = Instant::now();
+    Api::<Namespace>::all(setup.env.client())
+        .patch(
+            "free",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {POOL_LABEL: "hangzhou"}}})),
+        )
+        .await
+        .unwrap();
+    eventually(
+        "a label binding in force while no leader runs",
+        WAIT,
+        || async {
+            (setup.dry_run_pool("free").await.ok()?.as_deref() == Some("hangzhou")).then_some(())
+        },
+    )
+    .await
+    .expect("placed by the label");
+    eprintln!(
+        "namespace label to the next Pod placed, no leader running: {:?}",
+        labelled_at.elapsed()
+    );
 
     // The engine switched to webhook: the next leader leaves nothing behind.
     assert_eq!(setup.objects_present().await, [true; 4]);
@@ -395,4 +418,18 @@ async fn a_broken_expression_surfaces_in_the_leaders_report() {
     .await
     .unwrap_or_else(|error| panic!("{error}: {:?}", setup.state.problem()));
     leader.stop().await.unwrap();
+
+    // Uninstalled (the installer's MutatingWebhookConfiguration deleted):
+    // the garbage collector removes every object the leader wrote.
+    Api::<MutatingWebhookConfiguration>::all(setup.env.client())
+        .delete("poolkeeper", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(
+        "every CEL object collected with its owner",
+        WAIT,
+        || async { (setup.objects_present().await == [false; 4]).then_some(()) },
+    )
+    .await
+    .expect("collected");
 }
