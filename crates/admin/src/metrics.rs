@@ -428,7 +428,8 @@ impl Metrics {
             Event::LeadershipChanged { leader } => {
                 self.leading.set(i64::from(*leader));
             }
-            Event::ShutdownRequested => {}
+            // Counted by `placement_engine_problem`, which its publisher keeps.
+            Event::AdmissionPolicyProblem { .. } | Event::ShutdownRequested => {}
         }
     }
 

@@ -408,6 +408,18 @@ pub enum Event {
     BindingsRejected {
         rejected: Vec<RejectedBinding>,
     },
+    /// One of the CEL engine's admission policies has a problem the API
+    /// server found: it refused the object (an expression does not
+    /// compile), or its type checking flags an expression. Published once
+    /// per new or changed problem.
+    AdmissionPolicyProblem {
+        /// `MutatingAdmissionPolicy` or `ValidatingAdmissionPolicy`.
+        kind: String,
+        name: String,
+        /// Empty when the object was refused and so has none.
+        uid: String,
+        message: String,
+    },
     LeadershipChanged {
         leader: bool,
     },
@@ -462,7 +474,7 @@ mod tests {
     #[test]
     fn every_event_has_a_distinct_name() {
         let names: Vec<&str> = EventName::iter().map(EventName::as_str).collect();
-        assert_eq!(names.len(), 16);
+        assert_eq!(names.len(), 17);
         let unique: std::collections::BTreeSet<&str> = names.iter().copied().collect();
         assert_eq!(unique.len(), names.len());
         assert_eq!(names[0], "ResourceChanged");

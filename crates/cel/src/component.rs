@@ -96,6 +96,10 @@ pub struct CelPolicies {
     compiled: Option<BTreeMap<String, String>>,
     previous: Option<(BTreeMap<String, String>, Instant)>,
     texts: PolicyTexts,
+    bus: Bus,
+    /// The problem last published per policy (`Kind/name`): each new or
+    /// changed one is published once.
+    published: BTreeMap<String, String>,
 }
 
 impl std::fmt::Debug for CelPolicies {
@@ -155,6 +159,8 @@ impl CelPolicies {
             compiled: None,
             previous: None,
             texts: PolicyTexts::EMBEDDED,
+            bus: bus.clone(),
+            published: BTreeMap::new(),
         }
     }
 
@@ -217,6 +223,15 @@ impl CelPolicies {
                     engine = %self.engine,
                     "the CEL engine's admission objects are not in step"
                 );
+                if let CelError::Api {
+                    action: "applying",
+                    kind: kind @ ("MutatingAdmissionPolicy" | "ValidatingAdmissionPolicy"),
+                    name,
+                    source,
+                } = &error
+                {
+                    self.publish_problem(kind, name, "", &source.to_string());
+                }
                 self.state.report_problem(Some(problem));
                 // A failed write may have left an object half-way: write all again.
                 self.written.clear();
@@ -329,7 +344,17 @@ impl CelPolicies {
         for binding in &objects.validating_bindings {
             self.apply(self.all(), binding).await?;
         }
-        let problems = self.type_checking().await?;
+        let flagged = self.type_checking().await?;
+        self.published.retain(|key, _| {
+            flagged
+                .iter()
+                .any(|(name, _, _)| *key == format!("ValidatingAdmissionPolicy/{name}"))
+        });
+        let mut problems = Vec::new();
+        for (name, uid, message) in &flagged {
+            self.publish_problem("ValidatingAdmissionPolicy", name, uid, message);
+            problems.push(format!("ValidatingAdmissionPolicy {name} {message}"));
+        }
         self.state
             .report_problem((!problems.is_empty()).then(|| problems.join("; ")));
         if !problems.is_empty() {
@@ -405,9 +430,26 @@ impl CelPolicies {
         }))
     }
 
+    /// Publishes `AdmissionPolicyProblem` for the policy `kind/name` unless
+    /// the same problem was published last.
+    fn publish_problem(&mut self, kind: &str, name: &str, uid: &str, message: &str) {
+        let key = format!("{kind}/{name}");
+        if self.published.get(&key).map(String::as_str) == Some(message) {
+            return;
+        }
+        self.bus.publish(Event::AdmissionPolicyProblem {
+            kind: kind.to_owned(),
+            name: name.to_owned(),
+            uid: uid.to_owned(),
+            message: message.to_owned(),
+        });
+        self.published.insert(key, message.to_owned());
+    }
+
     /// The type-checking warnings the controller manager wrote into the
-    /// validating policies' status, one line per expression.
-    async fn type_checking(&self) -> Result<Vec<String>, CelError> {
+    /// validating policies' status: (policy, its UID, the warnings, one
+    /// line per expression) for each policy with any.
+    async fn type_checking(&self) -> Result<Vec<(String, String, String)>, CelError> {
         let api = self.all::<ValidatingAdmissionPolicy>();
         let mut problems = Vec::new();
         for name in validating_names() {
@@ -419,17 +461,19 @@ impl CelPolicies {
                     api.get_opt(&name),
                 )
                 .await?;
-            let warnings = stored
-                .and_then(|policy| policy.status)
+            let Some(policy) = stored else { continue };
+            let uid = policy.metadata.uid.clone().unwrap_or_default();
+            let warnings: Vec<String> = policy
+                .status
                 .and_then(|status| status.type_checking)
                 .and_then(|checking| checking.expression_warnings)
-                .unwrap_or_default();
-            problems.extend(warnings.into_iter().map(|warning| {
-                format!(
-                    "ValidatingAdmissionPolicy {name} {}: {}",
-                    warning.field_ref, warning.warning
-                )
-            }));
+                .unwrap_or_default()
+                .into_iter()
+                .map(|warning| format!("{}: {}", warning.field_ref, warning.warning))
+                .collect();
+            if !warnings.is_empty() {
+                problems.push((name, uid, warnings.join("; ")));
+            }
         }
         Ok(problems)
     }

@@ -19,7 +19,7 @@ use poolkeeper_cel::{CelPolicies, CelSettings, EngineState, MUTATING_POLICY, Pol
 use poolkeeper_config::{Config, Engine};
 use poolkeeper_index::{Changed, Index, IndexResource};
 use poolkeeper_placement::PolicyCache;
-use poolkeeper_supervisor::testing::{Running, spawn};
+use poolkeeper_supervisor::testing::{BusRecorder, Running, spawn};
 use poolkeeper_testenv::{TestEnv, WebhookCert, WebhookRegistration, eventually};
 use serde_json::json;
 use tokio::time::Instant;
@@ -364,6 +364,7 @@ impl Setup {
 async fn a_broken_expression_surfaces_in_the_leaders_report() {
     let setup = Setup::start().await;
     setup.set_policy("bindings: [{namespace: shop, nodePool: hangzhou}]");
+    let published = BusRecorder::new(&setup.bus);
     setup.bus.start();
     let leak = |text: String| -> &'static str { Box::leak(text.into_boxed_str()) };
 
@@ -386,6 +387,13 @@ async fn a_broken_expression_surfaces_in_the_leaders_report() {
     .await
     .unwrap_or_else(|error| panic!("{error}: {:?}", setup.state.problem()));
     assert!(problem.contains("compilation failed"), "{problem}");
+    // For a Warning Event on the policy (the recorder's).
+    published
+        .wait_for(WAIT, |event| {
+            matches!(event, Event::AdmissionPolicyProblem { kind, name, .. }
+                if kind == "MutatingAdmissionPolicy" && name == MUTATING_POLICY)
+        })
+        .await;
     leader.stop().await.unwrap();
 
     let mistyped = PolicyTexts {
@@ -407,6 +415,17 @@ async fn a_broken_expression_surfaces_in_the_leaders_report() {
     .await
     .unwrap_or_else(|error| panic!("{error}: {:?}", setup.state.problem()));
     assert!(problem.contains("nodeNam"), "{problem}");
+    let event = published
+        .wait_for(WAIT, |event| {
+            matches!(event, Event::AdmissionPolicyProblem { kind, name, .. }
+                if kind == "ValidatingAdmissionPolicy" && name == "poolkeeper-placement-enforce")
+        })
+        .await;
+    let Event::AdmissionPolicyProblem { uid, message, .. } = event else {
+        unreachable!()
+    };
+    assert!(!uid.is_empty());
+    assert!(message.contains("nodeNam"), "{message}");
 
     // Fixed (the embedded policies again): the report clears.
     leader.stop().await.unwrap();
