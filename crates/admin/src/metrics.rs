@@ -466,7 +466,8 @@ impl Metrics {
                 leaf_not_after,
                 ca_not_after,
             } => self.certificate_served(*leaf_not_after, *ca_not_after),
-            Event::ShutdownRequested => {}
+            // Counted by `placement_engine_problem`, which its publisher keeps.
+            Event::AdmissionPolicyProblem { .. } | Event::ShutdownRequested => {}
         }
     }
 

@@ -429,6 +429,18 @@ pub enum Event {
     BindingsRejected {
         rejected: Vec<RejectedBinding>,
     },
+    /// One of the CEL engine's admission policies has a problem the API
+    /// server found: it refused the object (an expression does not
+    /// compile), or its type checking flags an expression. Published once
+    /// per new or changed problem.
+    AdmissionPolicyProblem {
+        /// `MutatingAdmissionPolicy` or `ValidatingAdmissionPolicy`.
+        kind: String,
+        name: String,
+        /// Empty when the object was refused and so has none.
+        uid: String,
+        message: String,
+    },
     LeadershipChanged {
         leader: bool,
     },

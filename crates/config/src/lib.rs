@@ -30,8 +30,8 @@ use std::path::Path;
 pub use error::{ConfigError, ConfigErrors, Location};
 pub use poolkeeper_bus::{Constraints, Mode};
 pub use schema::{
-    ApiServerConfig, AuditConfig, BusConfig, CertificateSource, Config, EventsConfig,
-    ExecutorConfig, HealthConfig, LeaderElectionConfig, LogFormat, LoggingConfig,
+    ApiServerConfig, AuditConfig, BusConfig, CertificateSource, Config, Engine, EngineChoice,
+    EventsConfig, ExecutorConfig, HealthConfig, LeaderElectionConfig, LogFormat, LoggingConfig,
     MachineClassesConfig, NamespaceLabels, PlacementConfig, PolicyConfigMapRef, ReconcilerConfig,
     ShutdownConfig, WatchersConfig, WebhookCertificateConfig, WebhookConfig,
     WebhookSelectorsConfig,
@@ -216,6 +216,7 @@ mod tests {
                     && k.as_str() != "audit.reports"
                     && k.as_str() != "placement.defaultMode"
                     && k.as_str() != "placement.defaultConstraints"
+                    && k.as_str() != "placement.engine"
                     && k.as_str() != "audit.interval"
                     && k.as_str() != "webhook.certificate.source"
                     // Compared against gracePeriod, which this config breaks on its own.

@@ -283,6 +283,8 @@ pub struct PlacementConfig {
     pub default_mode: Mode,
     /// What a binding that names none does with a Pod's own node constraints.
     pub default_constraints: Constraints,
+    /// Where the Pods that need no live Node labels are placed and checked.
+    pub engine: EngineChoice,
     /// Namespaces never bound, whatever the policy says (poolkeeper's own,
     /// the policy ConfigMap's, is always excluded too).
     pub excluded_namespaces: Vec<String>,
@@ -299,12 +301,73 @@ impl Default for PlacementConfig {
             pool_label: "apps.openyurt.io/nodepool".to_owned(),
             default_mode: Mode::Enforce,
             default_constraints: Constraints::Judge,
+            engine: EngineChoice::Auto,
             excluded_namespaces: ["kube-system", "kube-public", "kube-node-lease"]
                 .map(str::to_owned)
                 .to_vec(),
             policy_config_map: PolicyConfigMapRef::default(),
             namespace_labels: NamespaceLabels::default(),
         }
+    }
+}
+
+/// `placement.engine`: who places and checks the Pods whose placement needs
+/// no live Node labels.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EngineChoice {
+    /// `cel` where the API server serves `admissionregistration.k8s.io/v1`
+    /// MutatingAdmissionPolicies, else `webhook`; decided once at start.
+    #[default]
+    Auto,
+    Cel,
+    Webhook,
+}
+
+impl EngineChoice {
+    /// The engine this choice runs, given whether the API server serves v1
+    /// MutatingAdmissionPolicies (asked only for `auto`).
+    pub fn resolve(self, serves_mutating_admission_policies: bool) -> Engine {
+        match self {
+            EngineChoice::Auto if serves_mutating_admission_policies => Engine::Cel,
+            EngineChoice::Auto | EngineChoice::Webhook => Engine::Webhook,
+            EngineChoice::Cel => Engine::Cel,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EngineChoice::Auto => "auto",
+            EngineChoice::Cel => "cel",
+            EngineChoice::Webhook => "webhook",
+        }
+    }
+}
+
+/// The placement engine this process runs, resolved from
+/// [`EngineChoice`] at start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Engine {
+    /// MutatingAdmissionPolicy and ValidatingAdmissionPolicies inside the
+    /// API server; the webhooks only for what CEL cannot decide.
+    Cel,
+    /// Every bound Pod through poolkeeper's webhooks.
+    Webhook,
+}
+
+impl Engine {
+    /// A metric label and a log value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Engine::Cel => "cel",
+            Engine::Webhook => "webhook",
+        }
+    }
+}
+
+impl std::fmt::Display for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 

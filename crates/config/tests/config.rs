@@ -383,6 +383,7 @@ fn each_mistake_is_reported_at_its_path() {
             "webhook.shutdownTimeout",
             "must be shorter than shutdown.gracePeriod (25s), got 30s",
         ),
+        ("placement: {engine: kel}", "placement.engine", "auto"),
         (
             "placement: {defaultMode: enfroce}",
             "placement.defaultMode",
@@ -694,4 +695,27 @@ fn dependent_defaults_follow_what_is_set() {
             .contains("must be shorter than shutdown.gracePeriod (5s), got 15s"),
         "{errors}"
     );
+}
+
+/// `auto` follows the API server; `cel` and `webhook` are what they say
+/// whatever it serves.
+#[test]
+fn the_placement_engine_resolves_from_the_choice_and_what_the_api_server_serves() {
+    use poolkeeper_config::{Engine, EngineChoice};
+    assert_eq!(Config::default().placement.engine, EngineChoice::Auto);
+    for (yaml, serves, engine) in [
+        ("placement: {engine: auto}", true, Engine::Cel),
+        ("placement: {engine: auto}", false, Engine::Webhook),
+        ("placement: {engine: cel}", false, Engine::Cel),
+        ("placement: {engine: cel}", true, Engine::Cel),
+        ("placement: {engine: webhook}", true, Engine::Webhook),
+        ("placement: {engine: webhook}", false, Engine::Webhook),
+    ] {
+        let config = Config::from_yaml_str(yaml).unwrap();
+        assert_eq!(
+            config.placement.engine.resolve(serves),
+            engine,
+            "{yaml}, serves MutatingAdmissionPolicies: {serves}"
+        );
+    }
 }

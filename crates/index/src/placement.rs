@@ -366,8 +366,8 @@ impl<'a> PlacementView<'a> {
         self.state.pools.get(name)
     }
 
-    #[cfg(test)]
-    pub(crate) fn node_pools(&self) -> impl Iterator<Item = &NodePool> {
+    /// The NodePools, in name order.
+    pub fn node_pools(&self) -> impl Iterator<Item = &NodePool> {
         self.state.pools.values()
     }
 

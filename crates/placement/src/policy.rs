@@ -419,6 +419,12 @@ impl PlacementPolicy {
         self.default_mode
     }
 
+    /// What a binding that names none does with a Pod's own constraints
+    /// (`placement.defaultConstraints`).
+    pub fn default_constraints(&self) -> Constraints {
+        self.default_constraints
+    }
+
     /// `(namespace, binding)` pairs, by namespace.
     pub fn bindings(&self) -> impl Iterator<Item = (&str, &Binding)> {
         self.bindings

@@ -5,9 +5,9 @@
 //! | stage | components | ready when | startup timeout |
 //! |---|---|---|---|
 //! | `admin` | admin server, metrics observer | listening | none (ready at once) |
-//! | `apiserver` | API server check | the API server answered | `apiServer.startupTimeout` (the check's own) |
+//! | `apiserver` | API server check, placement engine (`placement.engine`, `auto` resolved from discovery; if placement is enabled) | the API server answered; the engine resolved | `apiServer.startupTimeout` (the check's own) |
 //! | `watchers` | one watcher per kind, sync tracker (`/readyz` check `index`) | every kind listed | `watchers.syncTimeout` |
-//! | `serve` | HTTPS admission server (if enabled), and leader election gating reconciler and executor (if MachineClasses are enabled), audit and rejected-bindings reporter (if placement is enabled), webhook selectors (if the webhook is too), the webhook certificate (if it comes from a Secret) and Kubernetes Event recorder | certificate loaded and serving; campaigning | `webhook.certificateTimeout` |
+//! | `serve` | HTTPS admission server (if enabled), and leader election gating reconciler and executor (if MachineClasses are enabled), audit, audit reports (if `audit.reports`), rejected-bindings reporter and CEL engine objects (if placement is enabled), webhook selectors (if the webhook is too), the webhook certificate (if it comes from a Secret) and Kubernetes Event recorder | certificate loaded and serving; campaigning | `webhook.certificateTimeout` |
 //!
 //! The two jobs share the last stage so that neither waits for the other: a
 //! replica still waiting for its serving certificate campaigns and protects
@@ -23,8 +23,9 @@ use kube::Client;
 use poolkeeper_admin::{AdminServer, AdminSettings, EventMetrics, ObjectCounts};
 use poolkeeper_audit::{Audit, AuditSettings};
 use poolkeeper_bus::Bus;
+use poolkeeper_cel::{CelPolicies, CelSettings, EngineResolver, EngineState};
 use poolkeeper_certificates::{CertificateSettings, WebhookCertificates};
-use poolkeeper_config::Config;
+use poolkeeper_config::{Config, Engine};
 use poolkeeper_executor::{ClassWriter, Executor, ExecutorSettings, KubeClassWriter};
 use poolkeeper_index::Index;
 use poolkeeper_kube::{ApiServerCheck, ClientError, LeaseElector, LeaseSettings};
@@ -97,6 +98,9 @@ struct Wiring<'a> {
     /// selectors, the audit and the rejected-bindings reporter read each
     /// policy generation, and the excluded namespaces, from it.
     policy: PolicyCache,
+    /// The placement engine, resolved by the `placement-engine` component
+    /// of the `apiserver` stage before any leader component reads it.
+    engine: EngineState,
     registry: Registry,
     /// The process's checks; components also say there what they found
     /// (`/readyz?verbose`).
@@ -124,6 +128,7 @@ impl Controller {
             client,
             index: Arc::new(Index::new(&config.placement.pool_label)),
             policy: PolicyCache::from(&config.placement),
+            engine: EngineState::default(),
             registry: Registry::with_prefix("poolkeeper"),
             bus: bus.clone(),
             health: health.clone(),
@@ -141,6 +146,7 @@ impl Controller {
         // every other stage registered into.
         let apiserver =
             ApiServerCheck::new(wiring.client.clone(), config.api_server.startup_timeout);
+        let engine = wiring.engine_resolver();
         let watchers = wiring.watchers();
         let webhook = wiring.webhook().await?;
         let leader = wiring.leader(writer);
@@ -153,7 +159,11 @@ impl Controller {
             .stage("admin", None)
             .add(Box::new(admin))
             .add(Box::new(metrics));
-        supervisor.stage("apiserver", None).add(Box::new(apiserver));
+        let mut apiserver_stage = supervisor.stage("apiserver", None);
+        apiserver_stage.add(Box::new(apiserver));
+        if let Some(engine) = engine {
+            apiserver_stage.add(Box::new(engine));
+        }
         supervisor
             .stage("watchers", Some(config.watchers.sync_timeout))
             .extend(watchers);
@@ -209,6 +219,18 @@ impl Wiring<'_> {
         .into_components()
     }
 
+    /// The one owner of the placement engine, when placement is enabled.
+    fn engine_resolver(&mut self) -> Option<EngineResolver> {
+        self.config.placement.enabled.then(|| {
+            EngineResolver::new(
+                self.config.placement.engine,
+                self.client.clone(),
+                self.engine.clone(),
+                &mut self.registry,
+            )
+        })
+    }
+
     /// The webhook server, bound already so a busy port fails startup at
     /// once, and its address.
     async fn webhook(&self) -> Result<Option<(WebhookServer, SocketAddr)>, ControllerError> {
@@ -252,6 +274,8 @@ impl Wiring<'_> {
             reports: ReportSettings::from(config),
             selectors: SelectorSettings::from(config),
             certificates: CertificateSettings::from(config),
+            cel: CelSettings::from(config),
+            engine: self.engine.clone(),
             recorder: RecorderSettings::from(config),
             policy: self.policy.clone(),
             bus: self.bus.clone(),
@@ -294,6 +318,8 @@ struct LeaderComponents<W> {
     /// Its source says whether the leader issues (`self`) or publishes
     /// (`secret`) the webhook's serving certificate.
     certificates: CertificateSettings,
+    cel: CelSettings,
+    engine: EngineState,
     recorder: RecorderSettings,
     policy: PolicyCache,
     bus: Bus,
@@ -317,6 +343,7 @@ impl<W: ClassWriter + Clone> LeaderComponents<W> {
             self.rejected_bindings(),
             self.selectors(),
             self.certificates(),
+            self.cel_policies(),
             Some(self.recorder()),
         ]
         .into_iter()
@@ -380,6 +407,7 @@ impl<W: ClassWriter + Clone> LeaderComponents<W> {
     }
 
     fn selectors(&self) -> Option<Box<dyn Component>> {
+        let engine = self.engine.engine().unwrap_or(Engine::Webhook);
         (self.placement && self.webhook).then(|| {
             let selectors = WebhookSelectors::new(
                 self.selectors.clone(),
@@ -387,8 +415,27 @@ impl<W: ClassWriter + Clone> LeaderComponents<W> {
                 self.client.clone(),
                 self.index.clone(),
                 self.policy.clone(),
-            );
+            )
+            .with_engine(engine);
             Box::new(guard(selectors, &self.term, WebhookSelectors::guarded_by)) as _
+        })
+    }
+
+    /// Whenever placement is enabled: under the webhook engine it removes
+    /// what the CEL engine left behind.
+    fn cel_policies(&self) -> Option<Box<dyn Component>> {
+        let engine = self.engine.engine()?;
+        self.placement.then(|| {
+            let policies = CelPolicies::new(
+                self.cel.clone(),
+                engine,
+                &self.bus,
+                self.client.clone(),
+                self.index.clone(),
+                self.policy.clone(),
+                self.engine.clone(),
+            );
+            Box::new(guard(policies, &self.term, CelPolicies::guarded_by)) as _
         })
     }
 

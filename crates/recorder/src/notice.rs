@@ -163,7 +163,30 @@ pub fn notices_for(event: &Event, settings: &RecorderSettings) -> Vec<(ObjectRef
             .filter(|rejected| rejected.first_found)
             .map(|rejected| (namespace_reference(rejected), binding_notice(rejected)))
             .collect(),
+        Event::AdmissionPolicyProblem {
+            kind,
+            name,
+            uid,
+            message,
+        } => vec![(
+            policy_reference(kind, name, uid),
+            Notice::warning("PolicyProblem", "Admit", message.clone()),
+        )],
         _ => Vec::new(),
+    }
+}
+
+/// A cluster-scoped admission policy of the CEL engine (its Event is
+/// written in `default`, as Kubernetes does for cluster-scoped objects).
+pub fn policy_reference(kind: &str, name: &str, uid: &str) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("admissionregistration.k8s.io/v1".to_owned()),
+        kind: Some(kind.to_owned()),
+        namespace: None,
+        name: Some(name.to_owned()),
+        uid: Some(uid.to_owned()).filter(|uid| !uid.is_empty()),
+        field_path: None,
+        resource_version: None,
     }
 }
 
@@ -410,6 +433,35 @@ pub(crate) mod tests {
                 ),
             ]
         );
+    }
+
+    #[test]
+    fn an_admission_policy_problem_gets_a_warning_on_the_policy() {
+        for (uid, expected_uid) in [("uid-1", Some("uid-1")), ("", None)] {
+            let event = Event::AdmissionPolicyProblem {
+                kind: "ValidatingAdmissionPolicy".to_owned(),
+                name: "poolkeeper-placement-enforce".to_owned(),
+                uid: uid.to_owned(),
+                message: "spec.validations[0].expression: undefined field 'nodeNam'".to_owned(),
+            };
+            let notices = notices_for(&event, &settings());
+            assert_eq!(notices.len(), 1);
+            let (reference, notice) = &notices[0];
+            assert_eq!(
+                reference.api_version.as_deref(),
+                Some("admissionregistration.k8s.io/v1")
+            );
+            assert_eq!(reference.kind.as_deref(), Some("ValidatingAdmissionPolicy"));
+            assert_eq!(
+                reference.name.as_deref(),
+                Some("poolkeeper-placement-enforce")
+            );
+            assert_eq!(reference.namespace, None);
+            assert_eq!(reference.uid.as_deref(), expected_uid);
+            assert_eq!(notice.type_, EventType::Warning);
+            assert_eq!(notice.reason, "PolicyProblem");
+            assert!(notice.note.contains("nodeNam"), "{}", notice.note);
+        }
     }
 
     #[test]

@@ -13,6 +13,7 @@ use kube::Client;
 use kube::runtime::watcher;
 
 use poolkeeper_bus::{Bus, Delivery, Event, Subscription};
+use poolkeeper_config::Engine;
 use poolkeeper_index::Index;
 use poolkeeper_placement::PolicyCache;
 use poolkeeper_supervisor::{BoxError, Component, Context, LeaderTerm, error_chain};
@@ -36,6 +37,7 @@ pub struct WebhookSelectors {
     /// The leader's term every patch asks first and whose epoch fences the
     /// configurations; `None` when this replica leads unconditionally.
     term: Option<LeaderTerm>,
+    engine: Engine,
 }
 
 impl std::fmt::Debug for WebhookSelectors {
@@ -66,6 +68,7 @@ impl WebhookSelectors {
             subscription: bus.subscribe(Self::NAME),
             settings,
             term: None,
+            engine: Engine::Webhook,
         }
     }
 
@@ -73,6 +76,16 @@ impl WebhookSelectors {
     /// configurations' fence (`poolkeeper_kube::fencing`).
     pub fn guarded_by(mut self, term: LeaderTerm) -> Self {
         self.term = Some(term);
+        self
+    }
+
+    /// The placement engine the process runs (`webhook` unless said):
+    /// under `cel` every managed entry also gets the `matchConditions`
+    /// `poolkeeper.io/engine-*` that leave to the admission policies what
+    /// they decide.
+    #[must_use]
+    pub fn with_engine(mut self, engine: Engine) -> Self {
+        self.engine = engine;
         self
     }
 
@@ -151,7 +164,8 @@ impl WebhookSelectors {
             policy.bindings().map(|(namespace, _)| namespace),
             &self.settings.pool_label,
             self.policy.excluded_namespaces(),
-        ))
+        )
+        .with_engine(self.engine, &self.settings.pool_label))
     }
 
     /// Brings both configurations in step; tries the second even when the

@@ -48,6 +48,7 @@ impl Configuration for MutatingWebhookConfiguration {
                     name: &webhook.name,
                     namespace_selector: webhook.namespace_selector.as_ref(),
                     object_selector: webhook.object_selector.as_ref(),
+                    match_conditions: webhook.match_conditions.as_deref(),
                 })
                 .collect(),
         }
@@ -66,6 +67,7 @@ impl Configuration for ValidatingWebhookConfiguration {
                     name: &webhook.name,
                     namespace_selector: webhook.namespace_selector.as_ref(),
                     object_selector: webhook.object_selector.as_ref(),
+                    match_conditions: webhook.match_conditions.as_deref(),
                 })
                 .collect(),
         }

@@ -3,7 +3,9 @@
 
 use std::collections::BTreeSet;
 
+use k8s_openapi::api::admissionregistration::v1::MatchCondition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
+use poolkeeper_config::Engine;
 
 /// The label the API server puts on every namespace, with its name.
 pub(crate) const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
@@ -31,6 +33,56 @@ pub(crate) struct DesiredSelectors {
     pub pool_labelled: EntrySelectors,
     /// The bound namespaces the first entry lists: sorted, each once.
     pub namespaces: Vec<String>,
+    /// Every managed entry's `matchConditions` named
+    /// [`ENGINE_CONDITION_PREFIX`]`*` (none under the webhook engine).
+    pub engine_conditions: Vec<MatchCondition>,
+}
+
+/// The prefix of the `matchConditions` this keeper owns; the others (the
+/// installer's `poolkeeper.io/not-excluded`) are left as they are.
+pub(crate) const ENGINE_CONDITION_PREFIX: &str = "poolkeeper.io/engine-";
+
+/// The `matchConditions` the placement engine needs of every managed entry:
+/// under `cel`, one that calls poolkeeper only for what the admission
+/// policies cannot decide (a Pod with a `nodeName`, a `nodeSelector` or a
+/// required node affinity other than exactly `pool_label In [...]`, and
+/// every other object: workloads, subresources). Mirrors the policies'
+/// variable `celDecides` (crates/cel/policies/variables.yaml).
+pub(crate) fn engine_conditions(engine: Engine, pool_label: &str) -> Vec<MatchCondition> {
+    if engine == Engine::Webhook {
+        return Vec::new();
+    }
+    let label = pool_label.replace('\\', "\\\\").replace('\'', "\\'");
+    let required =
+        "object.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution";
+    let term = format!("{required}.nodeSelectorTerms[0]");
+    let expression = format!(
+        "request.resource.resource != 'pods' || \
+         (has(request.subResource) && request.subResource != '') || \
+         object == null || !has(object.spec) || \
+         (has(object.spec.nodeName) && object.spec.nodeName != '') || \
+         (has(object.spec.nodeSelector) && size(object.spec.nodeSelector) > 0) || \
+         (has(object.spec.affinity) && has(object.spec.affinity.nodeAffinity) && \
+          has({required}) && !(\
+            has({required}.nodeSelectorTerms) && size({required}.nodeSelectorTerms) == 1 && \
+            !has({term}.matchFields) && has({term}.matchExpressions) && \
+            size({term}.matchExpressions) == 1 && \
+            {term}.matchExpressions[0].key == '{label}' && \
+            {term}.matchExpressions[0].operator == 'In'))"
+    );
+    vec![MatchCondition {
+        name: format!("{ENGINE_CONDITION_PREFIX}cel-cannot-decide"),
+        expression,
+    }]
+}
+
+impl DesiredSelectors {
+    /// These selectors with the `matchConditions` `engine` needs.
+    #[must_use]
+    pub(crate) fn with_engine(mut self, engine: Engine, pool_label: &str) -> Self {
+        self.engine_conditions = engine_conditions(engine, pool_label);
+        self
+    }
 }
 
 /// The selectors for the namespaces in `bound` (in any order, repeats
@@ -78,6 +130,7 @@ pub(crate) fn desired_selectors<'a>(
             },
         },
         namespaces: namespaces.into_iter().map(str::to_owned).collect(),
+        engine_conditions: Vec::new(),
     }
 }
 

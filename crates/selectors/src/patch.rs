@@ -17,11 +17,12 @@ use json_patch::jsonptr::PointerBuf;
 use std::collections::BTreeMap;
 
 use json_patch::{AddOperation, Patch, PatchOperation, TestOperation};
+use k8s_openapi::api::admissionregistration::v1::MatchCondition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use poolkeeper_kube::{Deposed, Fence};
 use serde_json::Value;
 
-use crate::desired::{DesiredSelectors, EntrySelectors, canonical};
+use crate::desired::{DesiredSelectors, ENGINE_CONDITION_PREFIX, EntrySelectors, canonical};
 use crate::error::SelectorError;
 use crate::settings::ManagedConfiguration;
 
@@ -39,6 +40,7 @@ pub struct StoredEntry<'a> {
     pub name: &'a str,
     pub namespace_selector: Option<&'a LabelSelector>,
     pub object_selector: Option<&'a LabelSelector>,
+    pub match_conditions: Option<&'a [MatchCondition]>,
 }
 
 /// The patch that gives the managed entries of `stored` the `desired`
@@ -65,7 +67,12 @@ pub fn selector_patch(
                 configuration: managed.name.clone(),
                 entry: entry_name.clone(),
             })?;
-        changes.extend(entry_changes(index, entry, selectors));
+        changes.extend(entry_changes(
+            index,
+            entry,
+            selectors,
+            &desired.engine_conditions,
+        ));
     }
     if changes.is_empty() {
         return Ok(None);
@@ -104,6 +111,7 @@ fn entry_changes(
     index: usize,
     entry: &StoredEntry<'_>,
     desired: &EntrySelectors,
+    engine_conditions: &[MatchCondition],
 ) -> Vec<PatchOperation> {
     let position = index.to_string();
     let mut ops = Vec::new();
@@ -126,6 +134,14 @@ fn entry_changes(
             }));
         }
     }
+    let stored_conditions = entry.match_conditions.unwrap_or_default();
+    let conditions = match_conditions(stored_conditions, engine_conditions);
+    if conditions != stored_conditions {
+        ops.push(PatchOperation::Add(AddOperation {
+            path: pointer(&["webhooks", &position, "matchConditions"]),
+            value: serde_json::to_value(&conditions).unwrap_or_default(),
+        }));
+    }
     if !ops.is_empty() {
         ops.insert(
             0,
@@ -136,6 +152,19 @@ fn entry_changes(
         );
     }
     ops
+}
+
+/// The entry's `matchConditions` with the engine's in place of those it
+/// has: every other condition (the installer's) kept, in its order, the
+/// engine's after them. The list is written whole (a JSON patch cannot
+/// address a map-list item by name), guarded by the resourceVersion test.
+fn match_conditions(stored: &[MatchCondition], engine: &[MatchCondition]) -> Vec<MatchCondition> {
+    stored
+        .iter()
+        .filter(|condition| !condition.name.starts_with(ENGINE_CONDITION_PREFIX))
+        .chain(engine)
+        .cloned()
+        .collect()
 }
 
 fn pointer(tokens: &[&str]) -> PointerBuf {
@@ -187,8 +216,13 @@ mod tests {
         })
     }
 
-    /// Name, namespaceSelector and objectSelector of one entry.
-    type EntryView = (String, Option<LabelSelector>, Option<LabelSelector>);
+    /// Name, namespaceSelector, objectSelector and matchConditions of one entry.
+    type EntryView = (
+        String,
+        Option<LabelSelector>,
+        Option<LabelSelector>,
+        Option<Vec<MatchCondition>>,
+    );
 
     /// What `selector_patch` reads of `object`.
     fn stored_view(object: &Value) -> (Option<String>, Vec<EntryView>) {
@@ -209,6 +243,9 @@ mod tests {
                     entry["name"].as_str().unwrap().to_owned(),
                     selector("namespaceSelector"),
                     selector("objectSelector"),
+                    entry
+                        .get("matchConditions")
+                        .map(|v| serde_json::from_value(v.clone()).unwrap()),
                 )
             })
             .collect();
@@ -224,11 +261,14 @@ mod tests {
             resource_version: version.as_deref(),
             entries: entries
                 .iter()
-                .map(|(name, namespace_selector, object_selector)| StoredEntry {
-                    name,
-                    namespace_selector: namespace_selector.as_ref(),
-                    object_selector: object_selector.as_ref(),
-                })
+                .map(
+                    |(name, namespace_selector, object_selector, conditions)| StoredEntry {
+                        name,
+                        namespace_selector: namespace_selector.as_ref(),
+                        object_selector: object_selector.as_ref(),
+                        match_conditions: conditions.as_deref(),
+                    },
+                )
                 .collect(),
         };
         selector_patch(&stored, &settings().mutating, desired)
@@ -443,6 +483,80 @@ mod tests {
         assert_eq!(
             ops[0],
             json!({"op": "test", "path": "/webhooks/1/name", "value": "mutate-pods.poolkeeper.io"})
+        );
+    }
+
+    /// Under the CEL engine every managed entry gets the engine's condition
+    /// after the installer's; an entry already so is left alone; back under
+    /// the webhook engine only the installer's stays. Unmanaged entries are
+    /// never touched.
+    #[test]
+    fn the_engine_conditions_follow_the_engine_and_keep_the_installers() {
+        use poolkeeper_config::Engine;
+
+        let installer = json!({"name": "poolkeeper.io/not-excluded",
+                               "expression": "!(request.namespace in ['kube-system'])"});
+        let with_conditions = |conditions: Value| {
+            let in_step = desired(&["shop"]);
+            let mut object = stored_object(
+                Some(selectors_json(&in_step.bound_namespaces)),
+                Some(selectors_json(&in_step.pool_labelled)),
+            );
+            for entry in object["webhooks"].as_array_mut().unwrap() {
+                entry["matchConditions"] = conditions.clone();
+            }
+            object
+        };
+        let cel = desired(&["shop"]).with_engine(Engine::Cel, POOL_LABEL);
+        assert_eq!(cel.engine_conditions.len(), 1);
+        assert_eq!(
+            cel.engine_conditions[0].name,
+            "poolkeeper.io/engine-cel-cannot-decide"
+        );
+        assert!(
+            cel.engine_conditions[0]
+                .expression
+                .contains("matchExpressions[0].key == 'apps.openyurt.io/nodepool'")
+        );
+        let engine_condition = serde_json::to_value(&cel.engine_conditions[0]).unwrap();
+        let both = json!([installer, engine_condition]);
+
+        let patch = patch_for(&with_conditions(json!([installer])), &cel)
+            .unwrap()
+            .expect("the engine's condition is missing");
+        let ops = serde_json::to_value(&patch).unwrap();
+        let written: Vec<&Value> = ops
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|op| op["path"].as_str().unwrap().ends_with("/matchConditions"))
+            .collect();
+        assert_eq!(written.len(), 2, "{ops:#}");
+        assert_eq!(written[0]["path"], "/webhooks/1/matchConditions");
+        assert_eq!(written[1]["path"], "/webhooks/2/matchConditions");
+        assert!(written.iter().all(|op| op["value"] == both), "{ops:#}");
+
+        assert_eq!(
+            patch_for(&with_conditions(both.clone()), &cel).unwrap(),
+            None
+        );
+
+        let webhook = desired(&["shop"]).with_engine(Engine::Webhook, POOL_LABEL);
+        let patch = patch_for(&with_conditions(both), &webhook)
+            .unwrap()
+            .expect("the engine's condition goes");
+        let ops = serde_json::to_value(&patch).unwrap();
+        assert!(
+            ops.as_array()
+                .unwrap()
+                .iter()
+                .filter(|op| op["op"] == "add")
+                .all(|op| op["value"] == json!([installer])),
+            "{ops:#}"
+        );
+        assert_eq!(
+            patch_for(&with_conditions(json!([installer])), &webhook).unwrap(),
+            None
         );
     }
 }

@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 use poolkeeper_bus::{Bus, Event, ResourceKind};
-use poolkeeper_config::Config;
+use poolkeeper_config::{Config, Engine};
 use poolkeeper_index::{Index, IndexResource};
 use poolkeeper_placement::PolicyCache;
 use poolkeeper_selectors::{SelectorSettings, WebhookSelectors};
@@ -58,6 +58,10 @@ impl Setup {
     /// placement policy binding `bound`; the webhook configurations are
     /// registered when `register` says so.
     async fn start(bound: &[&str], register: bool) -> Self {
+        Self::start_with_engine(bound, register, Engine::Webhook).await
+    }
+
+    async fn start_with_engine(bound: &[&str], register: bool, engine: Engine) -> Self {
         let env = TestEnv::builder()
             .start()
             .await
@@ -82,7 +86,8 @@ impl Setup {
         if register {
             setup.register().await;
         }
-        let component = WebhookSelectors::new(settings, &bus, identity, index, policy);
+        let component =
+            WebhookSelectors::new(settings, &bus, identity, index, policy).with_engine(engine);
         bus.start();
         let mut running = spawn(Box::new(component));
         running.wait_ready(WAIT).await;
@@ -393,5 +398,66 @@ async fn a_configuration_without_a_managed_entry_does_not_hold_up_the_other() {
         validating_version,
         "the incomplete configuration is left alone"
     );
+    setup.stop().await;
+}
+
+/// Under the CEL engine every managed entry carries the engine's
+/// `matchConditions` (the API server compiles the expression when it takes
+/// the patch); a Pod the admission policies decide is then created although
+/// nothing serves the webhooks, one with its own node selector still needs
+/// poolkeeper and is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_the_cel_engine_the_entries_call_poolkeeper_only_for_what_cel_cannot_decide() {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::PostParams;
+
+    let setup = Setup::start_with_engine(&["shop"], true, Engine::Cel).await;
+    setup.wait_selectors(&["shop"]).await;
+    let conditions = || async {
+        let (mutating, validating) = setup.stored().await;
+        [mutating, validating]
+            .iter()
+            .flat_map(|c| c["webhooks"].as_array().unwrap().clone())
+            .filter(|entry| entry["name"].as_str().unwrap().contains("poolkeeper.io"))
+            .map(|entry| {
+                entry["matchConditions"]
+                    .as_array()
+                    .map(|list| list.iter().map(|c| c["name"].clone()).collect::<Vec<_>>())
+                    .unwrap_or_default()
+            })
+            .collect::<Vec<_>>()
+    };
+    eventually(
+        "the engine's conditions on every managed entry",
+        WAIT,
+        || async {
+            conditions()
+                .await
+                .iter()
+                .all(|names| names.contains(&json!("poolkeeper.io/engine-cel-cannot-decide")))
+                .then_some(())
+        },
+    )
+    .await
+    .unwrap_or_else(|error| panic!("{error}"));
+
+    setup.env.create_namespace("shop").await.unwrap();
+    let pods = Api::<Pod>::namespaced(setup.admin(), "shop");
+    let pod = |name: &str, spec: Value| -> Pod {
+        let mut spec = spec;
+        spec["containers"] = json!([{"name": "c", "image": "busybox"}]);
+        serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).unwrap()
+    };
+    pods.create(&PostParams::default(), &pod("plain", json!({})))
+        .await
+        .expect("a plain Pod is not sent to poolkeeper");
+    let refused = pods
+        .create(
+            &PostParams::default(),
+            &pod("own-selector", json!({"nodeSelector": {"disk": "ssd"}})),
+        )
+        .await
+        .expect_err("a Pod with its own nodeSelector needs poolkeeper, which is down");
+    assert!(refused.to_string().contains("poolkeeper.io"), "{refused}");
     setup.stop().await;
 }

@@ -12,7 +12,7 @@ use std::time::Duration;
 use kube::Client;
 use poolkeeper::controller::Controller;
 use poolkeeper_bus::{AdmissionResult, Delivery, Envelope, Event, Mode, Subscription, WebhookKind};
-use poolkeeper_config::{Config, LogFormat};
+use poolkeeper_config::{Config, EngineChoice, LogFormat};
 use poolkeeper_executor::{ClassWriter, KubeClassWriter};
 use poolkeeper_testenv::{
     Process, TestEnv, TestEnvBuilder, TestEnvError, WebhookCert, WebhookRegistration, eventually,
@@ -166,6 +166,9 @@ pub fn test_config(namespace: &str, cert_dir: &Path) -> Config {
     config.shutdown.drain_delay = Duration::ZERO;
     config.webhook.shutdown_timeout = Duration::from_secs(3);
     config.logging.format = LogFormat::Text;
+    // The tests of the webhooks' decisions see every Pod; those of the CEL
+    // engine (engines.rs) choose it.
+    config.placement.engine = EngineChoice::Webhook;
     config
 }
 

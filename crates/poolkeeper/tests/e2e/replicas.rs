@@ -304,6 +304,7 @@ leaderElection:
 watchers: {{syncTimeout: 60s}}
 reconciler: {{debounceInterval: {debounce}, maxDelay: {max_delay}}}
 audit: {{interval: 0s}}
+placement: {{engine: webhook}}
 webhook:
   listen: \"{webhook}\"
   certDir: \"{cert_dir}\"

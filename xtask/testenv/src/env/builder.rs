@@ -30,6 +30,7 @@ pub struct TestEnvBuilder {
     binaries: Option<Binaries>,
     watch_cache: bool,
     client_qps: Option<u32>,
+    runtime_config: Option<String>,
 }
 
 impl Default for TestEnvBuilder {
@@ -43,6 +44,7 @@ impl Default for TestEnvBuilder {
             binaries: None,
             watch_cache: true,
             client_qps: None,
+            runtime_config: None,
         }
     }
 }
@@ -103,6 +105,13 @@ impl TestEnvBuilder {
         self
     }
 
+    /// The apiserver's `--runtime-config` (`group/version/resource=false` turns one
+    /// resource off, as a cluster that does not serve it yet).
+    pub fn runtime_config(mut self, value: impl Into<String>) -> Self {
+        self.runtime_config = Some(value.into());
+        self
+    }
+
     /// Use these executables instead of discovering them (see [`Binaries::discover`]).
     pub fn binaries(mut self, binaries: Binaries) -> Self {
         self.binaries = Some(binaries);
@@ -125,6 +134,7 @@ impl TestEnvBuilder {
         let files = PkiFiles::write(dir.path(), &pki)?;
         let options = ApiServerOptions {
             watch_cache: self.watch_cache,
+            runtime_config: self.runtime_config.clone(),
         };
         let processes = start_with_port_retries(
             &binaries,

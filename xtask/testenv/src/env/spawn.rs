@@ -60,6 +60,7 @@ impl PkiFiles {
 /// How the apiserver runs, beyond the fixed flags of [`spawn_apiserver`].
 pub(super) struct ApiServerOptions {
     pub(super) watch_cache: bool,
+    pub(super) runtime_config: Option<String>,
 }
 
 /// etcd and the apiserver, started and ready.
@@ -220,6 +221,14 @@ fn spawn_apiserver(
     ]);
     if !options.watch_cache {
         flags.push("--watch-cache=false".into());
+    }
+    if let Some(runtime_config) = &options.runtime_config {
+        flags.push(format!("--runtime-config={runtime_config}").into());
+        // kube-apiserver exits at startup when its MutatingAdmissionPolicy admission
+        // plugin has no resource to watch: a cluster without the resource has neither.
+        if runtime_config.contains("mutatingadmissionpolicies=false") {
+            flags.push("--disable-admission-plugins=ServiceAccount,MutatingAdmissionPolicy".into());
+        }
     }
     ManagedProcess::spawn(
         "kube-apiserver",
