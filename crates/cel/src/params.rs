@@ -35,6 +35,9 @@ use poolkeeper_placement::{BindingOrigin, PlacementPolicy};
 
 /// The key prefix of a ConfigMap binding.
 pub const BINDING_PREFIX: &str = "binding.";
+/// `exceptions.<namespace>`: its binding allows PlacementExceptions, which
+/// only the webhooks read: CEL decides none of its Pods.
+pub const EXCEPTIONS_PREFIX: &str = "exceptions.";
 /// The key prefix of the pools a changed ConfigMap binding had before.
 pub const PREVIOUS_PREFIX: &str = "previous.";
 
@@ -84,6 +87,12 @@ pub fn compile<'a>(
             .collect::<Vec<_>>()
             .join(";"),
     );
+    for namespace in policy.exception_namespaces() {
+        put(
+            &format!("{EXCEPTIONS_PREFIX}{namespace}"),
+            "allowed".to_owned(),
+        );
+    }
     for (namespace, binding) in policy.bindings() {
         if binding.origin != BindingOrigin::ConfigMap {
             continue;
@@ -283,6 +292,20 @@ mod tests {
                     vec![
                         ("binding.east", "warn;narrow;hangzhou,missing,shanghai"),
                         ("binding.lab", "dryrun;judge;cloud"),
+                    ],
+                ]
+                .concat(),
+            ),
+            (
+                // PlacementExceptions are the webhooks' to read.
+                "bindings: [{namespace: open, nodePool: cloud, exceptions: allowed}]".to_owned(),
+                vec![],
+                &pools,
+                [
+                    base(",hangzhou,shanghai,", ",cloud,", ""),
+                    vec![
+                        ("binding.open", "enforce;judge;cloud"),
+                        ("exceptions.open", "allowed"),
                     ],
                 ]
                 .concat(),

@@ -387,6 +387,16 @@ impl PlacementPolicy {
     }
 
     /// The binding of `namespace`.
+    /// The namespaces whose binding lets PlacementExceptions take effect
+    /// (`exceptions: allowed`), in name order: the CEL engine leaves their
+    /// Pods to the webhooks, which read the exceptions.
+    pub fn exception_namespaces(&self) -> impl Iterator<Item = &str> {
+        self.bindings
+            .iter()
+            .filter(|(_, binding)| binding.exceptions == Exceptions::Allowed)
+            .map(|(namespace, _)| namespace.as_str())
+    }
+
     pub fn binding(&self, namespace: &str) -> Option<&Binding> {
         self.bindings.get(namespace)
     }

@@ -160,12 +160,13 @@ impl WebhookSelectors {
             .as_ref()
             .as_ref()
             .map_err(|error| SelectorError::Policy(error.to_string()))?;
+        let excepted: Vec<String> = policy.exception_namespaces().map(str::to_owned).collect();
         Ok(desired_selectors(
             policy.bindings().map(|(namespace, _)| namespace),
             &self.settings.pool_label,
             self.policy.excluded_namespaces(),
         )
-        .with_engine(self.engine, &self.settings.pool_label))
+        .with_engine(self.engine, &self.settings.pool_label, &excepted))
     }
 
     /// Brings both configurations in step; tries the second even when the

@@ -48,16 +48,30 @@ pub(crate) const ENGINE_CONDITION_PREFIX: &str = "poolkeeper.io/engine-";
 /// required node affinity other than exactly `pool_label In [...]`, and
 /// every other object: workloads, subresources). Mirrors the policies'
 /// variable `celDecides` (crates/cel/policies/variables.yaml).
-pub(crate) fn engine_conditions(engine: Engine, pool_label: &str) -> Vec<MatchCondition> {
+pub(crate) fn engine_conditions(
+    engine: Engine,
+    pool_label: &str,
+    exception_namespaces: &[String],
+) -> Vec<MatchCondition> {
     if engine == Engine::Webhook {
         return Vec::new();
     }
-    let label = pool_label.replace('\\', "\\\\").replace('\'', "\\'");
+    let escaped = |text: &str| text.replace('\\', "\\\\").replace('\'', "\\'");
+    let label = escaped(pool_label);
+    let excepted = if exception_namespaces.is_empty() {
+        String::new()
+    } else {
+        let quoted: Vec<String> = exception_namespaces
+            .iter()
+            .map(|ns| format!("'{}'", escaped(ns)))
+            .collect();
+        format!("request.namespace in [{}] || ", quoted.join(", "))
+    };
     let required =
         "object.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution";
     let term = format!("{required}.nodeSelectorTerms[0]");
     let expression = format!(
-        "request.resource.resource != 'pods' || \
+        "{excepted}request.resource.resource != 'pods' || \
          (has(request.subResource) && request.subResource != '') || \
          object == null || !has(object.spec) || \
          (has(object.spec.nodeName) && object.spec.nodeName != '') || \
@@ -77,10 +91,17 @@ pub(crate) fn engine_conditions(engine: Engine, pool_label: &str) -> Vec<MatchCo
 }
 
 impl DesiredSelectors {
-    /// These selectors with the `matchConditions` `engine` needs.
+    /// These selectors with the `matchConditions` `engine` needs; every
+    /// Pod of the `exception_namespaces` (bindings that allow
+    /// PlacementExceptions, which only the webhooks read) goes to poolkeeper.
     #[must_use]
-    pub(crate) fn with_engine(mut self, engine: Engine, pool_label: &str) -> Self {
-        self.engine_conditions = engine_conditions(engine, pool_label);
+    pub(crate) fn with_engine(
+        mut self,
+        engine: Engine,
+        pool_label: &str,
+        exception_namespaces: &[String],
+    ) -> Self {
+        self.engine_conditions = engine_conditions(engine, pool_label, exception_namespaces);
         self
     }
 }

@@ -507,7 +507,7 @@ mod tests {
             }
             object
         };
-        let cel = desired(&["shop"]).with_engine(Engine::Cel, POOL_LABEL);
+        let cel = desired(&["shop"]).with_engine(Engine::Cel, POOL_LABEL, &[]);
         assert_eq!(cel.engine_conditions.len(), 1);
         assert_eq!(
             cel.engine_conditions[0].name,
@@ -517,6 +517,24 @@ mod tests {
             cel.engine_conditions[0]
                 .expression
                 .contains("matchExpressions[0].key == 'apps.openyurt.io/nodepool'")
+        );
+        assert!(
+            cel.engine_conditions[0]
+                .expression
+                .starts_with("request.resource.resource != 'pods' || "),
+            "no namespace allows exceptions: every Pod is routed by its own constraints"
+        );
+        let excepted = desired(&["shop", "open"]).with_engine(
+            Engine::Cel,
+            POOL_LABEL,
+            &["open".to_owned(), "o'dd".to_owned()],
+        );
+        assert!(
+            excepted.engine_conditions[0].expression.starts_with(
+                "request.namespace in ['open', 'o\\'dd'] || request.resource.resource != 'pods' || "
+            ),
+            "every Pod of a namespace that allows exceptions goes to the webhooks: {}",
+            excepted.engine_conditions[0].expression
         );
         let engine_condition = serde_json::to_value(&cel.engine_conditions[0]).unwrap();
         let both = json!([installer, engine_condition]);
@@ -541,7 +559,7 @@ mod tests {
             None
         );
 
-        let webhook = desired(&["shop"]).with_engine(Engine::Webhook, POOL_LABEL);
+        let webhook = desired(&["shop"]).with_engine(Engine::Webhook, POOL_LABEL, &[]);
         let patch = patch_for(&with_conditions(both), &webhook)
             .unwrap()
             .expect("the engine's condition goes");

@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
-use poolkeeper_api::NodePoolType;
+use poolkeeper_api::{NodePoolType, PlacementException};
 use poolkeeper_config::{Config, EngineChoice};
 use poolkeeper_testenv::TestEnv;
 use serde_json::{Value, json};
@@ -31,8 +31,9 @@ use crate::objects::{
 };
 
 /// Namespaces: bound by the ConfigMap (modes, several pools, a missing
-/// pool), by their labels, not at all, and excluded.
-const NAMESPACES: [&str; 8] = [
+/// pool, PlacementExceptions allowed), by their labels, not at all, and
+/// excluded.
+const NAMESPACES: [&str; 9] = [
     "shop",
     "east",
     "lab",
@@ -41,6 +42,7 @@ const NAMESPACES: [&str; 8] = [
     "free",
     "kube-public",
     "half",
+    "open",
 ];
 
 /// A create's answer, normalized for comparison.
@@ -194,6 +196,13 @@ fn fixtures() -> Vec<(String, &'static str, Value)> {
             "tolerations": [{"operator": "Exists"}]}),
         ),
         ("named", json!({}), json!({"nodeName": "cloud-1"})),
+        // Selected by the exception `probe` where one exists (`open`).
+        ("probe-plain", json!({"app": "probe"}), json!({})),
+        (
+            "probe-outside",
+            json!({"app": "probe"}),
+            json!({"nodeSelector": {POOL_LABEL: "edge"}, "tolerations": [{"operator": "Exists"}]}),
+        ),
     ];
     let mut fixtures = Vec::new();
     for namespace in NAMESPACES {
@@ -258,6 +267,7 @@ async fn setup() -> (TestEnv, Config, tempfile::TempDir) {
             "team",
             "free",
             "half",
+            "open",
         ],
     )
     .await;
@@ -273,9 +283,27 @@ async fn setup() -> (TestEnv, Config, tempfile::TempDir) {
             ("lab", "cloud", "dryrun"),
             ("gone", "missing", "enforce"),
             ("half", "cloud,missing", "enforce"),
+            ("open", "cloud", "enforce, exceptions: allowed"),
         ],
     )
     .await;
+    // Skips the mutation and the validation of the Pods labelled app=probe of
+    // `open`: under either engine only the webhooks read it.
+    let probe: PlacementException = serde_json::from_value(json!({
+        "apiVersion": "poolkeeper.io/v1alpha1",
+        "kind": "PlacementException",
+        "metadata": {"name": "probe", "namespace": "open"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "probe"}},
+            "reason": "measures the edge pool",
+            "allow": {"skipMutation": true, "skipValidation": true}
+        }
+    }))
+    .unwrap();
+    Api::<PlacementException>::namespaced(client.clone(), "open")
+        .create(&PostParams::default(), &probe)
+        .await
+        .unwrap();
     Api::<Namespace>::all(client.clone())
         .patch(
             "team",
