@@ -60,7 +60,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 
 {{/* The namespaces no webhook entry matches, as poolkeeper computes them from the rendered
 configuration: placement.excludedNamespaces and its own namespace, the policy ConfigMap's;
-sorted, as the leader writes them. */}}
+sorted and deduplicated, as the leader writes them into the selectors. */}}
 {{- define "poolkeeper.excludedNamespaces" -}}
 {{- $placement := (include "poolkeeper.config" . | fromYaml).placement -}}
 {{- append $placement.excludedNamespaces $placement.policyConfigMap.namespace | uniq | sortAlpha | join ", " -}}
@@ -92,36 +92,15 @@ clientConfig:
   {{- end }}
 {{- end -}}
 
-{{/* The bound-namespaces entry's selectors: as the leader keeps them, else "nothing bound". */}}
-{{- define "poolkeeper.boundSelectors" -}}
-{{- if .kept -}}
-namespaceSelector: {{- toYaml .kept.namespaceSelector | nindent 2 }}
-objectSelector: {{- toYaml .kept.objectSelector | nindent 2 }}
-{{- else -}}
-namespaceSelector:
-  matchExpressions:
-    - key: kubernetes.io/metadata.name
-      operator: In
-      values: [no-binding.poolkeeper.io]
-objectSelector: {}
+{{/* The installer's one matchConditions entry of every webhook entry: no Pod of an excluded
+namespace reaches poolkeeper, even before the leader first writes the selectors (they are its,
+and the chart leaves them out). */}}
+{{- define "poolkeeper.notExcluded" -}}
+{{- $quoted := list -}}
+{{- range (include "poolkeeper.excludedNamespaces" . | splitList ", ") -}}
+{{- $quoted = append $quoted (printf "'%s'" .) -}}
 {{- end -}}
-{{- end -}}
-
-{{/* The pool-labelled entry's selectors: as the leader keeps them, else every namespace but the
-excluded ones. */}}
-{{- define "poolkeeper.labelledSelectors" -}}
-{{- if .kept -}}
-namespaceSelector: {{- toYaml .kept.namespaceSelector | nindent 2 }}
-objectSelector: {{- toYaml .kept.objectSelector | nindent 2 }}
-{{- else -}}
-namespaceSelector:
-  matchExpressions:
-    - key: kubernetes.io/metadata.name
-      operator: NotIn
-      values: [{{ include "poolkeeper.excludedNamespaces" .root }}]
-objectSelector:
-  matchExpressions:
-    - key: {{ .root.Values.placement.poolLabel }}
-      operator: Exists
-{{- end -}}
+matchConditions:
+  - name: poolkeeper.io/not-excluded
+    expression: "!(request.namespace in [{{ join ", " $quoted }}])"
 {{- end -}}

@@ -112,9 +112,17 @@ fn the_defaults_render_deploy_s_installation_with_its_own_certificate() {
         "every entry has the CA"
     );
     assert!(!rendered.contains("cert-manager.io"));
-    assert!(
-        rendered.contains("values: [kube-node-lease, kube-public, kube-system, poolkeeper-system]")
+    assert_eq!(
+        rendered
+            .matches(r#"expression: "!(request.namespace in ['kube-node-lease', 'kube-public', 'kube-system', 'poolkeeper-system'])""#)
+            .count(),
+        4,
+        "every entry leaves out the excluded namespaces"
     );
+    // The leader's fields: a re-apply of this render must never reset them.
+    for field in ["namespaceSelector", "objectSelector"] {
+        assert!(!rendered.contains(field), "{field} is rendered");
+    }
 }
 
 #[test]
@@ -128,7 +136,7 @@ fn every_value_reaches_the_rendered_objects() {
         "defaultConstraints: narrow",
         // The configuration's exclusions and the selectors', from one value.
         "  - batch\n",
-        "values: [batch, kube-system, poolkeeper-system]",
+        "!(request.namespace in ['batch', 'kube-system', 'poolkeeper-system'])",
         "nodePool: edge",
         "failurePolicy: Ignore",
         "timeoutSeconds: 10",
@@ -147,17 +155,18 @@ fn every_value_reaches_the_rendered_objects() {
     }
 }
 
-/// The selectors are computed from the rendered configuration: an exclusion set through
-/// `config` reaches them as one set through `placement.excludedNamespaces` does.
+/// The excluded namespaces are computed from the rendered configuration: an exclusion set
+/// through `config` reaches the match conditions as one set through
+/// `placement.excludedNamespaces` does.
 #[test]
-fn the_selectors_leave_out_the_configurations_excluded_namespaces() {
+fn the_match_conditions_leave_out_the_configurations_excluded_namespaces() {
     let rendered = template(&["config.placement.excludedNamespaces={kube-system,jobs}"]);
     assert_eq!(
         rendered
-            .matches("values: [jobs, kube-system, poolkeeper-system]")
+            .matches("!(request.namespace in ['jobs', 'kube-system', 'poolkeeper-system'])")
             .count(),
-        2,
-        "both pool-labelled entries"
+        4,
+        "every entry"
     );
 }
 
