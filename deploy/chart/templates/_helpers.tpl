@@ -104,3 +104,26 @@ matchConditions:
   - name: poolkeeper.io/not-excluded
     expression: "!(request.namespace in [{{ join ", " $quoted }}])"
 {{- end -}}
+
+{{/* An alert's runbook: the published docs/runbooks.md (prometheusRule.runbookBaseURL), else
+the section's name. */}}
+{{- define "poolkeeper.runbook" -}}
+{{- $anchor := lower .alert -}}
+{{- with .root.Values.prometheusRule.runbookBaseURL -}}
+runbook_url: {{ printf "%s#%s" . $anchor }}
+{{- else -}}
+runbook: {{ printf "docs/runbooks.md#%s" $anchor }}
+{{- end -}}
+{{- end -}}
+
+{{/* Twice the rendered configuration's leaderElection.leaseDuration (poolkeeper's default
+when unset), as a Prometheus duration. */}}
+{{- define "poolkeeper.twiceLeaseDuration" -}}
+{{- $election := (include "poolkeeper.config" . | fromYaml).leaderElection -}}
+{{- $lease := toString (default "15s" $election.leaseDuration) -}}
+{{- if not (regexMatch "^[0-9]+[smh]$" $lease) -}}
+{{- fail (printf "config.leaderElection.leaseDuration %q: the PrometheusRule needs a whole number of s, m or h" $lease) -}}
+{{- end -}}
+{{- $unit := regexFind "[smh]$" $lease -}}
+{{- printf "%d%s" (mul 2 (int (trimSuffix $unit $lease))) $unit -}}
+{{- end -}}

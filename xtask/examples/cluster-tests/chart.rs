@@ -27,7 +27,7 @@ fn helm_ok(args: &[&str]) -> String {
 }
 
 /// Every value the chart documents, set to something other than its default.
-const EVERY_OPTION: [&str; 17] = [
+const EVERY_OPTION: [&str; 24] = [
     "replicaCount=3",
     "image.repository=registry.example.com/poolkeeper",
     "image.tag=9.9.9",
@@ -45,8 +45,16 @@ const EVERY_OPTION: [&str; 17] = [
     "logging.level=debug",
     "config.audit.interval=5m",
     "priorityClassName=system-cluster-critical",
+    "topologySpreadConstraints[0].maxSkew=2",
+    "topologySpreadConstraints[0].topologyKey=kubernetes.io/hostname",
+    "topologySpreadConstraints[0].whenUnsatisfiable=DoNotSchedule",
+    "networkPolicy.enabled=true",
+    "prometheusRule.enabled=true",
+    "grafanaDashboard.enabled=true",
+    "tests.boundNamespace=shop",
 ];
 
+/// What an installation applies: `helm template` without the `helm test` hooks.
 pub fn template(sets: &[&str]) -> String {
     let mut args = vec![
         "template",
@@ -54,6 +62,7 @@ pub fn template(sets: &[&str]) -> String {
         "deploy/chart",
         "--namespace",
         "poolkeeper-system",
+        "--skip-tests",
     ];
     for set in sets {
         args.extend(["--set", set]);
@@ -106,6 +115,14 @@ fn the_defaults_render_deploy_s_installation_with_its_own_certificate() {
     assert!(rendered.contains("imagePullPolicy: IfNotPresent"));
     assert!(rendered.contains("replicas: 2"));
     assert!(rendered.contains("failurePolicy: Fail"));
+    assert!(
+        rendered.contains("topologyKey: topology.kubernetes.io/zone"),
+        "spread across zones"
+    );
+    // The monitoring pack and the NetworkPolicy are off by default.
+    for absent in ["PrometheusRule", "grafana_dashboard", "NetworkPolicy"] {
+        assert!(!rendered.contains(absent), "{absent} is rendered");
+    }
     assert_eq!(
         rendered.matches("caBundle: LS0t").count(),
         4,
@@ -147,10 +164,20 @@ fn every_value_reaches_the_rendered_objects() {
         "level: debug",
         "interval: 5m",
         "priorityClassName: system-cluster-critical",
+        "maxSkew: 2",
+        "whenUnsatisfiable: DoNotSchedule",
+        "kind: NetworkPolicy",
+        "kind: PrometheusRule",
+        "grafana_dashboard: \"1\"",
     ] {
         assert!(rendered.contains(expected), "{expected:?} is not rendered");
     }
-    for absent in ["kind: PodDisruptionBudget", "kind: Secret", "caBundle:"] {
+    for absent in [
+        "kind: PodDisruptionBudget",
+        "kind: Secret",
+        "caBundle:",
+        "topology.kubernetes.io/zone",
+    ] {
         assert!(!rendered.contains(absent), "{absent:?} is rendered");
     }
 }
@@ -269,4 +296,92 @@ fn the_charts_webhook_rules_are_deploys() {
             );
         }
     }
+}
+
+/// values.schema.json refuses a misspelt key and a value out of its set, naming them.
+#[test]
+fn the_values_schema_refuses_unknown_keys_and_bad_values() {
+    for (set, says) in [
+        ("replicaCont=3", "replicaCont"),
+        ("webhook.failurePolicy=fail", "/webhook/failurePolicy"),
+        ("networkPolicy.enable=true", "enable"),
+    ] {
+        let out = helm(&["template", "poolkeeper", "deploy/chart", "--set", set]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{set} was accepted");
+        assert!(stderr.contains(says), "{set}: {stderr}");
+    }
+}
+
+/// The NetworkPolicy admits the webhook port from every source unless told otherwise, and the
+/// admin port from the monitoring namespaces.
+#[test]
+fn the_network_policy_opens_the_webhook_and_the_admin_port() {
+    let policy = |sets: &[&str]| {
+        let mut all = vec!["networkPolicy.enabled=true"];
+        all.extend_from_slice(sets);
+        let rendered = template(&all);
+        let start = rendered
+            .find("kind: NetworkPolicy")
+            .expect("a NetworkPolicy");
+        rendered[start..].split("\n---").next().unwrap().to_owned()
+    };
+    let open = policy(&[]);
+    let webhook = open
+        .split_once("port: webhook}")
+        .expect("the webhook port")
+        .1;
+    assert!(
+        webhook.trim_start().starts_with("- ports:"),
+        "the webhook port has no `from`: {open}"
+    );
+    assert!(open.contains("port: admin}"));
+    assert!(open.contains("kubernetes.io/metadata.name: monitoring"));
+    let narrowed = policy(&["networkPolicy.webhookFrom[0].ipBlock.cidr=10.0.0.0/24"]);
+    assert!(narrowed.contains("cidr: 10.0.0.0/24"), "{narrowed}");
+}
+
+/// `helm test`: readiness, then a server-side dry-run Pod in the bound namespace (the first
+/// binding of the policy, or tests.boundNamespace); with no namespace known, readiness alone.
+#[test]
+fn the_helm_test_waits_for_readiness_then_dry_runs_a_pod_in_a_bound_namespace() {
+    let hooks = |sets: &[&str]| {
+        let mut args = vec![
+            "template",
+            "poolkeeper",
+            "deploy/chart",
+            "--namespace",
+            "poolkeeper-system",
+            "--show-only",
+            "templates/tests/admission.yaml",
+        ];
+        for set in sets {
+            args.extend(["--set", set]);
+        }
+        helm_ok(&args)
+    };
+    let bound = hooks(&[
+        "placement.policy.bindings[0].namespace=shop",
+        "placement.policy.bindings[0].nodePool=edge",
+    ]);
+    assert_eq!(bound.matches("helm.sh/hook: test").count(), 6, "{bound}");
+    for expected in [
+        "initContainers:\n    - name: ready",
+        "- --for=condition=Available\n      - deployment/poolkeeper",
+        "- name: admission",
+        "- --dry-run=server",
+        "- --namespace\n      - shop",
+        "namespace: shop",
+        "verbs: [create]",
+    ] {
+        assert!(
+            bound.contains(expected),
+            "{expected:?} is not rendered:\n{bound}"
+        );
+    }
+    let named = hooks(&["tests.boundNamespace=lab"]);
+    assert!(named.contains("- --namespace\n      - lab"), "{named}");
+    let unbound = hooks(&[]);
+    assert!(unbound.contains("- name: ready"));
+    assert!(!unbound.contains("--dry-run"), "{unbound}");
 }

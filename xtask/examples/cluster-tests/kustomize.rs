@@ -1,7 +1,8 @@
 //! The README's kustomize installation without cert-manager, on the real node: the Secret and
 //! the caBundle made with openssl, `kubectl apply -k` of an overlay of deploy/, both replicas
-//! Ready, placement and denial through the Service, JSON logs, /metrics at the Pods' addresses,
-//! and the README's uninstall leaving no webhook configuration.
+//! Ready, placement and denial through the Service, JSON logs, /metrics at the Pods' addresses
+//! (and the chart's monitoring pack checked against them), and the README's uninstall leaving
+//! no webhook configuration.
 
 use std::path::{Path, PathBuf};
 
@@ -66,6 +67,7 @@ fn kustomize_install_as_the_readme_says() {
     scenario::outside_pod_is_denied(&cluster);
     logs_are_json(&cluster, &replicas);
     metrics_at_the_pod_addresses(&cluster);
+    crate::monitoring::the_pack_reads_what_poolkeeper_exports(&cluster);
     scenario::tear_down(&cluster);
     uninstall(&cluster, &work);
 }

@@ -12,6 +12,8 @@ mod helm;
 #[cfg(test)]
 mod kustomize;
 #[cfg(test)]
+mod monitoring;
+#[cfg(test)]
 mod operations;
 #[cfg(test)]
 mod same_objects;
