@@ -14,7 +14,7 @@ fn helm(args: &[&str]) -> Output {
     run(Command::new(helm).current_dir(root()).args(args))
 }
 
-fn helm_ok(args: &[&str]) -> String {
+pub fn helm_ok(args: &[&str]) -> String {
     let out = helm(args);
     assert!(
         out.status.success(),

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 
 use crate::scenario;
 use crate::support::{
-    Cluster, NAMESPACE, REGISTRY_IMAGE, deployment_image, fresh_start,
-    no_webhook_configuration_left, readme_block, serial, wait_for_replicas, work_dir,
+    Cluster, NAMESPACE, REGISTRY_IMAGE, deployment_image, fresh_start, readme_block, serial,
+    wait_for_replicas, work_dir,
 };
 
 const SELECTOR: &str = "app.kubernetes.io/name=poolkeeper";
@@ -49,7 +49,7 @@ pub fn prerequisites(cluster: &Cluster, work: &Path) {
 
 pub fn uninstall(cluster: &Cluster, work: &Path) {
     cluster.bash_ok(work, &readme_block("kustomize-uninstall"));
-    no_webhook_configuration_left(cluster);
+    crate::gitops::nothing_of_poolkeeper_left(cluster);
     let left = cluster.kubectl(&["get", "namespace", NAMESPACE]);
     assert!(!left.status.success(), "{NAMESPACE} is gone");
 }

@@ -8,6 +8,8 @@
 #[cfg(test)]
 mod chart;
 #[cfg(test)]
+mod gitops;
+#[cfg(test)]
 mod helm;
 #[cfg(test)]
 mod kustomize;
