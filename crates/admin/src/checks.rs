@@ -57,9 +57,10 @@ pub(crate) fn one(checks: &[CheckResult], name: &str) -> Option<Report> {
 }
 
 fn line(body: &mut String, check: &CheckResult) {
-    let _ = match &check.status {
-        Ok(()) => writeln!(body, "[+]{} ok", check.name),
-        Err(reason) => writeln!(body, "[-]{} failed: {reason}", check.name),
+    let _ = match (&check.status, &check.detail) {
+        (Ok(()), Some(detail)) => writeln!(body, "[+]{} ok: {detail}", check.name),
+        (Ok(()), None) => writeln!(body, "[+]{} ok", check.name),
+        (Err(reason), _) => writeln!(body, "[-]{} failed: {reason}", check.name),
     };
 }
 
@@ -71,6 +72,7 @@ mod tests {
         CheckResult {
             name: name.to_string(),
             status: Ok(()),
+            detail: None,
         }
     }
 
@@ -78,14 +80,26 @@ mod tests {
         CheckResult {
             name: name.to_string(),
             status: Err(reason.to_string()),
+            detail: None,
         }
     }
 
     #[test]
     fn reports() {
         let healthy = [pass("index"), pass("shutdown")];
+        let detailed = [CheckResult {
+            detail: Some("serving CN=x".to_owned()),
+            ..pass("webhook")
+        }];
         let failing = [fail("index", "not synchronized"), pass("shutdown")];
-        let cases: [(&[CheckResult], bool, StatusCode, &str); 6] = [
+        let cases: [(&[CheckResult], bool, StatusCode, &str); 8] = [
+            (&detailed, false, StatusCode::OK, "ok"),
+            (
+                &detailed,
+                true,
+                StatusCode::OK,
+                "[+]webhook ok: serving CN=x\nreadyz check passed\n",
+            ),
             (&healthy, false, StatusCode::OK, "ok"),
             (
                 &healthy,

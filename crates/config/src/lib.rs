@@ -30,10 +30,11 @@ use std::path::Path;
 pub use error::{ConfigError, ConfigErrors, Location};
 pub use poolkeeper_bus::{Constraints, Mode};
 pub use schema::{
-    ApiServerConfig, AuditConfig, BusConfig, Config, EventsConfig, ExecutorConfig, HealthConfig,
-    LeaderElectionConfig, LogFormat, LoggingConfig, MachineClassesConfig, NamespaceLabels,
-    PlacementConfig, PolicyConfigMapRef, ReconcilerConfig, ShutdownConfig, WatchersConfig,
-    WebhookConfig, WebhookSelectorsConfig,
+    ApiServerConfig, AuditConfig, BusConfig, CertificateSource, Config, EventsConfig,
+    ExecutorConfig, HealthConfig, LeaderElectionConfig, LogFormat, LoggingConfig,
+    MachineClassesConfig, NamespaceLabels, PlacementConfig, PolicyConfigMapRef, ReconcilerConfig,
+    ShutdownConfig, WatchersConfig, WebhookCertificateConfig, WebhookConfig,
+    WebhookSelectorsConfig,
 };
 
 /// The documented default configuration file (`config/poolkeeper.yaml`).
@@ -174,6 +175,12 @@ mod tests {
         webhook.body_read_timeout = Duration::ZERO;
         webhook.idle_timeout = Duration::ZERO;
         webhook.max_connections = 0;
+        let certificate = &mut webhook.certificate;
+        certificate.secret_name = "Bad_Secret".into();
+        certificate.service_name = "a.b".into();
+        certificate.ca_validity = Duration::from_secs(1);
+        certificate.leaf_validity = Duration::from_secs(2);
+        certificate.renew_before = Duration::from_secs(1);
         config.audit.page_size = 0;
         config.audit.concurrency = 0;
         config.audit.max_reported = 0;
@@ -209,6 +216,7 @@ mod tests {
                     && k.as_str() != "placement.defaultMode"
                     && k.as_str() != "placement.defaultConstraints"
                     && k.as_str() != "audit.interval"
+                    && k.as_str() != "webhook.certificate.source"
                     // Compared against gracePeriod, which this config breaks on its own.
                     && k.as_str() != "shutdown.drainDelay"
             })

@@ -424,6 +424,8 @@ pub struct WebhookConfig {
     pub idle_timeout: Duration,
     /// Connections served at once; more wait in the listen backlog.
     pub max_connections: usize,
+    #[serde(deserialize_with = "or_default")]
+    pub certificate: WebhookCertificateConfig,
 }
 
 impl Default for WebhookConfig {
@@ -443,7 +445,71 @@ impl Default for WebhookConfig {
             body_read_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(120),
             max_connections: 1024,
+            certificate: WebhookCertificateConfig::default(),
         }
+    }
+}
+
+/// `webhook.certificate`: where the serving certificate comes from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct WebhookCertificateConfig {
+    pub source: CertificateSource,
+    /// The `kubernetes.io/tls` Secret of sources `secret` and `self`, in
+    /// poolkeeper's namespace (the placement policy ConfigMap's).
+    pub secret_name: String,
+    /// The Service the API server calls the webhooks through: the serving
+    /// certificate of source `self` is for `<name>.<namespace>.svc` and
+    /// `<name>.<namespace>.svc.cluster.local`.
+    pub service_name: String,
+    /// Source `self`: lifetime of a CA.
+    #[serde(with = "duration")]
+    pub ca_validity: Duration,
+    /// Source `self`: lifetime of a serving certificate.
+    #[serde(with = "duration")]
+    pub leaf_validity: Duration,
+    /// Source `self`: a serving certificate is renewed this long before it
+    /// expires.
+    #[serde(with = "duration")]
+    pub renew_before: Duration,
+}
+
+impl Default for WebhookCertificateConfig {
+    fn default() -> Self {
+        const DAY: u64 = 24 * 60 * 60;
+        Self {
+            source: CertificateSource::Files,
+            secret_name: "poolkeeper-webhook-tls".to_owned(),
+            service_name: "poolkeeper-webhook".to_owned(),
+            ca_validity: Duration::from_secs(365 * DAY),
+            leaf_validity: Duration::from_secs(150 * DAY),
+            renew_before: Duration::from_secs(15 * DAY),
+        }
+    }
+}
+
+/// `webhook.certificate.source`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CertificateSource {
+    /// `tls.crt` / `tls.key` in `webhook.certDir` (a mounted Secret).
+    #[default]
+    Files,
+    /// The Secret `secretName`, issued by someone else (cert-manager, an
+    /// operator), read through the API.
+    Secret,
+    /// The Secret `secretName`, issued and rotated by poolkeeper's leader.
+    #[serde(rename = "self")]
+    SelfManaged,
+}
+
+impl CertificateSource {
+    /// Whether every replica reads the serving certificate from the Secret.
+    pub fn is_secret(self) -> bool {
+        matches!(
+            self,
+            CertificateSource::Secret | CertificateSource::SelfManaged
+        )
     }
 }
 

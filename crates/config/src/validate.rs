@@ -239,6 +239,55 @@ fn webhook(v: &mut Rules, config: &Config) {
             ),
         );
     }
+    certificate(v, config);
+}
+
+/// A serving certificate is renewed before it expires, and a CA lives long
+/// enough to sign one leaf after another: it is replaced `leafValidity +
+/// renewBefore` before it expires, which must leave it time to be used.
+fn certificate(v: &mut Rules, config: &Config) {
+    let certificate = &config.webhook.certificate;
+    v.check(
+        "webhook.certificate.secretName",
+        dns1123_subdomain(&certificate.secret_name),
+    );
+    v.check(
+        "webhook.certificate.serviceName",
+        dns1123_label(&certificate.service_name),
+    );
+    v.positive("webhook.certificate.caValidity", certificate.ca_validity);
+    v.positive(
+        "webhook.certificate.leafValidity",
+        certificate.leaf_validity,
+    );
+    v.positive("webhook.certificate.renewBefore", certificate.renew_before);
+    v.shorter(
+        ("webhook.certificate.renewBefore", certificate.renew_before),
+        (
+            "webhook.certificate.leafValidity",
+            certificate.leaf_validity,
+        ),
+    );
+    let needed = certificate
+        .leaf_validity
+        .saturating_add(certificate.renew_before);
+    if !certificate.leaf_validity.is_zero()
+        && certificate.renew_before < certificate.leaf_validity
+        && certificate.ca_validity <= needed
+    {
+        v.fail_related(
+            "webhook.certificate.caValidity",
+            &[
+                "webhook.certificate.leafValidity",
+                "webhook.certificate.renewBefore",
+            ],
+            format!(
+                "must be longer than webhook.certificate.leafValidity plus renewBefore ({}), got {}",
+                show(needed),
+                show(certificate.ca_validity)
+            ),
+        );
+    }
 }
 
 fn audit(v: &mut Rules, config: &Config) {
@@ -573,6 +622,50 @@ fn log_filter(value: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn certificate_lifetimes_and_names() {
+        // (yaml under webhook.certificate, the paths of the errors)
+        let cases: [(&str, &[&str]); 8] = [
+            ("{source: self}", &[]),
+            (
+                "{source: self, caValidity: 30s, leafValidity: 10s, renewBefore: 5s}",
+                &[],
+            ),
+            (
+                "{leafValidity: 10s, renewBefore: 10s}",
+                &["webhook.certificate.renewBefore"],
+            ),
+            (
+                "{caValidity: 15s, leafValidity: 10s, renewBefore: 5s}",
+                &["webhook.certificate.caValidity"],
+            ),
+            ("{renewBefore: 0s}", &["webhook.certificate.renewBefore"]),
+            (
+                "{secretName: Bad_Name}",
+                &["webhook.certificate.secretName"],
+            ),
+            ("{serviceName: a.b}", &["webhook.certificate.serviceName"]),
+            ("{source: vault}", &["webhook.certificate.source"]),
+        ];
+        for (yaml, paths) in cases {
+            let document = format!("webhook:\n  certificate: {yaml}\n");
+            let found: Vec<String> = match Config::from_yaml_str(&document) {
+                Ok(_) => Vec::new(),
+                Err(errors) => errors
+                    .errors()
+                    .iter()
+                    .map(|e| e.path().to_owned())
+                    .collect(),
+            };
+            assert_eq!(found, paths, "{yaml}");
+        }
+        let config = Config::from_yaml_str("webhook: {certificate: {source: self}}").unwrap();
+        assert_eq!(
+            config.webhook.certificate.source,
+            crate::CertificateSource::SelfManaged
+        );
+    }
 
     #[test]
     fn dns1123_labels() {

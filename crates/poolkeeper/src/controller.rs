@@ -7,7 +7,7 @@
 //! | `admin` | admin server, metrics observer | listening | none (ready at once) |
 //! | `apiserver` | API server check | the API server answered | `apiServer.startupTimeout` (the check's own) |
 //! | `watchers` | one watcher per kind, sync tracker (`/readyz` check `index`) | every kind listed | `watchers.syncTimeout` |
-//! | `serve` | HTTPS admission server (if enabled), and leader election gating reconciler and executor (if MachineClasses are enabled), audit and rejected-bindings reporter (if placement is enabled), webhook selectors (if the webhook is too) and Kubernetes Event recorder | certificate loaded and serving; campaigning | `webhook.certificateTimeout` |
+//! | `serve` | HTTPS admission server (if enabled), and leader election gating reconciler and executor (if MachineClasses are enabled), audit and rejected-bindings reporter (if placement is enabled), webhook selectors (if the webhook is too), the webhook certificate (if it comes from a Secret) and Kubernetes Event recorder | certificate loaded and serving; campaigning | `webhook.certificateTimeout` |
 //!
 //! The two jobs share the last stage so that neither waits for the other: a
 //! replica still waiting for its serving certificate campaigns and protects
@@ -23,6 +23,7 @@ use kube::Client;
 use poolkeeper_admin::{AdminServer, AdminSettings, EventMetrics, ObjectCounts};
 use poolkeeper_audit::{Audit, AuditSettings};
 use poolkeeper_bus::Bus;
+use poolkeeper_certificates::{CertificateSettings, WebhookCertificates};
 use poolkeeper_config::Config;
 use poolkeeper_executor::{ClassWriter, Executor, ExecutorSettings, KubeClassWriter};
 use poolkeeper_index::Index;
@@ -214,7 +215,8 @@ impl Wiring<'_> {
             &self.bus,
             self.index.clone(),
             self.policy.clone(),
-        );
+        )
+        .with_client(self.client.clone());
         let addr = server.bind()?;
         Ok(Some((server, addr)))
     }
@@ -240,6 +242,7 @@ impl Wiring<'_> {
             executor: ExecutorSettings::from(config),
             audit: AuditSettings::from(config),
             selectors: SelectorSettings::from(config),
+            certificates: CertificateSettings::from(config),
             recorder: RecorderSettings::from(config),
             policy: self.policy.clone(),
             bus: self.bus.clone(),
@@ -276,6 +279,9 @@ struct LeaderComponents<W> {
     executor: ExecutorSettings,
     audit: AuditSettings,
     selectors: SelectorSettings,
+    /// Its source says whether the leader issues (`self`) or publishes
+    /// (`secret`) the webhook's serving certificate.
+    certificates: CertificateSettings,
     recorder: RecorderSettings,
     policy: PolicyCache,
     bus: Bus,
@@ -293,6 +299,7 @@ impl<W: ClassWriter + Clone> LeaderComponents<W> {
             self.audit(),
             self.rejected_bindings(),
             self.selectors(),
+            self.certificates(),
             Some(self.recorder()),
         ]
         .into_iter()
@@ -348,6 +355,16 @@ impl<W: ClassWriter + Clone> LeaderComponents<W> {
                 self.client.clone(),
                 self.index.clone(),
                 self.policy.clone(),
+            )) as _
+        })
+    }
+
+    /// With the webhook, when its certificate comes from a Secret.
+    fn certificates(&self) -> Option<Box<dyn Component>> {
+        (self.webhook && self.certificates.source.is_secret()).then(|| {
+            Box::new(WebhookCertificates::new(
+                self.certificates.clone(),
+                self.client.clone(),
             )) as _
         })
     }

@@ -122,6 +122,14 @@ impl Context {
         }
     }
 
+    /// What the component's `/readyz` check says while it passes (shown by
+    /// `/readyz?verbose`); replaced by each call.
+    pub fn ready_detail(&self, detail: impl Into<String>) {
+        if let Some(check) = &self.check {
+            check.detail(detail);
+        }
+    }
+
     /// Before [`Context::mark_ready`]: what the component waits for, shown
     /// by its `/readyz` check and by a startup timeout. Ignored once ready.
     pub fn waiting_for(&self, reason: impl Into<String>) {

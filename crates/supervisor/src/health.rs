@@ -9,6 +9,9 @@ pub struct CheckResult {
     pub name: String,
     /// `Err(reason)` when the check fails.
     pub status: Result<(), String>,
+    /// What a passing check says in a verbose report (the certificate a
+    /// server serves, say).
+    pub detail: Option<String>,
 }
 
 /// The named liveness and readiness checks of the process, shared by the
@@ -22,6 +25,7 @@ pub struct Health {
 struct HealthInner {
     liveness: RwLock<BTreeMap<String, Result<(), String>>>,
     readiness: RwLock<BTreeMap<String, Result<(), String>>>,
+    details: RwLock<BTreeMap<String, String>>,
 }
 
 impl Health {
@@ -49,11 +53,11 @@ impl Health {
     }
 
     pub fn liveness(&self) -> Vec<CheckResult> {
-        report(&self.inner.liveness.read())
+        report(&self.inner.liveness.read(), &BTreeMap::new())
     }
 
     pub fn readiness(&self) -> Vec<CheckResult> {
-        report(&self.inner.readiness.read())
+        report(&self.inner.readiness.read(), &self.inner.details.read())
     }
 
     fn set(&self, liveness: bool, name: &str, status: Result<(), String>) {
@@ -66,11 +70,15 @@ impl Health {
     }
 }
 
-fn report(map: &BTreeMap<String, Result<(), String>>) -> Vec<CheckResult> {
+fn report(
+    map: &BTreeMap<String, Result<(), String>>,
+    details: &BTreeMap<String, String>,
+) -> Vec<CheckResult> {
     map.iter()
         .map(|(name, status)| CheckResult {
             name: name.clone(),
             status: status.clone(),
+            detail: details.get(name).cloned(),
         })
         .collect()
 }
@@ -86,6 +94,17 @@ pub struct Gate {
 impl Gate {
     pub fn pass(&self) {
         self.health.set(self.liveness, &self.name, Ok(()));
+    }
+
+    /// What a verbose readiness report says of this check while it passes.
+    pub fn detail(&self, detail: impl Into<String>) {
+        if !self.liveness {
+            self.health
+                .inner
+                .details
+                .write()
+                .insert(self.name.clone(), detail.into());
+        }
     }
 
     pub fn fail(&self, reason: impl Into<String>) {

@@ -15,6 +15,7 @@ use crate::connection::Connections;
 use crate::error::WebhookError;
 use crate::serving::{serve, wait_for_certificate};
 use crate::settings::WebhookSettings;
+use crate::source::CertificateSource;
 
 /// The component's name, also the name of its readiness check.
 pub const COMPONENT_NAME: &str = "webhook";
@@ -27,6 +28,8 @@ pub const COMPONENT_NAME: &str = "webhook";
 /// and reports ready then.
 pub struct WebhookServer {
     settings: WebhookSettings,
+    /// Reads the serving certificate's Secret (sources `secret` and `self`).
+    client: Option<kube::Client>,
     admission: AdmissionService,
     listener: Option<(TcpListener, SocketAddr)>,
 }
@@ -52,8 +55,31 @@ impl WebhookServer {
         Self {
             admission: AdmissionService::new(&settings, index, policy, bus.clone()),
             settings,
+            client: None,
             listener: None,
         }
+    }
+
+    /// The client the Secret of sources `secret` and `self` is watched with.
+    pub fn with_client(mut self, client: kube::Client) -> Self {
+        self.client = Some(client);
+        self
+    }
+
+    fn certificate_source(&self) -> Result<CertificateSource, WebhookError> {
+        let settings = &self.settings;
+        if !settings.certificate_source.is_secret() {
+            return Ok(CertificateSource::files(
+                settings.cert_dir.clone(),
+                settings.cert_reload_interval,
+            ));
+        }
+        let client = self.client.clone().ok_or(WebhookError::NoClient)?;
+        Ok(CertificateSource::secret(
+            client,
+            &settings.secret_namespace,
+            &settings.secret_name,
+        ))
     }
 
     /// Binds the listening socket now rather than when the component runs,
@@ -76,18 +102,18 @@ impl WebhookServer {
     }
 
     async fn serve(self, ctx: Context) -> Result<(), BoxError> {
+        let source = self.certificate_source()?;
         let WebhookServer {
             settings,
             admission,
             listener,
+            ..
         } = self;
         let (listener, addr) = match listener {
             Some(bound) => bound,
             None => bind(settings.listen)?,
         };
-        let interval = settings.cert_reload_interval;
-        let Some(mut certificate) = wait_for_certificate(&settings.cert_dir, interval, &ctx).await
-        else {
+        let Some(mut certificate) = wait_for_certificate(source, &ctx).await else {
             return Ok(());
         };
         let connections = Connections::new(&settings, admission);
@@ -99,9 +125,12 @@ impl WebhookServer {
             settings.max_connections,
         )?;
         ctx.mark_ready();
+        ctx.ready_detail(certificate.describe());
         tracing::info!(%addr, mutate = %settings.mutate_path, validate = %settings.validate_path, "webhook server listening");
         serving
-            .until_cancelled(&mut certificate, interval, &ctx)
+            .until_cancelled(&mut certificate, &ctx, |served| {
+                ctx.ready_detail(served.describe())
+            })
             .await?;
         serving.drain(settings.shutdown_timeout).await;
         Ok(())

@@ -73,6 +73,9 @@ pub enum WebhookError {
     #[error("{path} holds no certificate")]
     NoCertificate { path: PathBuf },
 
+    #[error("webhook.certificate.source reads a Secret, but the server has no Kubernetes client")]
+    NoClient,
+
     #[error("the certificate and key in {dir} cannot be served: {source}")]
     UnusableCertificate {
         dir: PathBuf,
@@ -134,7 +137,8 @@ impl WebhookError {
             WebhookError::ReadCertificate { .. }
             | WebhookError::Pem { .. }
             | WebhookError::NoCertificate { .. }
-            | WebhookError::UnusableCertificate { .. } => "certificate",
+            | WebhookError::UnusableCertificate { .. }
+            | WebhookError::NoClient => "certificate",
             WebhookError::Listen { .. }
             | WebhookError::ServerEnded { .. }
             | WebhookError::ServerTask { .. } => "server",

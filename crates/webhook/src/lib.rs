@@ -15,6 +15,7 @@ mod error;
 mod review;
 mod serving;
 mod settings;
+mod source;
 mod tls;
 mod wire;
 

@@ -3,7 +3,6 @@
 //! drain.
 
 use std::net::{SocketAddr, TcpListener};
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,6 +15,7 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::connection::{Connections, Stop};
 use crate::error::WebhookError;
+use crate::source::CertificateSource;
 use crate::tls::{self, PemPair};
 
 /// The TLS configuration new connections get; swapped on a rotation.
@@ -23,77 +23,89 @@ type TlsCell = Arc<RwLock<Arc<ServerConfig>>>;
 
 /// The certificate being served and what the reload loop compares against.
 pub(crate) struct ServedCertificate {
-    dir: PathBuf,
+    source: CertificateSource,
     tls: TlsCell,
     loaded: PemPair,
-    /// The last pair on disk that could not be used, so that a broken pair
-    /// is reported once, not at every tick.
+    /// The last pair that could not be used, so that a broken pair is
+    /// reported once, not at every tick.
     refused: Option<PemPair>,
 }
 
-/// Polls `dir` every `interval` until it holds a usable pair; until then
-/// the readiness reason says what is missing. `None` when cancelled first.
+/// Takes pairs from `source` until one is usable; until then the readiness
+/// reason says what is missing. `None` when cancelled first.
 pub(crate) async fn wait_for_certificate(
-    dir: &Path,
-    interval: Duration,
+    mut source: CertificateSource,
     ctx: &Context,
 ) -> Option<ServedCertificate> {
+    let origin = source.origin().display().to_string();
     let mut last_error = String::new();
+    ctx.waiting_for(format!("waiting for the serving certificate in {origin}"));
     loop {
-        match tls::load(dir).await {
+        let next = tokio::select! {
+            _ = ctx.cancelled() => return None,
+            next = source.next() => next,
+        };
+        let loaded = next.and_then(|pair| {
+            tls::server_config(source.origin(), &pair)
+                .map(|config| (pair, config))
+                .map_err(|e| e.to_string())
+        });
+        match loaded {
             Ok((pair, config)) => {
-                tracing::info!(dir = %dir.display(), "serving certificate loaded");
+                tracing::info!(origin = %origin, certificate = %pair.describe(), "serving certificate loaded");
                 return Some(ServedCertificate {
-                    dir: dir.to_owned(),
+                    source,
                     tls: Arc::new(RwLock::new(config)),
                     loaded: pair,
                     refused: None,
                 });
             }
             Err(error) => {
-                let error = error.to_string();
                 if error != last_error {
-                    tracing::warn!(dir = %dir.display(), %error, "serving certificate not available yet");
+                    tracing::warn!(origin = %origin, %error, "serving certificate not available yet");
                     ctx.waiting_for(format!(
-                        "waiting for the serving certificate in {}: {error}",
-                        dir.display()
+                        "waiting for the serving certificate in {origin}: {error}"
                     ));
                     last_error = error;
                 }
             }
         }
-        tokio::select! {
-            _ = ctx.cancelled() => return None,
-            _ = tokio::time::sleep(interval) => {}
-        }
     }
 }
 
 impl ServedCertificate {
-    /// Swaps in the pair on disk when it changed and is usable; established
-    /// connections keep the certificate they were set up with.
-    async fn reload_if_changed(&mut self) {
-        let pair = match tls::read_pair(&self.dir).await {
+    /// What `/readyz?verbose` and the log say is served.
+    pub(crate) fn describe(&self) -> String {
+        self.loaded.describe()
+    }
+
+    /// Swaps in `next` when it changed and is usable; established
+    /// connections keep the certificate they were set up with. Whether it
+    /// was swapped in.
+    fn offer(&mut self, next: Result<PemPair, String>) -> bool {
+        let pair = match next {
             Ok(pair) => pair,
             Err(error) => {
                 tracing::warn!(%error, "cannot read the serving certificate; keeping the current one");
-                return;
+                return false;
             }
         };
         if pair == self.loaded || self.refused.as_ref() == Some(&pair) {
-            return;
+            return false;
         }
-        match tls::server_config(&self.dir, &pair) {
+        match tls::server_config(self.source.origin(), &pair) {
             Ok(config) => {
                 *self.tls.write() = config;
                 self.loaded = pair;
                 self.refused = None;
-                tracing::info!(dir = %self.dir.display(), "serving certificate reloaded");
+                tracing::info!(origin = %self.source.origin().display(), certificate = %self.describe(), "serving certificate reloaded");
+                true
             }
             Err(error) => {
                 // Often a rotation caught half-written; the next change is tried again.
                 tracing::warn!(%error, "new serving certificate is not usable; keeping the current one");
                 self.refused = Some(pair);
+                false
             }
         }
     }
@@ -182,24 +194,24 @@ async fn accept(
 }
 
 impl Serving {
-    /// Reloads the certificate every `interval` until `ctx` is cancelled;
-    /// an error when the server stops on its own before that.
+    /// Takes every new certificate of its source until `ctx` is cancelled,
+    /// calling `swapped` after each one served; an error when the server
+    /// stops on its own before that.
     pub(crate) async fn until_cancelled(
         &mut self,
         certificate: &mut ServedCertificate,
-        interval: Duration,
         ctx: &Context,
+        mut swapped: impl FnMut(&ServedCertificate),
     ) -> Result<(), WebhookError> {
-        let mut ticker = tokio::time::interval(interval);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        ticker.reset();
         loop {
             tokio::select! {
                 _ = ctx.cancelled() => return Ok(()),
                 ended = &mut self.task => return Err(self.ended(ended)),
-                _ = ticker.tick() => {
+                next = certificate.source.next() => {
                     let _busy = ctx.busy("checking the serving certificate");
-                    certificate.reload_if_changed().await;
+                    if certificate.offer(next) {
+                        swapped(certificate);
+                    }
                 }
             }
         }

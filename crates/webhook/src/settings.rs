@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use poolkeeper_config::Config;
+use poolkeeper_config::{CertificateSource, Config};
 
 /// Settings of the webhook server (`webhook.*` in the configuration file).
 /// The configuration holds the defaults and the rules: a value it accepts is
@@ -14,8 +14,15 @@ use poolkeeper_config::Config;
 pub struct WebhookSettings {
     /// `webhook.listen`.
     pub listen: SocketAddr,
+    /// `webhook.certificate.source`: `files` reads `cert_dir`; `secret`
+    /// and `self` watch the Secret `secret_name` in `secret_namespace`.
+    pub certificate_source: CertificateSource,
     /// `webhook.certDir`: holds `tls.crt` and `tls.key`.
     pub cert_dir: PathBuf,
+    /// `webhook.certificate.secretName`.
+    pub secret_name: String,
+    /// poolkeeper's namespace (`placement.policyConfigMap.namespace`).
+    pub secret_namespace: String,
     /// `webhook.certReloadInterval`: how often the certificate files are
     /// checked for a change (and, before the first one, for existence).
     pub cert_reload_interval: Duration,
@@ -50,7 +57,10 @@ impl From<&Config> for WebhookSettings {
         let webhook = &config.webhook;
         Self {
             listen: webhook.listen,
+            certificate_source: webhook.certificate.source,
             cert_dir: webhook.cert_dir.clone(),
+            secret_name: webhook.certificate.secret_name.clone(),
+            secret_namespace: config.placement.policy_config_map.namespace.clone(),
             cert_reload_interval: webhook.cert_reload_interval,
             mutate_path: webhook.mutate_path.clone(),
             validate_path: webhook.validate_path.clone(),

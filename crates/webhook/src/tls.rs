@@ -14,11 +14,37 @@ use crate::error::WebhookError;
 pub const CERT_FILE: &str = "tls.crt";
 pub const KEY_FILE: &str = "tls.key";
 
-/// The PEM contents of one certificate/key pair.
+/// The PEM contents of one certificate/key pair, and the CAs beside it.
 #[derive(Clone, PartialEq, Eq)]
 pub(crate) struct PemPair {
     pub(crate) cert: Vec<u8>,
     pub(crate) key: Vec<u8>,
+    /// `ca.crt`, when there is one: only described, never served.
+    pub(crate) ca: Option<Vec<u8>>,
+}
+
+impl PemPair {
+    /// What `/readyz?verbose` says is served: the serving certificate and
+    /// the CA of `ca.crt` that signed it.
+    pub(crate) fn describe(&self) -> String {
+        use poolkeeper_pki::CertificateInfo;
+        let Ok(leaf) = CertificateInfo::parse_first(&self.cert) else {
+            return "serving an unreadable certificate".to_owned();
+        };
+        let cas = self
+            .ca
+            .as_deref()
+            .and_then(|ca| CertificateInfo::parse_pem(ca).ok())
+            .unwrap_or_default();
+        match leaf.signer_among(&cas) {
+            Some(ca) => format!("serving {}; CA {}", leaf.describe(), ca.describe()),
+            None => format!(
+                "serving {}; CA {} (not in ca.crt)",
+                leaf.describe(),
+                leaf.issuer
+            ),
+        }
+    }
 }
 
 pub(crate) fn cert_path(dir: &Path) -> PathBuf {
@@ -38,6 +64,9 @@ pub(crate) async fn read_pair(dir: &Path) -> Result<PemPair, WebhookError> {
     Ok(PemPair {
         cert: read(cert_path(dir)).await?,
         key: read(key_path(dir)).await?,
+        ca: tokio::fs::read(dir.join(poolkeeper_pki::CA_CERT))
+            .await
+            .ok(),
     })
 }
 
@@ -72,11 +101,4 @@ pub(crate) fn server_config(dir: &Path, pair: &PemPair) -> Result<Arc<ServerConf
         .map_err(unusable)?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(config))
-}
-
-/// Reads the pair in `dir` and builds its server configuration.
-pub(crate) async fn load(dir: &Path) -> Result<(PemPair, Arc<ServerConfig>), WebhookError> {
-    let pair = read_pair(dir).await?;
-    let config = server_config(dir, &pair)?;
-    Ok((pair, config))
 }

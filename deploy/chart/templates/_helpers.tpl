@@ -26,8 +26,16 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- printf "%s-webhook" (include "poolkeeper.fullname" .) -}}
 {{- end -}}
 
+{{/* The Secret of the serving certificate: existingSecret, or the one poolkeeper (or
+cert-manager) writes. */}}
 {{- define "poolkeeper.servingSecret" -}}
-{{- printf "%s-webhook-tls" (include "poolkeeper.fullname" .) -}}
+{{- default (printf "%s-webhook-tls" (include "poolkeeper.fullname" .)) .Values.existingSecret -}}
+{{- end -}}
+
+{{/* webhook.certificate.source: poolkeeper issues its own certificate unless cert-manager or
+an existing Secret provides it. */}}
+{{- define "poolkeeper.certificateSource" -}}
+{{- if or .Values.certManager.enabled .Values.existingSecret -}}secret{{- else -}}self{{- end -}}
 {{- end -}}
 
 {{- define "poolkeeper.placementConfigMap" -}}
@@ -46,7 +54,12 @@ app.kubernetes.io/instance: {{ .Release.Name }}
     "defaultConstraints" .Values.placement.defaultConstraints
     "excludedNamespaces" .Values.placement.excludedNamespaces
     "policyConfigMap" (dict "namespace" .Release.Namespace "name" (include "poolkeeper.placementConfigMap" .) "key" "placement.yaml"))
-  "webhook" (dict "listen" (printf "0.0.0.0:%v" .Values.webhook.port))
+  "webhook" (dict
+    "listen" (printf "0.0.0.0:%v" .Values.webhook.port)
+    "certificate" (dict
+      "source" (include "poolkeeper.certificateSource" .)
+      "secretName" (include "poolkeeper.servingSecret" .)
+      "serviceName" (include "poolkeeper.webhookService" .)))
   "webhookSelectors" (dict "configurationName" $fullname)
   "logging" (dict "level" .Values.logging.level "format" .Values.logging.format)
 -}}
@@ -87,9 +100,6 @@ clientConfig:
     namespace: {{ .root.Release.Namespace }}
     path: {{ .path }}
     port: 443
-  {{- with .caBundle }}
-  caBundle: {{ . }}
-  {{- end }}
 {{- end -}}
 
 {{/* The installer's one matchConditions entry of every webhook entry: no Pod of an excluded

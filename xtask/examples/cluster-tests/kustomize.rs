@@ -1,8 +1,8 @@
-//! The README's kustomize installation without cert-manager, on the real node: the Secret and
-//! the caBundle made with openssl, `kubectl apply -k` of an overlay of deploy/, both replicas
+//! The README's kustomize installation without cert-manager, on the real node: the serving
+//! certificate issued by poolkeeper, `kubectl apply -k` of an overlay of deploy/, both replicas
 //! Ready, placement and denial through the Service, JSON logs, /metrics at the Pods' addresses
 //! (and the chart's monitoring pack checked against them), and the README's uninstall leaving
-//! no webhook configuration.
+//! no webhook configuration, admission policy or Secret of poolkeeper's.
 
 use std::path::{Path, PathBuf};
 
@@ -59,8 +59,6 @@ fn kustomize_install_as_the_readme_says() {
     let _serial = serial();
     let cluster = Cluster::from_env();
     let (work, replicas) = install(&cluster, "kustomize");
-    // Rotating to the same certificate: the Secret is replaced, the webhooks keep answering.
-    cluster.bash_ok(&work, &readme_block("kustomize-rotate"));
     scenario::set_up(&cluster, "poolkeeper-placement");
     scenario::webhooks_go_through_the_service(&cluster, "poolkeeper-webhook");
     scenario::deployment_is_placed_and_running(&cluster);

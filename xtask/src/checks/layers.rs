@@ -16,12 +16,13 @@ use super::Violation;
 use crate::{Error, Result};
 
 /// The crates, by directory name under `crates/`, that any crate may depend on.
-pub(super) const FOUNDATION: [&str; 7] = [
+pub(super) const FOUNDATION: [&str; 8] = [
     "api",
     "bus",
     "config",
     "index",
     "kube",
+    "pki",
     "placement",
     "supervisor",
 ];

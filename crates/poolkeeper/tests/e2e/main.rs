@@ -6,6 +6,7 @@ mod audit;
 mod balancer;
 mod bindings;
 mod blast_radius;
+mod certificates;
 mod enqueue;
 mod faults;
 mod harness;

@@ -39,6 +39,12 @@ webhook:
     assert_eq!(settings.mutate_path, "/v1/mutate");
     assert_eq!(settings.validate_path, "/v1/validate");
     assert_eq!(settings.max_body_bytes, 4096);
+    assert_eq!(
+        settings.certificate_source,
+        poolkeeper_config::CertificateSource::Files
+    );
+    assert_eq!(settings.secret_name, "poolkeeper-webhook-tls");
+    assert_eq!(settings.secret_namespace, "poolkeeper-system");
 }
 
 /// `webhook: {mutatePath: .., validatePath: ..}` as YAML; JSON strings are

@@ -1,0 +1,353 @@
+//! The leader-only component: issues into the Secret what the plan calls
+//! for, publishes its `ca.crt` as both configurations' caBundle, and wakes
+//! at the plan's next check or on any change of the Secret or the
+//! configurations.
+
+use std::collections::BTreeMap;
+use std::pin::Pin;
+use std::time::{Duration, SystemTime};
+
+use futures::future::BoxFuture;
+use futures::{Stream, StreamExt};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::api::PostParams;
+use kube::runtime::watcher;
+use kube::{Api, Client, Resource};
+use poolkeeper_config::CertificateSource;
+use poolkeeper_kube::Backoff;
+use poolkeeper_kube::watch::retrying;
+use poolkeeper_pki::CA_CERT;
+use poolkeeper_supervisor::{BoxError, Component, Context, error_chain};
+use tokio::time::Instant;
+
+use crate::bundle::{FIELD_MANAGER, Published, publish};
+use crate::error::CertificateError;
+use crate::plan::{Stored, plan};
+use crate::settings::CertificateSettings;
+
+type Changes = Pin<Box<dyn Stream<Item = Result<(), watcher::Error>> + Send>>;
+
+/// Writes of the Secret in one pass before it is given up (a pass converges
+/// in two: the plan of a written Secret writes nothing more).
+const MAX_WRITES: usize = 4;
+
+/// The `webhook-certificates` component. See the crate documentation.
+pub struct WebhookCertificates {
+    client: Client,
+    settings: CertificateSettings,
+}
+
+impl std::fmt::Debug for WebhookCertificates {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebhookCertificates")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl WebhookCertificates {
+    pub const NAME: &'static str = "webhook-certificates";
+
+    pub fn new(settings: CertificateSettings, client: Client) -> Self {
+        Self { client, settings }
+    }
+
+    async fn run_loop(self, ctx: Context) -> Result<(), BoxError> {
+        ctx.mark_ready();
+        let mut changes = self.changes();
+        let mut backoff = Backoff::new(self.settings.retry_initial, self.settings.retry_max);
+        let mut due = true;
+        let mut wake_at: Option<Instant> = None;
+        loop {
+            if due {
+                due = false;
+                let _busy = ctx.busy("keeping the webhook certificate");
+                let result = tokio::select! {
+                    biased;
+                    () = ctx.cancelled() => break,
+                    result = self.pass() => result,
+                };
+                wake_at = match result {
+                    Ok(next) => {
+                        backoff.reset();
+                        next.map(until)
+                    }
+                    Err(error) => {
+                        let delay = if error.is_conflict() {
+                            backoff.first()
+                        } else {
+                            backoff.next_delay()
+                        };
+                        tracing::warn!(
+                            error = %error_chain(&error),
+                            retry_in = %humantime::format_duration(delay),
+                            "webhook certificate not brought in step"
+                        );
+                        Some(Instant::now() + delay)
+                    }
+                };
+            }
+            tokio::select! {
+                biased;
+                () = ctx.cancelled() => break,
+                Some(change) = changes.next() => match change {
+                    Ok(()) => due = true,
+                    Err(error) => tracing::warn!(
+                        error = %error_chain(&error),
+                        "watching the webhook certificate's objects failed; retrying"
+                    ),
+                },
+                () = sleep_until(wake_at) => due = true,
+            }
+        }
+        Ok(())
+    }
+
+    /// Changes of the Secret and of both configurations, merged.
+    fn changes(&self) -> Changes {
+        let by_name =
+            |name: &str| watcher::Config::default().fields(&format!("metadata.name={name}"));
+        let secret = watch(
+            self.client.clone(),
+            Api::<Secret>::namespaced(self.client.clone(), &self.settings.namespace),
+            by_name(&self.settings.secret_name),
+        );
+        let name = &self.settings.configuration_name;
+        let mutating = watch(
+            self.client.clone(),
+            Api::<MutatingWebhookConfiguration>::all(self.client.clone()),
+            by_name(name),
+        );
+        let validating = watch(
+            self.client.clone(),
+            Api::<ValidatingWebhookConfiguration>::all(self.client.clone()),
+            by_name(name),
+        );
+        Box::pin(futures::stream::select(
+            secret,
+            futures::stream::select(mutating, validating),
+        ))
+    }
+
+    /// One pass: the Secret brought in step (source `self`) and its CA
+    /// published. Returns when to look again, if nothing changes first.
+    async fn pass(&self) -> Result<Option<SystemTime>, CertificateError> {
+        if self.settings.source != CertificateSource::SelfManaged {
+            let secret = self.read_secret().await?;
+            let data = secret.map(|s| secret_data(&s)).unwrap_or_default();
+            let bundle = data.get(CA_CERT).ok_or(CertificateError::NoCaCert)?;
+            self.publish(bundle, false).await?;
+            return Ok(None);
+        }
+        let settings = &self.settings;
+        for _ in 0..MAX_WRITES {
+            let secret = self.read_secret().await?;
+            let data = secret.as_ref().map(secret_data).unwrap_or_default();
+            let now = SystemTime::now();
+            let stored = Stored::read(&data, &settings.dns_names, now);
+            let bundle = data.get(CA_CERT).cloned().unwrap_or_default();
+            let published = !bundle.is_empty() && self.publish(&bundle, true).await?;
+            let plan = plan(&stored, now, &settings.lifetimes, published);
+            if plan.writes(&stored) {
+                let written = crate::issue(
+                    &data,
+                    &stored,
+                    &plan,
+                    now,
+                    &settings.lifetimes,
+                    &settings.dns_names,
+                )?;
+                self.write_secret(secret, &written).await?;
+                tracing::info!(
+                    secret = %settings.secret_name,
+                    new_ca = plan.new_ca.map(|r| r.as_str()),
+                    new_leaf = plan.new_leaf.map(|r| r.as_str()),
+                    cas = plan.kept_cas.len() + usize::from(plan.new_ca.is_some()),
+                    "webhook certificate written"
+                );
+                if let Some(bundle) = written.get(CA_CERT) {
+                    self.publish(bundle, false).await?;
+                }
+                continue;
+            }
+            if !published {
+                self.publish(&bundle, false).await?;
+                continue;
+            }
+            return Ok(Some(plan.next_check));
+        }
+        Err(CertificateError::Unsettled(MAX_WRITES))
+    }
+
+    /// Publishes `bundle` into both configurations, or (`check`) says
+    /// whether both have it (a configuration cert-manager injects counts as
+    /// published).
+    async fn publish(&self, bundle: &[u8], check: bool) -> Result<bool, CertificateError> {
+        let (name, timeout) = (
+            &self.settings.configuration_name,
+            self.settings.request_timeout,
+        );
+        let mutating =
+            publish::<MutatingWebhookConfiguration>(&self.client, name, bundle, timeout, check)
+                .await?;
+        let validating =
+            publish::<ValidatingWebhookConfiguration>(&self.client, name, bundle, timeout, check)
+                .await?;
+        for (kind, published) in [
+            ("MutatingWebhookConfiguration", mutating),
+            ("ValidatingWebhookConfiguration", validating),
+        ] {
+            if published == Published::Patched {
+                tracing::info!(kind, %name, "caBundle updated to the webhook certificate's CAs");
+            }
+        }
+        Ok(mutating != Published::Differs && validating != Published::Differs)
+    }
+
+    async fn read_secret(&self) -> Result<Option<Secret>, CertificateError> {
+        let api = Api::<Secret>::namespaced(self.client.clone(), &self.settings.namespace);
+        tokio::time::timeout(
+            self.settings.request_timeout,
+            api.get_opt(&self.settings.secret_name),
+        )
+        .await
+        .map_err(|_| CertificateError::Timeout("Secret"))?
+        .map_err(|source| CertificateError::Api {
+            what: "Secret",
+            source,
+        })
+    }
+
+    /// Creates the Secret (owned by the MutatingWebhookConfiguration, so
+    /// that an uninstall removes it), or replaces the one read: its
+    /// resourceVersion is the precondition.
+    async fn write_secret(
+        &self,
+        stored: Option<Secret>,
+        data: &BTreeMap<String, Vec<u8>>,
+    ) -> Result<(), CertificateError> {
+        let api = Api::<Secret>::namespaced(self.client.clone(), &self.settings.namespace);
+        let params = PostParams {
+            field_manager: Some(FIELD_MANAGER.to_owned()),
+            ..PostParams::default()
+        };
+        let data = Some(
+            data.iter()
+                .map(|(k, v)| (k.clone(), ByteString(v.clone())))
+                .collect(),
+        );
+        let timeout = self.settings.request_timeout;
+        let request = async {
+            match stored {
+                Some(mut secret) => {
+                    secret.data = data;
+                    secret.string_data = None;
+                    api.replace(&self.settings.secret_name, &params, &secret)
+                        .await
+                }
+                None => {
+                    let secret = Secret {
+                        metadata: ObjectMeta {
+                            name: Some(self.settings.secret_name.clone()),
+                            namespace: Some(self.settings.namespace.clone()),
+                            owner_references: Some(vec![self.owner().await?]),
+                            labels: Some(BTreeMap::from([(
+                                "app.kubernetes.io/managed-by".to_owned(),
+                                "poolkeeper".to_owned(),
+                            )])),
+                            ..ObjectMeta::default()
+                        },
+                        type_: Some("kubernetes.io/tls".to_owned()),
+                        data,
+                        ..Secret::default()
+                    };
+                    api.create(&params, &secret).await
+                }
+            }
+        };
+        tokio::time::timeout(timeout, request)
+            .await
+            .map_err(|_| CertificateError::Timeout("Secret"))?
+            .map_err(|source| CertificateError::Api {
+                what: "Secret",
+                source,
+            })?;
+        Ok(())
+    }
+
+    /// The ownerReference to the MutatingWebhookConfiguration.
+    async fn owner(&self) -> Result<OwnerReference, kube::Error> {
+        let api = Api::<MutatingWebhookConfiguration>::all(self.client.clone());
+        let configuration = api.get(&self.settings.configuration_name).await?;
+        Ok(OwnerReference {
+            api_version: MutatingWebhookConfiguration::api_version(&()).into_owned(),
+            kind: MutatingWebhookConfiguration::kind(&()).into_owned(),
+            name: self.settings.configuration_name.clone(),
+            uid: configuration.metadata.uid.unwrap_or_default(),
+            ..OwnerReference::default()
+        })
+    }
+}
+
+fn secret_data(secret: &Secret) -> BTreeMap<String, Vec<u8>> {
+    secret
+        .data
+        .iter()
+        .flatten()
+        .map(|(k, v)| (k.clone(), v.0.clone()))
+        .collect()
+}
+
+/// An item per change of the objects `config` selects (not the initial list).
+fn watch<K>(client: Client, api: Api<K>, config: watcher::Config) -> Changes
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Clone + Eq + std::hash::Hash,
+{
+    Box::pin(
+        retrying(client, move || watcher(api.clone(), config.clone())).filter_map(
+            |event| async move {
+                match event {
+                    Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => None,
+                    Ok(_) => Some(Ok(())),
+                    Err(error) => Some(Err(error)),
+                }
+            },
+        ),
+    )
+}
+
+/// The tokio instant of the wall-clock time `at` (now when it has passed).
+fn until(at: SystemTime) -> Instant {
+    let wait = at
+        .duration_since(SystemTime::now())
+        .unwrap_or(Duration::ZERO);
+    Instant::now() + wait
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => futures::future::pending().await,
+    }
+}
+
+impl Component for WebhookCertificates {
+    fn name(&self) -> &'static str {
+        Self::NAME
+    }
+
+    /// Ready the moment it runs: the replicas serve whatever the Secret holds.
+    fn readiness_check(&self) -> Option<&'static str> {
+        None
+    }
+
+    fn run(self: Box<Self>, ctx: Context) -> BoxFuture<'static, Result<(), BoxError>> {
+        Box::pin(self.run_loop(ctx))
+    }
+}
