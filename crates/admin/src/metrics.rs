@@ -31,6 +31,7 @@
 //! | `audit_duration_seconds` | | `AuditCompleted` |
 //! | `placement_rejected_bindings` | `reason` | `BindingsRejected` (Namespace label bindings that take no effect) |
 //! | `leader_election_leading` | | `LeadershipChanged` |
+//! | `certificate_expiry_timestamp_seconds` | `certificate` (`leaf`, `ca`) | `CertificateServed` (the served certificate's notAfter, and its CA's) |
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -119,6 +120,11 @@ struct Violation {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CertificateLabel {
+    certificate: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct Webhook {
     webhook: &'static str,
 }
@@ -159,6 +165,7 @@ struct Metrics {
     audit_duration: Histogram,
     rejected_bindings: Family<Reason, Gauge>,
     leading: Gauge,
+    certificate_expiry: Family<CertificateLabel, Gauge>,
 }
 
 impl Metrics {
@@ -187,6 +194,7 @@ impl Metrics {
             audit_duration: reconcile_histogram(),
             rejected_bindings: Family::default(),
             leading: Gauge::default(),
+            certificate_expiry: Family::default(),
         }
         .with_every_label()
     }
@@ -302,6 +310,12 @@ impl Metrics {
                 "Whether this replica is the leader (1) or not (0)",
                 self.leading.clone(),
             );
+        registry.sub_registry_with_prefix("certificate").register_with_unit(
+            "expiry_timestamp",
+            "When the webhook's serving certificate (leaf) and the CA that signed it (ca) expire, in seconds since the Unix epoch",
+            Unit::Seconds,
+            self.certificate_expiry.clone(),
+        );
     }
 
     fn register_audit(&self, audit: &mut Registry) {
@@ -428,7 +442,24 @@ impl Metrics {
             Event::LeadershipChanged { leader } => {
                 self.leading.set(i64::from(*leader));
             }
+            Event::CertificateServed {
+                leaf_not_after,
+                ca_not_after,
+            } => self.certificate_served(*leaf_not_after, *ca_not_after),
             Event::ShutdownRequested => {}
+        }
+    }
+
+    fn certificate_served(&self, leaf: i64, ca: Option<i64>) {
+        let label = |certificate| CertificateLabel { certificate };
+        self.certificate_expiry.get_or_create(&label("leaf")).set(leaf);
+        match ca {
+            Some(ca) => {
+                self.certificate_expiry.get_or_create(&label("ca")).set(ca);
+            }
+            None => {
+                self.certificate_expiry.remove(&label("ca"));
+            }
         }
     }
 
@@ -742,6 +773,10 @@ mod tests {
                 }],
             },
             Event::LeadershipChanged { leader: true },
+            Event::CertificateServed {
+                leaf_not_after: 1_800_000_000,
+                ca_not_after: Some(1_900_000_000),
+            },
         ] {
             metrics.observe(&event);
         }
@@ -777,6 +812,8 @@ mod tests {
             r#"poolkeeper_placement_rejected_bindings{reason="conflict"} 1"#,
             r#"poolkeeper_placement_rejected_bindings{reason="invalid"} 0"#,
             "poolkeeper_leader_election_leading 1",
+            r#"poolkeeper_certificate_expiry_timestamp_seconds{certificate="leaf"} 1800000000"#,
+            r#"poolkeeper_certificate_expiry_timestamp_seconds{certificate="ca"} 1900000000"#,
         ] {
             has(&text, line);
         }

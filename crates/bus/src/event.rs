@@ -411,6 +411,14 @@ pub enum Event {
     LeadershipChanged {
         leader: bool,
     },
+    /// The webhook serves a (new) certificate: when it and the CA that
+    /// signed it expire, as seconds since the Unix epoch (`None` when no CA
+    /// beside it signed it).
+    CertificateServed {
+        leaf_not_after: i64,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        ca_not_after: Option<i64>,
+    },
     ShutdownRequested,
 }
 
@@ -445,6 +453,10 @@ mod tests {
             Event::IndexSynchronized,
             Event::ShutdownRequested,
             Event::LeadershipChanged { leader: true },
+            Event::CertificateServed {
+                leaf_not_after: 1,
+                ca_not_after: None,
+            },
             Event::AdmissionDecided {
                 webhook: WebhookKind::Mutate,
                 result: AdmissionResult::Patched,
@@ -462,7 +474,7 @@ mod tests {
     #[test]
     fn every_event_has_a_distinct_name() {
         let names: Vec<&str> = EventName::iter().map(EventName::as_str).collect();
-        assert_eq!(names.len(), 16);
+        assert_eq!(names.len(), 17);
         let unique: std::collections::BTreeSet<&str> = names.iter().copied().collect();
         assert_eq!(unique.len(), names.len());
         assert_eq!(names[0], "ResourceChanged");

@@ -13,7 +13,7 @@ use poolkeeper_supervisor::{BoxError, Component, Context};
 use crate::admission::AdmissionService;
 use crate::connection::Connections;
 use crate::error::WebhookError;
-use crate::serving::{serve, wait_for_certificate};
+use crate::serving::{ServedCertificate, serve, wait_for_certificate};
 use crate::settings::WebhookSettings;
 use crate::source::CertificateSource;
 
@@ -30,6 +30,8 @@ pub struct WebhookServer {
     settings: WebhookSettings,
     /// Reads the serving certificate's Secret (sources `secret` and `self`).
     client: Option<kube::Client>,
+    /// Where `CertificateServed` goes.
+    bus: Bus,
     admission: AdmissionService,
     listener: Option<(TcpListener, SocketAddr)>,
 }
@@ -56,6 +58,7 @@ impl WebhookServer {
             admission: AdmissionService::new(&settings, index, policy, bus.clone()),
             settings,
             client: None,
+            bus: bus.clone(),
             listener: None,
         }
     }
@@ -107,6 +110,7 @@ impl WebhookServer {
             settings,
             admission,
             listener,
+            bus,
             ..
         } = self;
         let (listener, addr) = match listener {
@@ -124,13 +128,17 @@ impl WebhookServer {
             connections,
             settings.max_connections,
         )?;
+        let announce = |served: &ServedCertificate| {
+            ctx.ready_detail(served.describe());
+            if let Some(event) = served.served_event() {
+                bus.publish(event);
+            }
+        };
         ctx.mark_ready();
-        ctx.ready_detail(certificate.describe());
+        announce(&certificate);
         tracing::info!(%addr, mutate = %settings.mutate_path, validate = %settings.validate_path, "webhook server listening");
         serving
-            .until_cancelled(&mut certificate, &ctx, |served| {
-                ctx.ready_detail(served.describe())
-            })
+            .until_cancelled(&mut certificate, &ctx, announce)
             .await?;
         serving.drain(settings.shutdown_timeout).await;
         Ok(())

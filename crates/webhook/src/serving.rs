@@ -79,6 +79,11 @@ impl ServedCertificate {
         self.loaded.describe()
     }
 
+    /// The `CertificateServed` event of what is served.
+    pub(crate) fn served_event(&self) -> Option<poolkeeper_bus::Event> {
+        self.loaded.served_event()
+    }
+
     /// Swaps in `next` when it changed and is usable; established
     /// connections keep the certificate they were set up with. Whether it
     /// was swapped in.

@@ -24,6 +24,22 @@ pub(crate) struct PemPair {
 }
 
 impl PemPair {
+    /// When the serving certificate and the CA of `ca.crt` that signed it
+    /// expire, as the `CertificateServed` event carries them.
+    pub(crate) fn served_event(&self) -> Option<poolkeeper_bus::Event> {
+        use poolkeeper_pki::CertificateInfo;
+        let leaf = CertificateInfo::parse_first(&self.cert).ok()?;
+        let cas = self
+            .ca
+            .as_deref()
+            .and_then(|ca| CertificateInfo::parse_pem(ca).ok())
+            .unwrap_or_default();
+        Some(poolkeeper_bus::Event::CertificateServed {
+            leaf_not_after: leaf.expiry_seconds(),
+            ca_not_after: leaf.signer_among(&cas).map(CertificateInfo::expiry_seconds),
+        })
+    }
+
     /// What `/readyz?verbose` says is served: the serving certificate and
     /// the CA of `ca.crt` that signed it.
     pub(crate) fn describe(&self) -> String {

@@ -154,9 +154,26 @@ async fn a_fresh_start_issues_the_certificate_and_the_api_server_trusts_it() {
     }
     let (_, readyz) = running.get("/readyz?verbose").await;
     assert!(
-        readyz.contains(&format!("[+]webhook ok: serving {}", leaf.describe())),
+        readyz.contains(&format!(
+            "[+]webhook ok: serving {}; CA {}",
+            leaf.describe(),
+            cas[0].describe()
+        )),
         "{readyz}"
     );
+    let metrics = running.metrics().await;
+    for line in [
+        format!(
+            "poolkeeper_certificate_expiry_timestamp_seconds{{certificate=\"leaf\"}} {}",
+            leaf.expiry_seconds()
+        ),
+        format!(
+            "poolkeeper_certificate_expiry_timestamp_seconds{{certificate=\"ca\"}} {}",
+            cas[0].expiry_seconds()
+        ),
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line} in\n{metrics}");
+    }
     running.stop().await;
 }
 
