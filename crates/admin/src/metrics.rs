@@ -452,7 +452,9 @@ impl Metrics {
 
     fn certificate_served(&self, leaf: i64, ca: Option<i64>) {
         let label = |certificate| CertificateLabel { certificate };
-        self.certificate_expiry.get_or_create(&label("leaf")).set(leaf);
+        self.certificate_expiry
+            .get_or_create(&label("leaf"))
+            .set(leaf);
         match ca {
             Some(ca) => {
                 self.certificate_expiry.get_or_create(&label("ca")).set(ca);

@@ -171,7 +171,7 @@ fn metric_names(text: &str) -> BTreeSet<String> {
 }
 
 /// The values a series takes in a test case (promtool's expanding notation, one sample per
-/// 30 s for 30 minutes).
+/// 30 s for 90 minutes: longer than the longest `for`).
 #[derive(Clone, Copy)]
 enum Values {
     Constant(f64),
@@ -184,8 +184,8 @@ enum Values {
 impl Values {
     fn of(self, series: &Series) -> String {
         match self {
-            Values::Constant(v) => format!("{v}x60"),
-            Values::Growing(step) => format!("0+{step}x60"),
+            Values::Constant(v) => format!("{v}x180"),
+            Values::Growing(step) => format!("0+{step}x180"),
             Values::Latency(seconds) => {
                 let le = series.labels.get("le").expect("a bucket's le");
                 let bound: f64 = if le == "+Inf" {
@@ -194,9 +194,9 @@ impl Values {
                     le.parse().expect("a bucket bound")
                 };
                 if bound >= seconds {
-                    "0+60x60".to_owned()
+                    "0+60x180".to_owned()
                 } else {
-                    "0x60".to_owned()
+                    "0x180".to_owned()
                 }
             }
         }
@@ -217,7 +217,7 @@ struct AlertCase {
 const VIOLATION: &str =
     r#"poolkeeper_audit_violations{namespace="shop",pool="edge",reason="node_outside_pool"}"#;
 
-const ALERTS: [AlertCase; 7] = [
+const ALERTS: [AlertCase; 8] = [
     AlertCase {
         alert: "PoolkeeperWebhookErrors",
         series: &[(
@@ -262,6 +262,16 @@ const ALERTS: [AlertCase; 7] = [
             Values::Constant(0.0),
         )],
         labels: &["namespace", "pod", "kind"],
+    },
+    AlertCase {
+        alert: "PoolkeeperCertificateExpiringSoon",
+        // promtool's clock starts at 0: an expiry 5 days after it, then one years after it.
+        series: &[(
+            r#"poolkeeper_certificate_expiry_timestamp_seconds{certificate="leaf"}"#,
+            Values::Constant(432_000.0),
+            Values::Constant(31_536_000.0),
+        )],
+        labels: &["namespace", "pod", "certificate"],
     },
     AlertCase {
         alert: "PoolkeeperFinalizerWritesFailing",
@@ -323,7 +333,7 @@ fn promtool_tests(scrape: &Scrape) -> String {
             ));
         }
         out.push_str(&format!(
-            "    alert_rule_test:\n      - eval_time: 25m\n        alertname: {alert}\n"
+            "    alert_rule_test:\n      - eval_time: 85m\n        alertname: {alert}\n"
         ));
         match fires {
             Some(labels) => out.push_str(&format!(
