@@ -347,10 +347,9 @@ fn promtool_tests(scrape: &Scrape) -> String {
         let mut good = Vec::new();
         for (selector, when_wrong, when_well) in case.series {
             let mut matched = case_series(scrape, selector);
-            // An alert by Pod fires once per Pod: one replica's series.
+            // An alert by Pod (and component, kind...) fires once per series: one series.
             if case.labels.contains(&"pod") {
-                let pod = matched[0].labels["pod"].clone();
-                matched.retain(|s| s.labels["pod"] == pod);
+                matched.truncate(1);
             }
             for series in matched {
                 bad.push((series.clone(), when_wrong.of(&series)));
