@@ -6,9 +6,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
+use std::time::Duration;
 
 use crate::chart::template;
-use crate::support::{Cluster, NAMESPACE, root, run};
+use crate::support::{Cluster, NAMESPACE, eventually, root, run};
 
 /// One sample's series: its name and labels.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -66,14 +67,63 @@ impl Series {
 
 /// What the replicas export: every sample's series, as Prometheus stores it (a scraped label
 /// that clashes with a target label becomes `exported_<label>`), and every name a family
-/// declares (a family without series yet, like the audit's violations, has only its
-/// `# TYPE` line).
+/// declares.
 struct Scrape {
     series: Vec<Series>,
     names: BTreeSet<String>,
 }
 
+/// A namespace of its own with a Pod on `cloud-1`, a node of the pool `cloud` (no kubelet runs
+/// it, but it is assigned there), created while the namespace is unbound, which then binds itself
+/// to `edge` by its label: the audit's next round finds the Pod outside its pool, so that the
+/// violations' series exist to be scraped.
+const LATE_NAMESPACE: &str = "monitoring-late";
+
+fn make_a_violation(cluster: &Cluster) {
+    cluster.apply_ok(&format!(
+        r#"apiVersion: v1
+kind: Namespace
+metadata: {{name: {LATE_NAMESPACE}}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: outside, namespace: {LATE_NAMESPACE}}}
+spec:
+  nodeName: cloud-1
+  containers:
+    - {{name: c, image: "{image}", imagePullPolicy: Never}}
+"#,
+        image = cluster.workload_image
+    ));
+    cluster.kubectl_ok(&[
+        "label",
+        "namespace",
+        LATE_NAMESPACE,
+        "apps.openyurt.io/nodepool=edge",
+    ]);
+}
+
 impl Scrape {
+    /// Both replicas' /metrics, once the audit has reported the violation.
+    fn with_a_violation(cluster: &Cluster) -> Scrape {
+        make_a_violation(cluster);
+        let scrape = eventually(
+            "the audit's violation exported",
+            Duration::from_secs(180),
+            || {
+                let scrape = Scrape::of(cluster);
+                let found = scrape.series.iter().any(|s| {
+                    s.name == "poolkeeper_audit_violations"
+                        && s.labels.get("exported_namespace").map(String::as_str)
+                            == Some(LATE_NAMESPACE)
+                });
+                found.then_some(scrape)
+            },
+        );
+        cluster.kubectl_ok(&["delete", "namespace", LATE_NAMESPACE, "--wait=false"]);
+        scrape
+    }
+
     fn of(cluster: &Cluster) -> Scrape {
         let pods = cluster.kubectl_ok(&[
             "-n",
@@ -203,19 +253,13 @@ impl Values {
     }
 }
 
-/// An alert's test: the series it reads (selectors of scraped series, or a family without
-/// series yet given labels of its own), their values when something is wrong and when all is
-/// well, and the labels it fires with.
+/// An alert's test: the series it reads (selectors of scraped series), their values when
+/// something is wrong and when all is well, and the labels it fires with.
 struct AlertCase {
     alert: &'static str,
     series: &'static [(&'static str, Values, Values)],
     labels: &'static [&'static str],
 }
-
-/// The audit's violations have series only once a round found a Pod outside its pool: the
-/// test gives the family one, labelled as the audit labels them.
-const VIOLATION: &str =
-    r#"poolkeeper_audit_violations{namespace="shop",pool="edge",reason="node_outside_pool"}"#;
 
 const ALERTS: [AlertCase; 8] = [
     AlertCase {
@@ -284,31 +328,14 @@ const ALERTS: [AlertCase; 8] = [
     },
     AlertCase {
         alert: "PoolkeeperAuditViolations",
-        series: &[(VIOLATION, Values::Constant(2.0), Values::Constant(0.0))],
+        series: &[(
+            "poolkeeper_audit_violations",
+            Values::Constant(2.0),
+            Values::Constant(0.0),
+        )],
         labels: &["namespace", "exported_namespace", "pool", "reason"],
     },
 ];
-
-/// The series of one case: copies of the scraped ones, or the family's own for a family
-/// without series yet (with the target labels of the first replica).
-fn case_series(scrape: &Scrape, selector: &str) -> Vec<Series> {
-    if selector != VIOLATION {
-        return scrape.matching(selector);
-    }
-    let mut series = Series::parse(selector).unwrap();
-    assert!(
-        scrape.names.contains(&series.name),
-        "poolkeeper declares no {}",
-        series.name
-    );
-    let first = &scrape.series[0].labels;
-    let clash = series.labels.remove("namespace").unwrap();
-    series.labels.insert("exported_namespace".to_owned(), clash);
-    for key in ["namespace", "pod", "job"] {
-        series.labels.insert(key.to_owned(), first[key].clone());
-    }
-    vec![series]
-}
 
 fn yaml_string(text: &str) -> String {
     format!("'{}'", text.replace('\'', "''"))
@@ -346,7 +373,7 @@ fn promtool_tests(scrape: &Scrape) -> String {
         let mut bad = Vec::new();
         let mut good = Vec::new();
         for (selector, when_wrong, when_well) in case.series {
-            let mut matched = case_series(scrape, selector);
+            let mut matched = scrape.matching(selector);
             // An alert by Pod (and component, kind...) fires once per series: one series.
             if case.labels.contains(&"pod") {
                 matched.truncate(1);
@@ -439,7 +466,7 @@ fn promtool(args: &[&str], dir: &std::path::Path) {
 
 /// The pack checked against the running installation's replicas.
 pub fn the_pack_reads_what_poolkeeper_exports(cluster: &Cluster) {
-    let scrape = Scrape::of(cluster);
+    let scrape = Scrape::with_a_violation(cluster);
     let rendered = template(&[
         "prometheusRule.enabled=true",
         "grafanaDashboard.enabled=true",
