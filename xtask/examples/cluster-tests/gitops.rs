@@ -64,7 +64,7 @@ fn apply_server_side(cluster: &Cluster, rendered: &str) {
 }
 
 /// Every entry's name, selectors and caBundle, of both configurations.
-fn leaders_fields(cluster: &Cluster) -> String {
+pub fn leaders_fields(cluster: &Cluster) -> String {
     CONFIGURATION_KINDS
         .iter()
         .map(|kind| {

@@ -120,6 +120,15 @@ impl Scrape {
                 found.then_some(scrape)
             },
         );
+        // No kubelet confirms the Pod's end on `cloud-1`: it is removed at once.
+        cluster.kubectl_ok(&[
+            "-n",
+            LATE_NAMESPACE,
+            "delete",
+            "pod/outside",
+            "--grace-period=0",
+            "--force",
+        ]);
         cluster.kubectl_ok(&["delete", "namespace", LATE_NAMESPACE, "--wait=false"]);
         scrape
     }
