@@ -1,13 +1,15 @@
 //! The README's Helm installation on the real node: `helm install` of deploy/chart with its own
 //! certificate, the same placement and denial through the Service, the same RBAC and webhook
-//! rules as deploy/, and `helm uninstall` leaving no webhook configuration behind.
+//! rules as deploy/, `helm upgrade` leaving the leader's selectors and caBundle alone, and
+//! `helm uninstall` leaving no webhook configuration, admission policy or Secret of
+//! poolkeeper's behind.
 
 use std::time::Duration;
 
 use crate::scenario;
 use crate::support::{
-    Cluster, NAMESPACE, REGISTRY_IMAGE, deployment_image, eventually, fresh_start,
-    no_webhook_configuration_left, readme_block, serial, wait_for_replicas, work_dir,
+    Cluster, NAMESPACE, REGISTRY_IMAGE, deployment_image, eventually, fresh_start, readme_block,
+    serial, wait_for_replicas, work_dir,
 };
 
 /// What a release puts into its namespace.
@@ -30,9 +32,20 @@ fn helm_install_as_the_readme_says() {
     scenario::webhooks_go_through_the_service(&cluster, "poolkeeper-webhook");
     scenario::deployment_is_placed_and_running(&cluster);
     scenario::outside_pod_is_denied(&cluster);
+    // An upgrade (Helm 4 applies server-side) leaves the leader's fields as they are.
+    let kept = crate::gitops::leaders_fields(&cluster);
+    cluster.bash_ok(
+        &work,
+        "helm upgrade poolkeeper deploy/chart --namespace poolkeeper-system --reuse-values --wait --timeout 3m",
+    );
+    assert_eq!(
+        crate::gitops::leaders_fields(&cluster),
+        kept,
+        "helm upgrade changed the selectors or the caBundle"
+    );
     scenario::tear_down(&cluster);
     cluster.bash_ok(&work, &readme_block("helm-uninstall"));
-    no_webhook_configuration_left(&cluster);
+    crate::gitops::nothing_of_poolkeeper_left(&cluster);
     // The release's objects go; the namespace (made by --create-namespace) stays, with what
     // was not the chart's: the placement ConfigMap the test made, the cluster CA's.
     let left = eventually(

@@ -11,9 +11,13 @@ mod chaos;
 #[cfg(test)]
 mod chart;
 #[cfg(test)]
+mod gitops;
+#[cfg(test)]
 mod helm;
 #[cfg(test)]
 mod kustomize;
+#[cfg(test)]
+mod monitoring;
 #[cfg(test)]
 mod operations;
 /// The chaos run's oracle, shared with `cargo xtask chaos`.
