@@ -497,6 +497,10 @@ mod tests {
                 reason: "placed",
                 duration: Duration::from_micros(10),
             },
+            Event::ExceptionsApplied {
+                webhook: WebhookKind::Validate,
+                exceptions: vec!["shop/probe".to_owned()],
+            },
         ];
         for event in samples {
             let json = serde_json::to_value(&event).unwrap();
@@ -507,7 +511,7 @@ mod tests {
     #[test]
     fn every_event_has_a_distinct_name() {
         let names: Vec<&str> = EventName::iter().map(EventName::as_str).collect();
-        assert_eq!(names.len(), 17);
+        assert_eq!(names.len(), 19);
         let unique: std::collections::BTreeSet<&str> = names.iter().copied().collect();
         assert_eq!(unique.len(), names.len());
         assert_eq!(names[0], "ResourceChanged");
@@ -528,7 +532,11 @@ mod tests {
         assert_eq!(WebhookKind::Validate.as_str(), "validate");
         assert_eq!(AdmissionResult::Invalid.as_str(), "invalid");
         assert_eq!(ResourceKind::MachineClass.as_str(), "MachineClass");
-        assert_eq!(ResourceKind::iter().count(), 7);
+        assert_eq!(ResourceKind::iter().count(), 8);
+        assert_eq!(
+            ResourceKind::PlacementException.as_str(),
+            "PlacementException"
+        );
         assert_eq!(ResourceKind::Secret.as_str(), "Secret");
         assert_eq!(ResourceKind::Namespace.as_str(), "Namespace");
         assert_eq!(BindingRejection::Conflict.as_str(), "conflict");

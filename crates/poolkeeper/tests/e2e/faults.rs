@@ -648,6 +648,7 @@ async fn the_webhook_answers_from_the_last_index_while_the_apiserver_is_down() {
         ResourceKind::NodePool,
         ResourceKind::ConfigMap,
         ResourceKind::Namespace,
+        ResourceKind::PlacementException,
     ]);
     let mut failing = BTreeSet::new();
     while failing != placement_watches {

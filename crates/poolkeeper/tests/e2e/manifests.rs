@@ -143,7 +143,11 @@ async fn deploy_renders_and_applies_with_a_server_side_dry_run() {
     let (crds, rest): (Vec<&Value>, Vec<&Value>) = objects
         .iter()
         .partition(|object| object["kind"] == "CustomResourceDefinition");
-    assert_eq!(crds.len(), 3, "MachineClass, Machine and NodePool CRDs");
+    assert_eq!(
+        crds.len(),
+        4,
+        "MachineClass, Machine, NodePool and PlacementException CRDs"
+    );
     let crds = crds
         .into_iter()
         .map(|crd| serde_json::from_value(crd.clone()).expect("a CustomResourceDefinition"))
