@@ -58,7 +58,7 @@ usage: cargo xtask cluster <up|down|status|build|exec -- COMMAND...|test>
            iptables with apt-get when missing)
   down     stop it and remove everything it made (logs stay in target/cluster/logs)
   status   the cluster's processes and whether they run
-  build    kubelet, kube-proxy, pause, helm and the control plane, cached by version
+  build    kubelet, kube-proxy, pause, helm, promtool and the control plane, cached by version
   exec     run COMMAND in the namespace with KUBECONFIG set and kubectl and helm on the PATH
   test [FILTER]...
            build, up, the cluster tests (xtask/examples/cluster-tests), down";
@@ -137,6 +137,8 @@ pub struct Binaries {
     /// kubelet, kube-proxy, pause, and the pause image's archive.
     pub node: PathBuf,
     pub helm: Option<PathBuf>,
+    /// Built with helm: the chart tests check the monitoring pack's rules with it.
+    pub promtool: Option<PathBuf>,
     pub kustomize: PathBuf,
     pub pause_image: String,
 }
@@ -187,14 +189,17 @@ pub fn test<T: Default>(
 }
 
 /// Builds what is missing: the control plane, the node's binaries, the pause image's archive,
-/// and helm when asked for.
+/// and helm and promtool when asked for.
 pub fn build(root: &Path, with_helm: bool) -> Result<Binaries> {
     let control_plane = controlplane::ensure(root, false)?;
     let node = controlplane::node(root)?;
-    let helm = if with_helm {
-        Some(controlplane::helm(root)?)
+    let (helm, promtool) = if with_helm {
+        (
+            Some(controlplane::helm(root)?),
+            Some(controlplane::promtool(root)?),
+        )
     } else {
-        None
+        (None, None)
     };
     let version = node
         .file_name()
@@ -205,6 +210,7 @@ pub fn build(root: &Path, with_helm: bool) -> Result<Binaries> {
         control_plane,
         node,
         helm,
+        promtool,
         kustomize: controlplane::kustomize(root)?,
     };
     write_pause_archive(&binaries)?;

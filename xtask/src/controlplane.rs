@@ -1,7 +1,9 @@
 //! Building the Go programs xtask needs from the Go modules under xtask/controlplane/:
 //! etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubectl, cached in target/control-plane/<kubernetes version>/,
 //! kustomize (for `cargo xtask dist`), cached in target/control-plane/kustomize-<version>/,
-//! and kwok (for `cargo xtask bench-kwok`), cached in target/control-plane/kwok-<version>/.
+//! kwok (for `cargo xtask bench-kwok`), cached in target/control-plane/kwok-<version>/,
+//! and promtool (for the chart tests), cached in target/control-plane/promtool-<version>/
+//! (Prometheus' module version, e.g. v0.316.0 for Prometheus 3.16).
 //!
 //! Each Go module has a stamp file next to the binaries holding a hash of its sources (go.mod,
 //! go.sum, *.go) and of the build flags; binaries are rebuilt when the stamp differs.
@@ -132,6 +134,21 @@ const HELM: Toolset = Toolset {
     without_go: "",
 };
 
+/// promtool, which the chart tests run on the monitoring pack's alerting rules.
+const PROMTOOL: Toolset = Toolset {
+    label: "promtool",
+    modules: &[GoModule {
+        name: "promtool",
+        packages: &["github.com/prometheus/prometheus/cmd/promtool"],
+        binaries: &["promtool"],
+        version_package: None,
+    }],
+    pinned_by: ("promtool", "github.com/prometheus/prometheus"),
+    dir_prefix: "promtool-",
+    command: "cargo xtask cluster build",
+    without_go: "",
+};
+
 const KWOK: Toolset = Toolset {
     label: "kwok",
     modules: &[GoModule {
@@ -227,6 +244,11 @@ pub fn node(root: &Path) -> Result<PathBuf> {
 /// The helm executable, built first where missing or stale.
 pub fn helm(root: &Path) -> Result<PathBuf> {
     Ok(HELM.ensure(root, false)?.join("helm"))
+}
+
+/// The promtool executable, built first where missing or stale.
+pub fn promtool(root: &Path) -> Result<PathBuf> {
+    Ok(PROMTOOL.ensure(root, false)?.join("promtool"))
 }
 
 /// The kwok executable, built first where missing or stale.
@@ -649,6 +671,8 @@ mod tests {
         assert!(kustomize.starts_with("v5."), "{kustomize}");
         let kwok = KWOK.version(&root).unwrap();
         assert!(kwok.starts_with("v0."), "{kwok}");
+        let prometheus = PROMTOOL.version(&root).unwrap();
+        assert!(prometheus.starts_with("v0.3"), "{prometheus}");
     }
 
     #[test]

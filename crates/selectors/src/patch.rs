@@ -295,6 +295,35 @@ mod tests {
         );
     }
 
+    /// As the API server stores what the installer ships: no selectors
+    /// (stored `{}`) and its `matchConditions` entry, which the patch leaves
+    /// alone.
+    #[test]
+    fn the_shipped_shape_gets_the_selectors_and_keeps_its_match_conditions() {
+        let empty = json!({"namespaceSelector": {}, "objectSelector": {}});
+        let mut object = stored_object(Some(empty.clone()), Some(empty));
+        let condition = json!([{"name": "poolkeeper.io/not-excluded", "expression": "true"}]);
+        for i in 1..3 {
+            object["webhooks"][i]["matchConditions"] = condition.clone();
+        }
+        let wanted = desired(&[]);
+        let patch = patch_for(&object, &wanted)
+            .unwrap()
+            .expect("selectors differ");
+        assert!(
+            !serde_json::to_string(&patch)
+                .unwrap()
+                .contains("matchConditions"),
+            "{patch:?}"
+        );
+        let mut patched = object.clone();
+        json_patch::patch(&mut patched, &patch).unwrap();
+        assert_eq!(patch_for(&patched, &wanted).unwrap(), None);
+        for i in 1..3 {
+            assert_eq!(patched["webhooks"][i]["matchConditions"], condition);
+        }
+    }
+
     #[test]
     fn a_foreign_object_selector_on_the_bound_entry_is_reset() {
         let wanted = desired(&["shop"]);

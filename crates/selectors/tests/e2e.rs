@@ -229,6 +229,30 @@ impl Setup {
         (version(&mutating), version(&validating))
     }
 
+    /// `deploy/webhooks` applied again as an installer does: server-side
+    /// apply under its own field manager, without force (a conflict fails).
+    async fn apply_as_installer(&self) {
+        let registration = WebhookRegistration::new(UNSERVED_PORT, self.ca_pem.clone())
+            .with_files([deploy().join("webhooks")])
+            .expect("deploy/webhooks parses");
+        let (mutating, validating) = registration.rewritten();
+        let params = PatchParams::apply("kubectl");
+        for configuration in mutating {
+            let name = configuration.metadata.name.clone().unwrap();
+            Api::<MutatingWebhookConfiguration>::all(self.admin())
+                .patch(&name, &params, &Patch::Apply(configuration))
+                .await
+                .expect("no field conflict");
+        }
+        for configuration in validating {
+            let name = configuration.metadata.name.clone().unwrap();
+            Api::<ValidatingWebhookConfiguration>::all(self.admin())
+                .patch(&name, &params, &Patch::Apply(configuration))
+                .await
+                .expect("no field conflict");
+        }
+    }
+
     /// `metadata.generation` of both: it counts the changes of `webhooks`.
     async fn generations(&self) -> (i64, i64) {
         let (mutating, validating) = self.stored().await;
@@ -243,13 +267,13 @@ impl Setup {
     }
 }
 
-/// The shipped selectors are those of "nothing bound"; the keeper fills in
-/// the bindings, follows a change of them, and in a steady state writes
+/// The configurations are shipped without selectors (the API server stores
+/// `{}`); the keeper writes those of "nothing bound", fills in the bindings, follows a change of them, and in a steady state writes
 /// nothing, while every other field (the caBundle above all) stays as it was.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn selectors_follow_the_bindings_and_a_steady_state_writes_nothing() {
     let setup = Setup::start(&[], true).await;
-    // The manifests are exactly the selectors of no binding.
+    // Brought from the shipped `{}` to the selectors of no binding.
     setup.wait_selectors(&[]).await;
     let before = setup.resource_versions().await;
     let (mutating_before, validating_before) = setup.stored().await;
@@ -311,28 +335,63 @@ async fn selectors_follow_the_bindings_and_a_steady_state_writes_nothing() {
     setup.stop().await;
 }
 
-/// Configurations that appear after the keeper started, or are applied
-/// again as shipped (resetting the selectors), are brought in step without
-/// any change of the bindings: the keeper watches them.
+/// Configurations that appear after the keeper started are brought in step
+/// without any change of the bindings: the keeper watches them. Applying
+/// them again as the installer ships them (no selectors; server-side apply
+/// under another field manager, without force, as `kubectl apply
+/// --server-side` or a GitOps sync does) meets no field conflict and leaves
+/// the selectors and the keeper's own matchConditions entries as they are:
+/// `webhooks` and `matchConditions` are lists keyed by name.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn configurations_created_or_reset_later_are_brought_in_step() {
+async fn configurations_created_later_are_brought_in_step_and_a_reapply_keeps_them() {
     let setup = Setup::start(&["shop"], false).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     setup.register().await;
     let took = setup.wait_selectors(&["shop"]).await;
     println!("registered configurations in step after {took:?}");
 
+    // A condition of the controller's own, written under its field manager.
+    let engine_condition = json!({"name": "poolkeeper.io/engine-test", "expression": "true"});
+    let add = json_patch::Patch(vec![json_patch::PatchOperation::Add(
+        json_patch::AddOperation {
+            path: json_patch::jsonptr::PointerBuf::parse("/webhooks/0/matchConditions/-").unwrap(),
+            value: engine_condition.clone(),
+        },
+    )]);
+    Api::<MutatingWebhookConfiguration>::all(setup.admin())
+        .patch(
+            &setup.settings.mutating.name,
+            &PatchParams {
+                field_manager: Some("poolkeeper".to_owned()),
+                ..PatchParams::default()
+            },
+            &Patch::Json::<()>(add),
+        )
+        .await
+        .unwrap();
     let before = setup.generations().await;
-    setup.register().await;
-    let took = setup.wait_selectors(&["shop"]).await;
-    println!("re-applied configurations in step after {took:?}");
-    // Each was reset by the apply and set again by the keeper.
-    let expected = (before.0 + 2, before.1 + 2);
-    eventually("two changes of each configuration", WAIT, || async {
-        (setup.generations().await == expected).then_some(())
-    })
-    .await
-    .unwrap();
+    let selectors = setup.selectors().await;
+
+    setup.apply_as_installer().await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        setup.generations().await,
+        before,
+        "the re-apply changed nothing"
+    );
+    assert_eq!(setup.selectors().await, selectors);
+    let (mutating, _) = setup.stored().await;
+    let conditions: Vec<&str> = mutating["webhooks"][0]["matchConditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    assert_eq!(
+        conditions,
+        ["poolkeeper.io/not-excluded", "poolkeeper.io/engine-test"],
+        "the installer's entry and the controller's"
+    );
     setup.stop().await;
 }
 

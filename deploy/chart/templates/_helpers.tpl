@@ -73,7 +73,7 @@ an existing Secret provides it. */}}
 
 {{/* The namespaces no webhook entry matches, as poolkeeper computes them from the rendered
 configuration: placement.excludedNamespaces and its own namespace, the policy ConfigMap's;
-sorted, as the leader writes them. */}}
+sorted and deduplicated, as the leader writes them into the selectors. */}}
 {{- define "poolkeeper.excludedNamespaces" -}}
 {{- $placement := (include "poolkeeper.config" . | fromYaml).placement -}}
 {{- append $placement.excludedNamespaces $placement.policyConfigMap.namespace | uniq | sortAlpha | join ", " -}}
@@ -102,36 +102,38 @@ clientConfig:
     port: 443
 {{- end -}}
 
-{{/* The bound-namespaces entry's selectors: as the leader keeps them, else "nothing bound". */}}
-{{- define "poolkeeper.boundSelectors" -}}
-{{- if .kept -}}
-namespaceSelector: {{- toYaml .kept.namespaceSelector | nindent 2 }}
-objectSelector: {{- toYaml .kept.objectSelector | nindent 2 }}
+{{/* The installer's one matchConditions entry of every webhook entry: no Pod of an excluded
+namespace reaches poolkeeper, even before the leader first writes the selectors (they are its,
+and the chart leaves them out). */}}
+{{- define "poolkeeper.notExcluded" -}}
+{{- $quoted := list -}}
+{{- range (include "poolkeeper.excludedNamespaces" . | splitList ", ") -}}
+{{- $quoted = append $quoted (printf "'%s'" .) -}}
+{{- end -}}
+matchConditions:
+  - name: poolkeeper.io/not-excluded
+    expression: "!(request.namespace in [{{ join ", " $quoted }}])"
+{{- end -}}
+
+{{/* An alert's runbook: the published docs/runbooks.md (prometheusRule.runbookBaseURL), else
+the section's name. */}}
+{{- define "poolkeeper.runbook" -}}
+{{- $anchor := lower .alert -}}
+{{- with .root.Values.prometheusRule.runbookBaseURL -}}
+runbook_url: {{ printf "%s#%s" . $anchor }}
 {{- else -}}
-namespaceSelector:
-  matchExpressions:
-    - key: kubernetes.io/metadata.name
-      operator: In
-      values: [no-binding.poolkeeper.io]
-objectSelector: {}
+runbook: {{ printf "docs/runbooks.md#%s" $anchor }}
 {{- end -}}
 {{- end -}}
 
-{{/* The pool-labelled entry's selectors: as the leader keeps them, else every namespace but the
-excluded ones. */}}
-{{- define "poolkeeper.labelledSelectors" -}}
-{{- if .kept -}}
-namespaceSelector: {{- toYaml .kept.namespaceSelector | nindent 2 }}
-objectSelector: {{- toYaml .kept.objectSelector | nindent 2 }}
-{{- else -}}
-namespaceSelector:
-  matchExpressions:
-    - key: kubernetes.io/metadata.name
-      operator: NotIn
-      values: [{{ include "poolkeeper.excludedNamespaces" .root }}]
-objectSelector:
-  matchExpressions:
-    - key: {{ .root.Values.placement.poolLabel }}
-      operator: Exists
+{{/* Twice the rendered configuration's leaderElection.leaseDuration (poolkeeper's default
+when unset), as a Prometheus duration. */}}
+{{- define "poolkeeper.twiceLeaseDuration" -}}
+{{- $election := (include "poolkeeper.config" . | fromYaml).leaderElection -}}
+{{- $lease := toString (default "15s" $election.leaseDuration) -}}
+{{- if not (regexMatch "^[0-9]+[smh]$" $lease) -}}
+{{- fail (printf "config.leaderElection.leaseDuration %q: the PrometheusRule needs a whole number of s, m or h" $lease) -}}
 {{- end -}}
+{{- $unit := regexFind "[smh]$" $lease -}}
+{{- printf "%d%s" (mul 2 (int (trimSuffix $unit $lease))) $unit -}}
 {{- end -}}

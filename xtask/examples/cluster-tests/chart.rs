@@ -14,7 +14,7 @@ fn helm(args: &[&str]) -> Output {
     run(Command::new(helm).current_dir(root()).args(args))
 }
 
-fn helm_ok(args: &[&str]) -> String {
+pub fn helm_ok(args: &[&str]) -> String {
     let out = helm(args);
     assert!(
         out.status.success(),
@@ -27,7 +27,7 @@ fn helm_ok(args: &[&str]) -> String {
 }
 
 /// Every value the chart documents, set to something other than its default.
-const EVERY_OPTION: [&str; 18] = [
+const EVERY_OPTION: [&str; 25] = [
     "replicaCount=3",
     "image.repository=registry.example.com/poolkeeper",
     "image.tag=9.9.9",
@@ -46,8 +46,16 @@ const EVERY_OPTION: [&str; 18] = [
     "logging.level=debug",
     "config.audit.interval=5m",
     "priorityClassName=system-cluster-critical",
+    "topologySpreadConstraints[0].maxSkew=2",
+    "topologySpreadConstraints[0].topologyKey=kubernetes.io/hostname",
+    "topologySpreadConstraints[0].whenUnsatisfiable=DoNotSchedule",
+    "networkPolicy.enabled=true",
+    "prometheusRule.enabled=true",
+    "grafanaDashboard.enabled=true",
+    "tests.boundNamespace=shop",
 ];
 
+/// What an installation applies: `helm template` without the `helm test` hooks.
 pub fn template(sets: &[&str]) -> String {
     let mut args = vec![
         "template",
@@ -55,6 +63,7 @@ pub fn template(sets: &[&str]) -> String {
         "deploy/chart",
         "--namespace",
         "poolkeeper-system",
+        "--skip-tests",
     ];
     for set in sets {
         args.extend(["--set", set]);
@@ -106,6 +115,14 @@ fn the_defaults_render_deploy_s_installation_and_no_certificate() {
     assert!(rendered.contains("imagePullPolicy: IfNotPresent"));
     assert!(rendered.contains("replicas: 2"));
     assert!(rendered.contains("failurePolicy: Fail"));
+    assert!(
+        rendered.contains("topologyKey: topology.kubernetes.io/zone"),
+        "spread across zones"
+    );
+    // The monitoring pack and the NetworkPolicy are off by default.
+    for absent in ["PrometheusRule", "grafana_dashboard", "NetworkPolicy"] {
+        assert!(!rendered.contains(absent), "{absent} is rendered");
+    }
     for absent in ["caBundle", "kind: Secret", "PRIVATE KEY", "cert-manager.io"] {
         assert!(
             !rendered.contains(absent),
@@ -116,9 +133,17 @@ fn the_defaults_render_deploy_s_installation_and_no_certificate() {
         rendered.contains("    source: self\n"),
         "webhook.certificate.source"
     );
-    assert!(
-        rendered.contains("values: [kube-node-lease, kube-public, kube-system, poolkeeper-system]")
+    assert_eq!(
+        rendered
+            .matches(r#"expression: "!(request.namespace in ['kube-node-lease', 'kube-public', 'kube-system', 'poolkeeper-system'])""#)
+            .count(),
+        4,
+        "every entry leaves out the excluded namespaces"
     );
+    // The leader's fields: a re-apply of this render must never reset them.
+    for field in ["namespaceSelector", "objectSelector"] {
+        assert!(!rendered.contains(field), "{field} is rendered");
+    }
 }
 
 #[test]
@@ -132,7 +157,7 @@ fn every_value_reaches_the_rendered_objects() {
         "defaultConstraints: narrow",
         // The configuration's exclusions and the selectors', from one value.
         "  - batch\n",
-        "values: [batch, kube-system, poolkeeper-system]",
+        "!(request.namespace in ['batch', 'kube-system', 'poolkeeper-system'])",
         "nodePool: edge",
         "failurePolicy: Ignore",
         "timeoutSeconds: 10",
@@ -146,25 +171,36 @@ fn every_value_reaches_the_rendered_objects() {
         "level: debug",
         "interval: 5m",
         "priorityClassName: system-cluster-critical",
+        "maxSkew: 2",
+        "whenUnsatisfiable: DoNotSchedule",
+        "kind: NetworkPolicy",
+        "kind: PrometheusRule",
+        "grafana_dashboard: \"1\"",
     ] {
         assert!(rendered.contains(expected), "{expected:?} is not rendered");
     }
-    for absent in ["kind: PodDisruptionBudget", "kind: Secret", "caBundle:"] {
+    for absent in [
+        "kind: PodDisruptionBudget",
+        "kind: Secret",
+        "caBundle:",
+        "topology.kubernetes.io/zone",
+    ] {
         assert!(!rendered.contains(absent), "{absent:?} is rendered");
     }
 }
 
-/// The selectors are computed from the rendered configuration: an exclusion set through
-/// `config` reaches them as one set through `placement.excludedNamespaces` does.
+/// The excluded namespaces are computed from the rendered configuration: an exclusion set
+/// through `config` reaches the match conditions as one set through
+/// `placement.excludedNamespaces` does.
 #[test]
-fn the_selectors_leave_out_the_configurations_excluded_namespaces() {
+fn the_match_conditions_leave_out_the_configurations_excluded_namespaces() {
     let rendered = template(&["config.placement.excludedNamespaces={kube-system,jobs}"]);
     assert_eq!(
         rendered
-            .matches("values: [jobs, kube-system, poolkeeper-system]")
+            .matches("!(request.namespace in ['jobs', 'kube-system', 'poolkeeper-system'])")
             .count(),
-        2,
-        "both pool-labelled entries"
+        4,
+        "every entry"
     );
 }
 
@@ -264,6 +300,142 @@ fn the_charts_webhook_rules_are_deploys() {
             assert!(
                 rules_blocks(&rendered).contains(&block),
                 "deploy/chart/templates/webhooks.yaml lacks these rules of {file}:\n{block}"
+            );
+        }
+    }
+}
+
+/// values.schema.json refuses a misspelt key and a value out of its set, naming them.
+#[test]
+fn the_values_schema_refuses_unknown_keys_and_bad_values() {
+    for (set, says) in [
+        ("replicaCont=3", "replicaCont"),
+        ("webhook.failurePolicy=fail", "/webhook/failurePolicy"),
+        ("networkPolicy.enable=true", "enable"),
+    ] {
+        let out = helm(&["template", "poolkeeper", "deploy/chart", "--set", set]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{set} was accepted");
+        assert!(stderr.contains(says), "{set}: {stderr}");
+    }
+}
+
+/// The NetworkPolicy admits the webhook port from every source unless told otherwise, and the
+/// admin port from the monitoring namespaces.
+#[test]
+fn the_network_policy_opens_the_webhook_and_the_admin_port() {
+    let policy = |sets: &[&str]| {
+        let mut all = vec!["networkPolicy.enabled=true"];
+        all.extend_from_slice(sets);
+        let rendered = template(&all);
+        let start = rendered
+            .find("kind: NetworkPolicy")
+            .expect("a NetworkPolicy");
+        rendered[start..].split("\n---").next().unwrap().to_owned()
+    };
+    let open = policy(&[]);
+    let webhook = open
+        .split_once("port: webhook}")
+        .expect("the webhook port")
+        .1;
+    assert!(
+        webhook.trim_start().starts_with("- ports:"),
+        "the webhook port has no `from`: {open}"
+    );
+    assert!(open.contains("port: admin}"));
+    assert!(open.contains("kubernetes.io/metadata.name: monitoring"));
+    let narrowed = policy(&["networkPolicy.webhookFrom[0].ipBlock.cidr=10.0.0.0/24"]);
+    assert!(narrowed.contains("cidr: 10.0.0.0/24"), "{narrowed}");
+}
+
+/// `helm test`: readiness, then a server-side dry-run Pod in the bound namespace (the first
+/// binding of the policy, or tests.boundNamespace); with no namespace known, readiness alone.
+#[test]
+fn the_helm_test_waits_for_readiness_then_dry_runs_a_pod_in_a_bound_namespace() {
+    let hooks = |sets: &[&str]| {
+        let mut args = vec![
+            "template",
+            "poolkeeper",
+            "deploy/chart",
+            "--namespace",
+            "poolkeeper-system",
+            "--show-only",
+            "templates/tests/admission.yaml",
+        ];
+        for set in sets {
+            args.extend(["--set", set]);
+        }
+        helm_ok(&args)
+    };
+    let bound = hooks(&[
+        "placement.policy.bindings[0].namespace=shop",
+        "placement.policy.bindings[0].nodePool=edge",
+    ]);
+    assert_eq!(bound.matches("helm.sh/hook: test").count(), 6, "{bound}");
+    for expected in [
+        "initContainers:\n    - name: ready",
+        "- --for=condition=Available\n      - deployment/poolkeeper",
+        "- name: admission",
+        "- --dry-run=server",
+        "- --namespace\n      - shop",
+        "namespace: shop",
+        "verbs: [create]",
+    ] {
+        assert!(
+            bound.contains(expected),
+            "{expected:?} is not rendered:\n{bound}"
+        );
+    }
+    let named = hooks(&["tests.boundNamespace=lab"]);
+    assert!(named.contains("- --namespace\n      - lab"), "{named}");
+    let unbound = hooks(&[]);
+    assert!(unbound.contains("- name: ready"));
+    assert!(!unbound.contains("--dry-run"), "{unbound}");
+}
+
+/// Template functions whose result depends on the cluster, the clock or chance: a chart using
+/// one renders differently each time, and a GitOps tool (which renders without cluster access)
+/// would replace what it made at every sync.
+const NONDETERMINISTIC_FUNCTIONS: [&str; 12] = [
+    "lookup",
+    "genCA",
+    "genCAWithKey",
+    "genSelfSignedCert",
+    "genSignedCert",
+    "genPrivateKey",
+    "randAlpha",
+    "randAlphaNum",
+    "randNumeric",
+    "randAscii",
+    "randBytes",
+    "uuidv4",
+];
+
+/// `helm template` twice gives the same bytes, with no key material in them, with the
+/// defaults and with every option; and no template calls a function that could make it
+/// otherwise.
+#[test]
+fn the_chart_renders_deterministically_without_key_material() {
+    for sets in [&[][..], &EVERY_OPTION[..]] {
+        let first = template(sets);
+        let second = template(sets);
+        assert!(first == second, "two renders of {sets:?} differ");
+        for material in ["PRIVATE KEY", "CERTIFICATE", "LS0t", "caBundle", "tls.key"] {
+            assert!(
+                !first.contains(material),
+                "{material:?} is rendered with {sets:?}"
+            );
+        }
+    }
+    let templates = root().join("deploy/chart/templates");
+    for entry in std::fs::read_dir(&templates).unwrap().flatten() {
+        let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+        let words: Vec<&str> = text.split(|c: char| !c.is_ascii_alphanumeric()).collect();
+        for function in NONDETERMINISTIC_FUNCTIONS {
+            assert!(
+                !words.contains(&function),
+                "{} calls {function}",
+                entry.path().display()
             );
         }
     }

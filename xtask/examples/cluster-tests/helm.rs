@@ -1,13 +1,14 @@
 //! The README's Helm installation on the real node: `helm install` of deploy/chart with its own
 //! certificate, the same placement and denial through the Service, the same RBAC and webhook
-//! rules as deploy/, and `helm uninstall` leaving no webhook configuration behind.
+//! rules as deploy/, and `helm uninstall` leaving no webhook configuration, admission policy
+//! or Secret of poolkeeper's behind.
 
 use std::time::Duration;
 
 use crate::scenario;
 use crate::support::{
-    Cluster, NAMESPACE, REGISTRY_IMAGE, deployment_image, eventually, fresh_start,
-    no_webhook_configuration_left, readme_block, serial, wait_for_replicas, work_dir,
+    Cluster, NAMESPACE, REGISTRY_IMAGE, deployment_image, eventually, fresh_start, readme_block,
+    serial, wait_for_replicas, work_dir,
 };
 
 /// What a release puts into its namespace.
@@ -32,7 +33,7 @@ fn helm_install_as_the_readme_says() {
     scenario::outside_pod_is_denied(&cluster);
     scenario::tear_down(&cluster);
     cluster.bash_ok(&work, &readme_block("helm-uninstall"));
-    no_webhook_configuration_left(&cluster);
+    crate::gitops::nothing_of_poolkeeper_left(&cluster);
     // The release's objects go; the namespace (made by --create-namespace) stays, with what
     // was not the chart's: the placement ConfigMap the test made, the cluster CA's.
     let left = eventually(

@@ -1,14 +1,15 @@
 //! The README's kustomize installation without cert-manager, on the real node: the serving
 //! certificate issued by poolkeeper, `kubectl apply -k` of an overlay of deploy/, both replicas
-//! Ready, placement and denial through the Service, JSON logs, /metrics at the Pods' addresses,
-//! and the README's uninstall leaving no webhook configuration.
+//! Ready, placement and denial through the Service, JSON logs, /metrics at the Pods' addresses
+//! (and the chart's monitoring pack checked against them), and the README's uninstall leaving
+//! no webhook configuration, admission policy or Secret of poolkeeper's.
 
 use std::path::{Path, PathBuf};
 
 use crate::scenario;
 use crate::support::{
-    Cluster, NAMESPACE, REGISTRY_IMAGE, deployment_image, fresh_start,
-    no_webhook_configuration_left, readme_block, serial, wait_for_replicas, work_dir,
+    Cluster, NAMESPACE, REGISTRY_IMAGE, deployment_image, fresh_start, readme_block, serial,
+    wait_for_replicas, work_dir,
 };
 
 const SELECTOR: &str = "app.kubernetes.io/name=poolkeeper";
@@ -48,7 +49,7 @@ pub fn prerequisites(cluster: &Cluster, work: &Path) {
 
 pub fn uninstall(cluster: &Cluster, work: &Path) {
     cluster.bash_ok(work, &readme_block("kustomize-uninstall"));
-    no_webhook_configuration_left(cluster);
+    crate::gitops::nothing_of_poolkeeper_left(cluster);
     let left = cluster.kubectl(&["get", "namespace", NAMESPACE]);
     assert!(!left.status.success(), "{NAMESPACE} is gone");
 }
@@ -64,6 +65,7 @@ fn kustomize_install_as_the_readme_says() {
     scenario::outside_pod_is_denied(&cluster);
     logs_are_json(&cluster, &replicas);
     metrics_at_the_pod_addresses(&cluster);
+    crate::monitoring::the_pack_reads_what_poolkeeper_exports(&cluster);
     scenario::tear_down(&cluster);
     uninstall(&cluster, &work);
 }

@@ -8,9 +8,13 @@
 #[cfg(test)]
 mod chart;
 #[cfg(test)]
+mod gitops;
+#[cfg(test)]
 mod helm;
 #[cfg(test)]
 mod kustomize;
+#[cfg(test)]
+mod monitoring;
 #[cfg(test)]
 mod operations;
 #[cfg(test)]

@@ -369,10 +369,9 @@ pub fn fresh_start(cluster: &Cluster) {
 }
 
 /// The README's blocks the tests run, in the README's order: a new block there needs a test.
-const README_BLOCKS: [&str; 6] = [
+const README_BLOCKS: [&str; 5] = [
     "prerequisites",
     "kustomize-install",
-    "kustomize-rotate",
     "kustomize-uninstall",
     "helm-install",
     "helm-uninstall",

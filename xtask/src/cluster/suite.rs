@@ -1,5 +1,5 @@
 //! `cargo xtask cluster test` and the pipeline's real-cluster step: lint the tests, build what
-//! they need (the release binary and its image archive, the node's binaries, helm), bring the
+//! they need (the release binary and its image archive, the node's binaries, helm, promtool), bring the
 //! cluster up, run them (`cargo test -p xtask --example cluster-tests`), and take the cluster
 //! down again whatever happened.
 //!
@@ -16,7 +16,7 @@ use crate::{Error, Result, dist, image};
 
 const EXAMPLE: &str = "cluster-tests";
 /// Read by the tests: where the cluster and its tools are.
-const ENV: [&str; 11] = [
+const ENV: [&str; 12] = [
     "POOLKEEPER_CLUSTER_NETNS",
     "POOLKEEPER_CLUSTER_KUBECONFIG",
     "POOLKEEPER_CLUSTER_CONTAINERD",
@@ -28,6 +28,7 @@ const ENV: [&str; 11] = [
     "POOLKEEPER_HELM",
     "POOLKEEPER_BINARY",
     "POOLKEEPER_KUSTOMIZE",
+    "POOLKEEPER_PROMTOOL",
 ];
 
 /// `cargo xtask cluster test [FILTER]...`: the tests with libtest's output as it comes.
@@ -112,6 +113,7 @@ fn test_command(
         .arg("--test-threads=1");
     let path = |p: &Path| p.to_string_lossy().into_owned();
     let helm: PathBuf = binaries.helm.clone().unwrap_or_default();
+    let promtool: PathBuf = binaries.promtool.clone().unwrap_or_default();
     let values = [
         NETNS.to_owned(),
         path(&layout.kubeconfig()),
@@ -124,6 +126,7 @@ fn test_command(
         path(&helm),
         path(binary),
         path(kustomize),
+        path(&promtool),
     ];
     test.envs(ENV.iter().zip(values));
     test

@@ -225,7 +225,8 @@ async fn only_the_pods_poolkeeper_places_depend_on_it() {
     running.wait_ready().await;
     wait_listed(&cluster.client, &[BOUND_NAMESPACE]).await;
     // The placement policy's exclusions, the operator's among them, and the
-    // bound namespace: none is in `deploy/webhooks`' initial list.
+    // bound namespace, as the leader wrote them: `deploy/webhooks` ships no
+    // selectors.
     wait_left_out(
         &cluster.client,
         &[
