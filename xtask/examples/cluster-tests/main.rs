@@ -18,6 +18,8 @@ mod monitoring;
 #[cfg(test)]
 mod operations;
 #[cfg(test)]
+mod rotation;
+#[cfg(test)]
 mod same_objects;
 #[cfg(test)]
 mod scenario;
