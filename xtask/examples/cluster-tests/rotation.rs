@@ -65,7 +65,7 @@ fn certificates_rotate_under_a_stream_of_creates() {
         let stop = stop.clone();
         std::thread::spawn(move || pod_stream(stop, MAX_PODS))
     };
-    let seen = observe(&cluster);
+    let seen = observe(&cluster, &replica_addresses(&cluster));
     stop.store(true, Ordering::SeqCst);
     let (created, problems) = stream.join().expect("the Pod stream");
     println!(
@@ -126,7 +126,7 @@ struct Seen {
 /// Polls the Secret and what each replica serves (`/readyz?verbose`) until the Secret has held
 /// [`LEAVES`] serving certificates, [`CAS`] CAs have signed served ones and both replicas serve
 /// the latest, or [`RUN_LIMIT`].
-fn observe(cluster: &Cluster) -> Seen {
+fn observe(cluster: &Cluster, replicas: &[String]) -> Seen {
     let started = Instant::now();
     let mut seen = Seen {
         leaves: BTreeSet::new(),
@@ -143,7 +143,7 @@ fn observe(cluster: &Cluster) -> Seen {
         if seen.leaves.insert(leaf.clone()) {
             pending = Some((leaf, Instant::now()));
         }
-        let served: Vec<Served> = replica_addresses(cluster)
+        let served: Vec<Served> = replicas
             .iter()
             .filter_map(|ip| Served::parse(&readyz(cluster, ip)))
             .collect();
@@ -190,7 +190,7 @@ fn secret_leaf_serial(cluster: &Cluster) -> String {
 }
 
 fn replica_addresses(cluster: &Cluster) -> Vec<String> {
-    cluster
+    let addresses: Vec<String> = cluster
         .kubectl_ok(&[
             "-n",
             NAMESPACE,
@@ -203,15 +203,18 @@ fn replica_addresses(cluster: &Cluster) -> Vec<String> {
         ])
         .split_whitespace()
         .map(str::to_owned)
-        .collect()
+        .collect();
+    assert_eq!(addresses.len(), 2, "two replicas: {addresses:?}");
+    addresses
 }
 
 /// `/readyz?verbose` of the replica at `ip`, whatever its status.
 fn readyz(cluster: &Cluster, ip: &str) -> String {
     let url = format!("http://{ip}:8081/readyz?verbose");
-    let out = run(cluster
-        .command("curl")
-        .args(["--silent", "--show-error", "--max-time", "5", &url]));
+    let out =
+        run(cluster
+            .command("curl")
+            .args(["--silent", "--show-error", "--max-time", "5", &url]));
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
@@ -268,7 +271,12 @@ impl ApiServerLog {
 }
 
 fn complaints(log: &str) -> Vec<String> {
-    const FAILURES: [&str; 4] = ["x509", "tls:", "unknown authority", "failed calling webhook"];
+    const FAILURES: [&str; 4] = [
+        "x509",
+        "tls:",
+        "unknown authority",
+        "failed calling webhook",
+    ];
     log.lines()
         .filter(|line| line.contains("poolkeeper"))
         .filter(|line| {
