@@ -80,7 +80,7 @@ pub fn leaders_fields(cluster: &Cluster) -> String {
 }
 
 /// Each entry has a caBundle: the leader published its CA.
-fn wait_for_ca_bundles(cluster: &Cluster) {
+pub fn wait_for_ca_bundles(cluster: &Cluster) {
     eventually(
         "a caBundle in every entry",
         Duration::from_secs(120),
@@ -96,13 +96,13 @@ fn wait_for_ca_bundles(cluster: &Cluster) {
     );
 }
 
-/// Creates Pods in the bound namespace one after another until `stop` (or [`MAX_PODS`]);
+/// Creates Pods in the bound namespace one after another until `stop` (or `max_pods`);
 /// returns how many were created and the failures and unplaced Pods it saw.
-fn pod_stream(stop: Arc<AtomicBool>) -> (usize, Vec<String>) {
+pub fn pod_stream(stop: Arc<AtomicBool>, max_pods: usize) -> (usize, Vec<String>) {
     let cluster = Cluster::from_env();
     let mut problems = Vec::new();
     let mut created = 0;
-    while !stop.load(Ordering::SeqCst) && created < MAX_PODS {
+    while !stop.load(Ordering::SeqCst) && created < max_pods {
         let name = format!("stream-{created}");
         let pod = format!(
             r#"{{"apiVersion": "v1", "kind": "Pod",
@@ -202,7 +202,7 @@ fn gitops_resyncs_never_reset_what_the_leader_keeps() {
     let stop = Arc::new(AtomicBool::new(false));
     let stream = {
         let stop = stop.clone();
-        std::thread::spawn(move || pod_stream(stop))
+        std::thread::spawn(move || pod_stream(stop, MAX_PODS))
     };
     for resync in 0..RESYNCS {
         std::thread::sleep(Duration::from_secs(2));

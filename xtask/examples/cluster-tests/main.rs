@@ -25,6 +25,8 @@ mod operations;
 #[path = "../../src/chaos/oracle.rs"]
 mod oracle;
 #[cfg(test)]
+mod rotation;
+#[cfg(test)]
 mod same_objects;
 #[cfg(test)]
 mod scenario;
