@@ -27,6 +27,7 @@ fn object_counts_list_every_kind() {
         (ResourceKind::ConfigMap, 1),
         (ResourceKind::Secret, 1),
         (ResourceKind::Namespace, 0),
+        (ResourceKind::PlacementException, 0),
     ];
     assert_eq!(counts(&index), expected.into_iter().collect());
 }
