@@ -355,8 +355,10 @@ async fn configurations_created_later_are_brought_in_step_and_a_reapply_keeps_th
     let took = setup.wait_selectors(&["shop"]).await;
     println!("registered configurations in step after {took:?}");
 
-    // A condition of the controller's own, written under its field manager.
-    let engine_condition = json!({"name": "poolkeeper.io/engine-test", "expression": "true"});
+    // A condition written under the controller's field manager (named
+    // outside `poolkeeper.io/engine-*`, which this keeper under the webhook
+    // engine would remove at once).
+    let engine_condition = json!({"name": "poolkeeper.io/test-owned", "expression": "true"});
     let add = json_patch::Patch(vec![json_patch::PatchOperation::Add(
         json_patch::AddOperation {
             path: json_patch::jsonptr::PointerBuf::parse("/webhooks/0/matchConditions/-").unwrap(),
@@ -394,7 +396,7 @@ async fn configurations_created_later_are_brought_in_step_and_a_reapply_keeps_th
         .collect();
     assert_eq!(
         conditions,
-        ["poolkeeper.io/not-excluded", "poolkeeper.io/engine-test"],
+        ["poolkeeper.io/not-excluded", "poolkeeper.io/test-owned"],
         "the installer's entry and the controller's"
     );
     setup.stop().await;
