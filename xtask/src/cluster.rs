@@ -51,6 +51,9 @@ const APISERVER_PORT: u16 = 6443;
 const APISERVER_TIMEOUT: Duration = Duration::from_secs(90);
 const CONTAINERD_TIMEOUT: Duration = Duration::from_secs(30);
 const NODE_TIMEOUT: Duration = Duration::from_secs(120);
+/// `cluster restart`: SIGKILL when SIGTERM has not stopped the daemon within this (a kubelet's
+/// default grace period).
+const RESTART_GRACE: Duration = Duration::from_secs(30);
 
 const USAGE: &str = "\
 usage: cargo xtask cluster <up|down|status|build|exec -- COMMAND...|restart DAEMON|test>
@@ -650,6 +653,7 @@ fn restart(layout: &Layout, args: &[String]) -> Result<()> {
         name,
         &layout.log(name),
         &Path::new("/run/netns").join(NETNS),
+        RESTART_GRACE,
         Duration::ZERO,
     )
     .map_err(|e| Error::io("cluster restart", e))?;

@@ -47,6 +47,9 @@ const BATCH_PERIOD: Duration = Duration::from_secs(1);
 const STREAM_MAX: usize = 15_000;
 /// The restarted API server stays down this long after it exited.
 const API_SERVER_DOWN: Duration = Duration::from_secs(5);
+/// SIGTERM, then SIGKILL after this: its graceful stop here outlasts 30 s (a draining it never
+/// finishes), which would make every restart a 40-second outage.
+const API_SERVER_STOP_GRACE: Duration = Duration::from_secs(10);
 /// The restarted API server serves again within this bound.
 const API_SERVER_BOUND: Duration = Duration::from_secs(120);
 const AUDIT_LOG: &str = "POOLKEEPER_CLUSTER_AUDIT_LOG";
@@ -226,7 +229,8 @@ fn inject(cluster: &Cluster, fault: Fault, start: Instant) -> Injected {
 }
 
 /// Restarts the API server as the tier does (by its recorded pid, the same command line, the
-/// audit log appended to), down [`API_SERVER_DOWN`] after it exited. Returns how long after
+/// audit log appended to), down [`API_SERVER_DOWN`] after it exited (SIGTERM, SIGKILL after
+/// [`API_SERVER_STOP_GRACE`]). Returns how long after
 /// `since` it served again (`/readyz`) and the Lease was next written (within a retry period:
 /// the first write after it serves, by either replica).
 fn restart_api_server(cluster: &Cluster, since: Instant) -> (Duration, Duration) {
@@ -237,6 +241,7 @@ fn restart_api_server(cluster: &Cluster, since: Instant) -> (Duration, Duration)
         "kube-apiserver",
         &Path::new(&logs).join("kube-apiserver.log"),
         &Path::new("/run/netns").join(&cluster.netns),
+        API_SERVER_STOP_GRACE,
         API_SERVER_DOWN,
     )
     .unwrap_or_else(|e| panic!("{e}"));
@@ -405,12 +410,27 @@ fn iptables(pid: u32, action: &str, rule: &[String]) {
     }
 }
 
-/// Creates in the bound and the unbound namespace, each with when it was tried (since
-/// `start`) and whether it failed.
+/// One create: when its kubectl call began and ended (since the run's start), and whether it
+/// failed.
+#[derive(Clone, Copy, Debug)]
+struct Create {
+    from: Duration,
+    to: Duration,
+    failed: bool,
+}
+
+impl Create {
+    /// Whether the call overlapped `from..=to` (a call begun before a fault can fail by it).
+    fn overlaps(&self, from: Duration, to: Duration) -> bool {
+        self.from <= to && self.to >= from
+    }
+}
+
+/// Creates in the bound and the unbound namespace.
 #[derive(Debug, Default)]
 struct Creates {
-    bound: Vec<(Duration, bool)>,
-    unbound: Vec<(Duration, bool)>,
+    bound: Vec<Create>,
+    unbound: Vec<Create>,
     /// The first lines of what kubectl said about failed creates, with when.
     errors: Vec<String>,
 }
@@ -438,9 +458,8 @@ fn start_creates(
     })
 }
 
-/// Each create of a stream (when, since the run's start; whether it failed) and the first lines
-/// of what kubectl said about failed ones.
-type Stream = (Vec<(Duration, bool)>, Vec<String>);
+/// Each create of a stream and the first lines of what kubectl said about failed ones.
+type Stream = (Vec<Create>, Vec<String>);
 
 /// Creates in `namespace`: a batch of [`BATCH`] every [`BATCH_PERIOD`] (a batch that is late
 /// goes at once), until `stop` or [`STREAM_MAX`].
@@ -463,7 +482,12 @@ fn create_stream(cluster: &Cluster, namespace: &str, stop: &AtomicBool, start: I
             let first = stderr.lines().next().unwrap_or_default();
             errors.push(format!("{:.1} s, {namespace}: {first}", at.as_secs_f64()));
         }
-        record.extend((0..BATCH).map(|i| (at, i >= created)));
+        let to = start.elapsed();
+        record.extend((0..BATCH).map(|i| Create {
+            from: at,
+            to,
+            failed: i >= created,
+        }));
         batches += 1;
         std::thread::sleep((BATCH_PERIOD * batches).saturating_sub(began.elapsed()));
     }
@@ -721,8 +745,7 @@ struct Figures<'a> {
 
 /// The table of RELIABILITY.md, printed.
 fn print_figures(f: &Figures<'_>) {
-    let failed =
-        |creates: &[(Duration, bool)]| creates.iter().filter(|(_, failed)| *failed).count();
+    let failed = |creates: &[Create]| creates.iter().filter(|c| c.failed).count();
     println!(
         "| fault | injected | new leader p50 / max | creates failed in its window (bound ns) |"
     );
@@ -744,10 +767,9 @@ fn print_figures(f: &Figures<'_>) {
                 f.creates
                     .bound
                     .iter()
-                    .filter(|(at, failed)| {
-                        *failed
-                            && *at >= i.at
-                            && *at <= i.until.max(i.at + i.new_leader_after.unwrap_or(FAULT_HOLD))
+                    .filter(|c| {
+                        let end = i.until.max(i.at + i.new_leader_after.unwrap_or(FAULT_HOLD));
+                        c.failed && c.overlaps(i.at, end)
                     })
                     .count()
             })
@@ -789,15 +811,15 @@ fn print_figures(f: &Figures<'_>) {
 /// windows where both replicas or the API server were down are counted (the frozen leader
 /// stays behind the Service until its readiness probe fails).
 fn unbound_creates_never_failed(creates: &Creates, injected: &[Injected]) -> usize {
-    let within = |at: &Duration, kinds: &[Fault]| {
+    let within = |create: &Create, kinds: &[Fault]| {
         injected
             .iter()
-            .any(|i| kinds.contains(&i.fault) && *at >= i.at && *at <= i.until)
+            .any(|i| kinds.contains(&i.fault) && create.overlaps(i.at, i.until))
     };
-    let unbound: Vec<&(Duration, bool)> = creates
+    let unbound: Vec<&Create> = creates
         .unbound
         .iter()
-        .filter(|(at, failed)| *failed && !within(at, &[Fault::ApiServerRestarted]))
+        .filter(|c| c.failed && !within(c, &[Fault::ApiServerRestarted]))
         .collect();
     assert!(
         unbound.is_empty(),
@@ -806,9 +828,7 @@ fn unbound_creates_never_failed(creates: &Creates, injected: &[Injected]) -> usi
     creates
         .bound
         .iter()
-        .filter(|(at, failed)| {
-            *failed && !within(at, &[Fault::BothDeleted, Fault::ApiServerRestarted])
-        })
+        .filter(|c| c.failed && !within(c, &[Fault::BothDeleted, Fault::ApiServerRestarted]))
         .count()
 }
 

@@ -70,13 +70,13 @@ impl Schedule {
         } else {
             vec![
                 Step::Once(LeaderDeleted),
+                Step::Once(BothDeleted),
                 Step::Once(LeaderFrozen),
                 Step::Once(ApiServerRestarted),
                 Step::Once(LeaderCutOff),
                 Step::Once(LeaderThrottled),
                 Step::DeletionPhase { deletions: 4 },
                 Step::Once(ApiServerRestarted),
-                Step::Once(BothDeleted),
             ]
         };
         Self { run_for, cycle }

@@ -19,8 +19,6 @@ use std::time::{Duration, Instant};
 pub const CGROUP: &str = "poolkeeper-cluster";
 /// Where the cgroup hierarchies are mounted.
 const CGROUP_MOUNT: &str = "/sys/fs/cgroup";
-/// A daemon asked to stop (SIGTERM) is killed when it has not exited within this.
-const STOP_GRACE: Duration = Duration::from_secs(30);
 const POLL: Duration = Duration::from_millis(100);
 
 /// What a daemon runs and where.
@@ -116,7 +114,7 @@ pub fn alive(pid: u32) -> bool {
     !matches!(state, Some('Z' | 'X') | None)
 }
 
-/// Restarts the daemon `name` recorded in `pids_file`: SIGTERM (SIGKILL after [`STOP_GRACE`]),
+/// Restarts the daemon `name` recorded in `pids_file`: SIGTERM (SIGKILL after `stop_grace`),
 /// down for `down_for`, then the same command line in the same cgroups and network namespace,
 /// its log appended to (and the files it writes itself, such as the API server's audit log,
 /// opened again by it). The new pid replaces the old in `pids_file`; it is returned.
@@ -125,6 +123,7 @@ pub fn restart(
     name: &str,
     log: &Path,
     netns: &Path,
+    stop_grace: Duration,
     down_for: Duration,
 ) -> io::Result<u32> {
     let failed = |what: String| io::Error::other(format!("restarting {name}: {what}"));
@@ -154,7 +153,7 @@ pub fn restart(
         return Err(failed(format!("pid {pid} is not in the cgroup {CGROUP}")));
     }
     let path_env = std::env::var_os("PATH").unwrap_or_default();
-    stop(pid).map_err(|e| failed(e.to_string()))?;
+    stop(pid, stop_grace).map_err(|e| failed(e.to_string()))?;
     std::thread::sleep(down_for);
     let log = std::fs::OpenOptions::new()
         .create(true)
@@ -175,9 +174,9 @@ pub fn restart(
     Ok(new_pid)
 }
 
-/// SIGTERM, then SIGKILL when the process outlives [`STOP_GRACE`]; returns once it is gone.
-fn stop(pid: u32) -> io::Result<()> {
-    for (signal, within) in [("TERM", STOP_GRACE), ("KILL", Duration::from_secs(5))] {
+/// SIGTERM, then SIGKILL when the process outlives `grace`; returns once it is gone.
+fn stop(pid: u32, grace: Duration) -> io::Result<()> {
+    for (signal, within) in [("TERM", grace), ("KILL", Duration::from_secs(5))] {
         Command::new("kill")
             .args(["-s", signal, &pid.to_string()])
             .stderr(Stdio::null())
