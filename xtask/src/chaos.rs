@@ -8,6 +8,9 @@
 //! `cargo xtask chaos --audit-log FILE` runs the oracle alone over an audit log.
 
 pub mod oracle;
+/// The cluster test's fault schedule, compiled here for its unit tests.
+#[cfg(test)]
+mod schedule;
 
 use std::path::{Path, PathBuf};
 

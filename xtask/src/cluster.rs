@@ -20,6 +20,7 @@ mod configs;
 mod daemons;
 mod host;
 mod pki;
+pub(crate) mod process;
 pub(crate) mod suite;
 mod teardown;
 
@@ -50,9 +51,12 @@ const APISERVER_PORT: u16 = 6443;
 const APISERVER_TIMEOUT: Duration = Duration::from_secs(90);
 const CONTAINERD_TIMEOUT: Duration = Duration::from_secs(30);
 const NODE_TIMEOUT: Duration = Duration::from_secs(120);
+/// `cluster restart`: SIGKILL when SIGTERM has not stopped the daemon within this (a kubelet's
+/// default grace period).
+const RESTART_GRACE: Duration = Duration::from_secs(30);
 
 const USAGE: &str = "\
-usage: cargo xtask cluster <up|down|status|build|exec -- COMMAND...|test>
+usage: cargo xtask cluster <up|down|status|build|exec -- COMMAND...|restart DAEMON|test>
   up       build what is missing, then start the one-node cluster in the network namespace
            poolkeeper-cluster (needs root, cgroups; installs containerd, runc, CNI plugins,
            iptables with apt-get when missing)
@@ -60,6 +64,9 @@ usage: cargo xtask cluster <up|down|status|build|exec -- COMMAND...|test>
   status   the cluster's processes and whether they run
   build    kubelet, kube-proxy, pause, helm, promtool and the control plane, cached by version
   exec     run COMMAND in the namespace with KUBECONFIG set and kubectl and helm on the PATH
+  restart DAEMON
+           stop a daemon of the cluster (e.g. kube-apiserver) by its recorded pid and start it
+           again with the same command line, its log appended to
   test [FILTER]...
            build, up, the cluster tests (xtask/examples/cluster-tests), down";
 
@@ -183,6 +190,7 @@ pub fn command(args: &[String]) -> Result<()> {
         "status" => status(&layout),
         "build" => build(&root, true).map(drop),
         "exec" => exec(&root, &layout, rest),
+        "restart" => restart(&layout, rest),
         "test" => suite::command(&root, &layout, rest),
         _ => Err(Error::Usage(USAGE.to_owned())),
     }
@@ -633,6 +641,27 @@ fn exec(root: &Path, layout: &Layout, args: &[String]) -> Result<()> {
         .env("PATH", tool_path(&binaries))
         .stdin(Stdio::inherit());
     crate::run::status(&mut command)
+}
+
+/// `cargo xtask cluster restart DAEMON`.
+fn restart(layout: &Layout, args: &[String]) -> Result<()> {
+    let [name] = args else {
+        return Err(Error::Usage(USAGE.to_owned()));
+    };
+    let pid = process::restart(
+        &layout.pids_file(),
+        name,
+        &layout.log(name),
+        &Path::new("/run/netns").join(NETNS),
+        RESTART_GRACE,
+        Duration::ZERO,
+    )
+    .map_err(|e| Error::io("cluster restart", e))?;
+    println!(
+        "{name} restarted: pid {pid} (log {})",
+        layout.log(name).display()
+    );
+    Ok(())
 }
 
 /// PATH with kubectl and helm first.

@@ -24,12 +24,20 @@ mod operations;
 #[cfg(test)]
 #[path = "../../src/chaos/oracle.rs"]
 mod oracle;
+/// How the tier starts and restarts its daemons: the chaos test restarts the API server.
+#[cfg(test)]
+#[path = "../../src/cluster/process.rs"]
+mod process;
 #[cfg(test)]
 mod rotation;
 #[cfg(test)]
 mod same_objects;
 #[cfg(test)]
 mod scenario;
+/// The chaos test's fault schedule, tested with xtask's own tests.
+#[cfg(test)]
+#[path = "../../src/chaos/schedule.rs"]
+mod schedule;
 #[cfg(test)]
 mod support;
 

@@ -6,17 +6,16 @@
 
 use std::fs::File;
 use std::io::Write;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use super::host::{Cgroups, Host};
+use super::process;
 use super::{Layout, NETNS};
 use crate::{Error, Result};
 
-/// The cluster's cgroup below each hierarchy's root; the kubelet's `cgroupRoot`.
-pub const CGROUP: &str = "poolkeeper-cluster";
+pub use super::process::{CGROUP, alive};
 /// The daemons' own cgroup: a leaf, as cgroup v2 wants processes only in leaves.
 const DAEMONS_CGROUP: &str = "daemons";
 
@@ -52,32 +51,22 @@ fn daemons_cgroup(host: &Host) -> PathBuf {
     host.cgroups.tracking().join(CGROUP).join(DAEMONS_CGROUP)
 }
 
-/// Starts the daemon in the background (its own process group: a terminal's Ctrl-C does not
-/// reach it) and records its pid.
+/// Starts the daemon in the background ([`process::spawn`]) and records its pid.
 pub fn start(layout: &Layout, host: &Host, daemon: &Daemon) -> Result<u32> {
     let log_path = layout.log(daemon.name);
     let log = File::create(&log_path)
         .map_err(|e| Error::io(format!("creating {}", log_path.display()), e))?;
-    let err_log = log
-        .try_clone()
-        .map_err(|e| Error::io(format!("opening {}", log_path.display()), e))?;
-    let mut command = Command::new("sh");
-    command
-        // Joins the cgroup, then becomes the daemon: the recorded pid is the daemon's.
-        .arg("-c")
-        .arg(r#"procs=$0; netns=$1; shift; echo $$ > "$procs" && exec nsenter --net="$netns" -- "$@""#)
-        .arg(daemons_cgroup(host).join("cgroup.procs"))
-        .arg(Path::new("/run/netns").join(NETNS))
-        .arg(&daemon.program)
-        .args(&daemon.args)
-        .env("PATH", &host.path)
-        .stdin(Stdio::null())
-        .stdout(log)
-        .stderr(err_log)
-        .process_group(0);
-    let child = command
-        .spawn()
-        .map_err(|e| Error::io(format!("starting {}", daemon.name), e))?;
+    let child = process::spawn(
+        &process::Launch {
+            program: daemon.program.as_os_str(),
+            args: &daemon.args,
+            cgroup_procs: &[daemons_cgroup(host).join("cgroup.procs")],
+            netns: &Path::new("/run/netns").join(NETNS),
+            path_env: std::ffi::OsStr::new(&host.path),
+        },
+        log,
+    )
+    .map_err(|e| Error::io(format!("starting {}", daemon.name), e))?;
     let pid = child.id();
     let pids = layout.pids_file();
     let mut file = std::fs::OpenOptions::new()
@@ -90,27 +79,9 @@ pub fn start(layout: &Layout, host: &Host, daemon: &Daemon) -> Result<u32> {
     Ok(pid)
 }
 
-/// The daemons `start` recorded: name and pid.
+/// The daemons `start` recorded (a restart replaces its daemon's record): name and pid.
 pub fn recorded(layout: &Layout) -> Vec<(String, u32)> {
-    let text = std::fs::read_to_string(layout.pids_file()).unwrap_or_default();
-    text.lines()
-        .filter_map(|line| {
-            let (name, pid) = line.split_once(' ')?;
-            Some((name.to_owned(), pid.parse().ok()?))
-        })
-        .collect()
-}
-
-/// Running: the process exists and is not a zombie.
-pub fn alive(pid: u32) -> bool {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return false;
-    };
-    // `pid (comm) S ...`: the state follows the last parenthesis.
-    let state = stat
-        .rsplit_once(')')
-        .and_then(|(_, rest)| rest.trim_start().chars().next());
-    !matches!(state, Some('Z' | 'X') | None)
+    process::parse_pids(&std::fs::read_to_string(layout.pids_file()).unwrap_or_default())
 }
 
 /// An error naming the first recorded daemon that is no longer running, with its log's tail.
@@ -231,12 +202,6 @@ pub fn remove_cgroups(cgroups: &Cgroups) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn this_process_is_alive_and_a_free_pid_is_not() {
-        assert!(alive(std::process::id()));
-        assert!(!alive(u32::MAX));
-    }
 
     #[test]
     fn tails_are_the_last_lines() {

@@ -16,7 +16,7 @@ use crate::{Error, Result, dist, image};
 
 const EXAMPLE: &str = "cluster-tests";
 /// Read by the tests: where the cluster and its tools are.
-const ENV: [&str; 13] = [
+const ENV: [&str; 15] = [
     "POOLKEEPER_CLUSTER_NETNS",
     "POOLKEEPER_CLUSTER_KUBECONFIG",
     "POOLKEEPER_CLUSTER_CONTAINERD",
@@ -30,6 +30,8 @@ const ENV: [&str; 13] = [
     "POOLKEEPER_KUSTOMIZE",
     "POOLKEEPER_CLUSTER_AUDIT_LOG",
     "POOLKEEPER_PROMTOOL",
+    "POOLKEEPER_CLUSTER_PIDS",
+    "POOLKEEPER_CLUSTER_LOGS",
 ];
 
 /// `cargo xtask cluster test [FILTER]...`: the tests with libtest's output as it comes.
@@ -129,6 +131,8 @@ fn test_command(
         path(kustomize),
         path(&layout.audit_log()),
         path(&promtool),
+        path(&layout.pids_file()),
+        path(&layout.logs()),
     ];
     test.envs(ENV.iter().zip(values));
     test
