@@ -58,6 +58,8 @@ pub fn engines_command(args: &[String]) -> Result<()> {
         "8",
         "--changes",
         "30",
+        "--engine-rounds",
+        "2",
     ]
     .map(str::to_owned)
     .to_vec();

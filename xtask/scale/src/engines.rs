@@ -7,7 +7,7 @@
 //! and after), and the calls the apiserver made to poolkeeper's webhooks
 //! (`apiserver_admission_webhook_request_total`, before and after). Then the binding of the
 //! namespace moves between two pools `--changes` times: the time from each ConfigMap write to
-//! the first dry-run create placed by the new binding.
+//! the first dry-run create placed by the new binding. `--engine-rounds` repeats the pair.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -20,11 +20,11 @@ use kube::{Api, Client};
 use poolkeeper_testenv::{Process, TestEnv};
 use serde_json::json;
 
-use crate::admission::{apiserver_metrics, create_pod, delete_pods};
+use crate::admission::{apiserver_metrics, create_pod, delete_pods, since};
 use crate::error::{Result, ScaleError};
 use crate::objects::{self, Sizes};
 use crate::process::{Poolkeeper, load_average};
-use crate::stats::{counters, percentile};
+use crate::stats::{Histogram, counters, histograms, percentile};
 use crate::{
     Args, CONTROLLER_NAMESPACE, NAMESPACE, PLACEMENT_CONFIG_MAP, PLACEMENT_KEY, POD_POOL,
     READY_TIMEOUT, launch, register_webhooks,
@@ -32,6 +32,15 @@ use crate::{
 
 pub const ENGINES: [&str; 2] = ["webhook", "cel"];
 const WEBHOOK_CALLS: &str = "apiserver_admission_webhook_request_total";
+/// The apiserver's time in each admission plugin, by plugin name.
+const PLUGIN_TIME: &str = "apiserver_admission_controller_admission_duration_seconds";
+/// The plugins the two engines differ in, in the order of the report's columns.
+const PLUGINS: [&str; 4] = [
+    "MutatingAdmissionPolicy",
+    "MutatingAdmissionWebhook",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionWebhook",
+];
 /// Linux's USER_HZ: the unit of utime and stime in `/proc/<pid>/stat`.
 const CLOCK_TICKS_PER_SECOND: f64 = 100.0;
 /// How long an engine may take from /readyz to placing Pods the way it should.
@@ -47,12 +56,17 @@ const CHANGE_GAP: Duration = Duration::from_millis(200);
 #[derive(Clone, Debug)]
 pub struct EngineFigures {
     pub engine: &'static str,
+    /// 1 for the first webhook–cel pair, 2 for the next, ...
+    pub round: usize,
     pub creates: usize,
     pub duration: Duration,
     pub round_trips: Vec<Duration>,
     pub apiserver_cpu: Duration,
+    pub etcd_cpu: Duration,
     pub poolkeeper_cpu: Duration,
     pub webhook_calls: f64,
+    /// The apiserver's time in each admission plugin over the creates.
+    pub plugins: BTreeMap<String, Histogram>,
     /// Binding change → the next Pod placed by it, one per change.
     pub staleness: Vec<Duration>,
 }
@@ -69,9 +83,14 @@ pub async fn run(args: &Args) -> Result<String> {
         .startup_timeout(Duration::from_secs(120))
         .start()
         .await?;
-    let apiserver = env
-        .pid(Process::ApiServer)
-        .ok_or_else(|| ScaleError::Unexpected("kube-apiserver has no pid".to_owned()))?;
+    let pid = |process, name: &str| {
+        env.pid(process)
+            .ok_or_else(|| ScaleError::Unexpected(format!("{name} has no pid")))
+    };
+    let (apiserver, etcd) = (
+        pid(Process::ApiServer, "kube-apiserver")?,
+        pid(Process::Etcd, "etcd")?,
+    );
     let namespace = objects::tenant_namespace(POD_POOL);
     for name in [NAMESPACE, CONTROLLER_NAMESPACE, &namespace] {
         env.create_namespace(name).await?;
@@ -91,7 +110,8 @@ pub async fn run(args: &Args) -> Result<String> {
     let mut launch = launch(args, &env, certs.path().to_owned())?;
     let webhooks = register_webhooks(&env, args, &launch, certs.path()).await?;
     let mut all = Vec::new();
-    for engine in ENGINES {
+    let rounds = (1..=args.engine_rounds.max(1)).flat_map(|round| ENGINES.map(|e| (round, e)));
+    for (round, engine) in rounds {
         launch.engine = Some(engine.to_owned());
         println!("starting poolkeeper with placement.engine {engine} ...");
         let mut poolkeeper = Poolkeeper::start(&launch)?;
@@ -102,7 +122,9 @@ pub async fn run(args: &Args) -> Result<String> {
             sizes: &sizes,
             webhooks: &webhooks,
             apiserver,
+            etcd,
             engine,
+            round,
         };
         let measured = bench.measure(&mut poolkeeper).await;
         let stopped = poolkeeper.stop().await;
@@ -120,7 +142,9 @@ struct Bench<'a> {
     sizes: &'a Sizes,
     webhooks: &'a [String],
     apiserver: u32,
+    etcd: u32,
     engine: &'static str,
+    round: usize,
 }
 
 impl Bench<'_> {
@@ -133,8 +157,9 @@ impl Bench<'_> {
         );
         let api: Api<Pod> = Api::namespaced(self.client.clone(), self.namespace);
         let calls_before = self.webhook_calls().await?;
-        let (apiserver_before, poolkeeper_before) =
-            (cpu_time(self.apiserver)?, cpu_time(poolkeeper.pid())?);
+        let plugins_before =
+            histograms(&apiserver_metrics(self.client).await?, PLUGIN_TIME, "name");
+        let before = self.cpu_times(poolkeeper)?;
         let started = Instant::now();
         let round_trips: Vec<Duration> = futures::stream::iter(0..self.args.pods)
             .map(|index| create_pod(&api, index))
@@ -142,9 +167,12 @@ impl Bench<'_> {
             .try_collect()
             .await?;
         let duration = started.elapsed();
-        let (apiserver_after, poolkeeper_after) =
-            (cpu_time(self.apiserver)?, cpu_time(poolkeeper.pid())?);
+        let after = self.cpu_times(poolkeeper)?;
         let webhook_calls = self.webhook_calls().await? - calls_before;
+        let plugins = since(
+            histograms(&apiserver_metrics(self.client).await?, PLUGIN_TIME, "name"),
+            &plugins_before,
+        );
         delete_pods(&api).await?;
         println!(
             "  {:.0} creates/s, {webhook_calls} webhook calls; binding changes ...",
@@ -154,14 +182,26 @@ impl Bench<'_> {
         poolkeeper.check_running("the end of the engine's run")?;
         Ok(EngineFigures {
             engine: self.engine,
+            round: self.round,
             creates: self.args.pods,
             duration,
             round_trips,
-            apiserver_cpu: apiserver_after.saturating_sub(apiserver_before),
-            poolkeeper_cpu: poolkeeper_after.saturating_sub(poolkeeper_before),
+            apiserver_cpu: after[0].saturating_sub(before[0]),
+            etcd_cpu: after[1].saturating_sub(before[1]),
+            poolkeeper_cpu: after[2].saturating_sub(before[2]),
             webhook_calls,
+            plugins,
             staleness,
         })
+    }
+
+    /// CPU time so far of kube-apiserver, etcd and poolkeeper.
+    fn cpu_times(&self, poolkeeper: &Poolkeeper) -> Result<[Duration; 3]> {
+        Ok([
+            cpu_time(self.apiserver)?,
+            cpu_time(self.etcd)?,
+            cpu_time(poolkeeper.pid())?,
+        ])
     }
 
     /// Calls the apiserver made to poolkeeper's webhooks so far.
@@ -294,51 +334,114 @@ fn render(
 ) -> String {
     let mut out = format!(
         "# Placement engines\n\n`{}`, {started_at}, {}; load average {} at the start, {} at \
-         the end. {} nodes in {} pools; {} plain Pod creates per engine, {} in flight; {} \
-         binding changes per engine.\n\n",
+         the end. {} nodes in {} pools; {} round(s) of webhook then cel; per engine and round \
+         {} plain Pod creates, {} in flight, and {} binding changes. CPU from \
+         /proc/<pid>/stat in 10 ms ticks.\n\n",
         args.command,
         crate::machine(),
         show_load(load[0]),
         show_load(load[1]),
         args.nodes,
         args.pools,
+        args.engine_rounds.max(1),
         args.pods,
         args.pod_concurrency,
         args.changes.next_multiple_of(2),
     );
     out.push_str(
-        "| engine | creates/s | p50 / p99 | kube-apiserver CPU per create | poolkeeper CPU per \
-         create | webhook calls per create | binding change → placed, p50 / p99 |\n\
-         |---|---:|---:|---:|---:|---:|---:|\n",
+        "| round | engine | creates/s | p50 / p99 | kube-apiserver CPU per create | etcd CPU \
+         per create | poolkeeper CPU per create | webhook calls per create | binding change → \
+         placed, p50 / p99 |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for figures in all {
         let creates = figures.creates.max(1) as f64;
+        let per_create = |cpu: Duration| format!("{:.0} µs", cpu.as_secs_f64() * 1e6 / creates);
         let _ = writeln!(
             out,
-            "| {} | {:.0} | {} / {} ms | {:.0} µs | {:.0} µs | {:.2} | {} / {} ms |",
+            "| {} | {} | {:.0} | {} / {} ms | {} | {} | {} | {:.2} | {} / {} ms |",
+            figures.round,
             figures.engine,
             creates / figures.duration.as_secs_f64(),
             millis(percentile(&figures.round_trips, 0.5)),
             millis(percentile(&figures.round_trips, 0.99)),
-            figures.apiserver_cpu.as_secs_f64() * 1e6 / creates,
-            figures.poolkeeper_cpu.as_secs_f64() * 1e6 / creates,
+            per_create(figures.apiserver_cpu),
+            per_create(figures.etcd_cpu),
+            per_create(figures.poolkeeper_cpu),
             figures.webhook_calls / creates,
             millis(percentile(&figures.staleness, 0.5)),
             millis(percentile(&figures.staleness, 0.99)),
         );
     }
-    let by_engine: BTreeMap<&str, &EngineFigures> = all.iter().map(|f| (f.engine, f)).collect();
-    if let (Some(webhook), Some(cel)) = (by_engine.get("webhook"), by_engine.get("cel")) {
+    out.push_str(&render_plugins(all));
+    let _ = writeln!(out);
+    for pair in all.chunks(2) {
+        if let [webhook, cel] = pair {
+            let _ = writeln!(
+                out,
+                "Round {}, cel / webhook: creates/s {:.2}x, kube-apiserver CPU per create \
+                 {:.2}x, p99 {:.2}x.",
+                cel.round,
+                webhook.duration.as_secs_f64() / cel.duration.as_secs_f64(),
+                cel.apiserver_cpu.as_secs_f64() / webhook.apiserver_cpu.as_secs_f64(),
+                ratio(
+                    percentile(&cel.round_trips, 0.99),
+                    percentile(&webhook.round_trips, 0.99)
+                ),
+            );
+        }
+    }
+    for engine in ENGINES {
+        let changes: Vec<Duration> = all
+            .iter()
+            .filter(|f| f.engine == engine)
+            .flat_map(|f| f.staleness.iter().copied())
+            .collect();
         let _ = writeln!(
             out,
-            "\ncel / webhook: creates/s {:.2}x, kube-apiserver CPU per create {:.2}x, \
-             poolkeeper CPU per create {:.2}x.",
-            webhook.duration.as_secs_f64() / cel.duration.as_secs_f64(),
-            cel.apiserver_cpu.as_secs_f64() / webhook.apiserver_cpu.as_secs_f64(),
-            cel.poolkeeper_cpu.as_secs_f64() / webhook.poolkeeper_cpu.as_secs_f64(),
+            "Binding change → placed, {engine}, all rounds: {} changes, p50 {} ms, p99 {} ms, \
+             max {} ms.",
+            changes.len(),
+            millis(percentile(&changes, 0.5)),
+            millis(percentile(&changes, 0.99)),
+            millis(changes.iter().max().copied()),
         );
     }
     out
+}
+
+/// The apiserver's time in each admission plugin, per create.
+fn render_plugins(all: &[EngineFigures]) -> String {
+    let mut out = format!(
+        "\nThe apiserver's time per create in each admission plugin (`{PLUGIN_TIME}`, its sum \
+         over the creates / the creates):\n\n| round | engine | {} |\n|---|---|{}\n",
+        PLUGINS.join(" | "),
+        "---:|".repeat(PLUGINS.len()),
+    );
+    for figures in all {
+        let creates = figures.creates.max(1) as f64;
+        let cells: Vec<String> = PLUGINS
+            .iter()
+            .map(|plugin| {
+                let sum = figures.plugins.get(*plugin).map_or(0.0, |h| h.sum);
+                format!("{:.2} ms", sum * 1e3 / creates)
+            })
+            .collect();
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} |",
+            figures.round,
+            figures.engine,
+            cells.join(" | ")
+        );
+    }
+    out
+}
+
+fn ratio(a: Option<Duration>, b: Option<Duration>) -> f64 {
+    match (a, b) {
+        (Some(a), Some(b)) if !b.is_zero() => a.as_secs_f64() / b.as_secs_f64(),
+        _ => f64::NAN,
+    }
 }
 
 fn millis(duration: Option<Duration>) -> String {

@@ -100,6 +100,10 @@ struct Args {
     /// `placement.engine: webhook`, then `cel`.
     #[arg(long)]
     engines: bool,
+    /// `--engines`: how many times the pair (webhook, then cel) runs, each engine with a
+    /// poolkeeper process of its own.
+    #[arg(long, default_value_t = 1)]
+    engine_rounds: usize,
     /// The command line to name in the report.
     #[arg(long, default_value = "cargo xtask bench-scale")]
     command: String,
