@@ -390,6 +390,13 @@ fn render(
             );
         }
     }
+    out.push_str(&render_staleness(all));
+    out
+}
+
+/// Binding change → placed, over every round of each engine.
+fn render_staleness(all: &[EngineFigures]) -> String {
+    let mut out = String::new();
     for engine in ENGINES {
         let changes: Vec<Duration> = all
             .iter()
