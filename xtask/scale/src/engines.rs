@@ -22,9 +22,10 @@ use serde_json::json;
 
 use crate::admission::{apiserver_metrics, create_pod, delete_pods, since};
 use crate::error::{Result, ScaleError};
+use crate::kwok::sample::{cpu_time, metric};
 use crate::objects::{self, Sizes};
 use crate::process::{Poolkeeper, load_average};
-use crate::stats::{Histogram, counters, histograms, percentile};
+use crate::stats::{Histogram, histograms, percentile};
 use crate::{
     Args, CONTROLLER_NAMESPACE, NAMESPACE, PLACEMENT_CONFIG_MAP, PLACEMENT_KEY, POD_POOL,
     READY_TIMEOUT, launch, register_webhooks,
@@ -41,8 +42,6 @@ const PLUGINS: [&str; 4] = [
     "ValidatingAdmissionPolicy",
     "ValidatingAdmissionWebhook",
 ];
-/// Linux's USER_HZ: the unit of utime and stime in `/proc/<pid>/stat`.
-const CLOCK_TICKS_PER_SECOND: f64 = 100.0;
 /// How long an engine may take from /readyz to placing Pods the way it should.
 const IN_EFFECT_TIMEOUT: Duration = Duration::from_secs(90);
 /// Consecutive dry-run creates, placed and (for `cel`) without a webhook call, that show an
@@ -197,20 +196,24 @@ impl Bench<'_> {
 
     /// CPU time so far of kube-apiserver, etcd and poolkeeper.
     fn cpu_times(&self, poolkeeper: &Poolkeeper) -> Result<[Duration; 3]> {
+        let read = |pid: u32| {
+            cpu_time(pid)
+                .ok_or_else(|| ScaleError::Unexpected(format!("no CPU time in /proc/{pid}/stat")))
+        };
         Ok([
-            cpu_time(self.apiserver)?,
-            cpu_time(self.etcd)?,
-            cpu_time(poolkeeper.pid())?,
+            read(self.apiserver)?,
+            read(self.etcd)?,
+            read(poolkeeper.pid())?,
         ])
     }
 
     /// Calls the apiserver made to poolkeeper's webhooks so far.
     async fn webhook_calls(&self) -> Result<f64> {
         let text = apiserver_metrics(self.client).await?;
-        Ok(counters(&text, WEBHOOK_CALLS, "name")
-            .into_iter()
-            .filter(|(name, _)| self.webhooks.contains(name))
-            .map(|(_, calls)| calls)
+        Ok(self
+            .webhooks
+            .iter()
+            .map(|name| metric(&text, WEBHOOK_CALLS, &[&format!("name=\"{name}\"")]))
             .sum())
     }
 
@@ -304,26 +307,6 @@ fn placed_pool(pod: &Pod) -> Option<String> {
         .flat_map(|term| term.match_expressions.iter().flatten())
         .find(|expression| expression.key == objects::POOL_LABEL)
         .and_then(|expression| expression.values.as_ref()?.first().cloned())
-}
-
-/// utime + stime of process `pid`.
-fn cpu_time(pid: u32) -> Result<Duration> {
-    let path = format!("/proc/{pid}/stat");
-    let stat =
-        std::fs::read_to_string(&path).map_err(|e| ScaleError::io(format!("reading {path}"), e))?;
-    parse_cpu_ticks(&stat)
-        .map(|ticks| Duration::from_secs_f64(ticks as f64 / CLOCK_TICKS_PER_SECOND))
-        .ok_or_else(|| ScaleError::Unexpected(format!("no utime/stime in {path}")))
-}
-
-/// Fields 14 and 15 of `/proc/<pid>/stat`, counted after the command name (which may hold
-/// spaces and parentheses, so the text is split at its last `)`).
-fn parse_cpu_ticks(stat: &str) -> Option<u64> {
-    let (_, rest) = stat.rsplit_once(')')?;
-    let mut fields = rest.split_whitespace().skip(11);
-    let utime: u64 = fields.next()?.parse().ok()?;
-    let stime: u64 = fields.next()?.parse().ok()?;
-    Some(utime + stime)
 }
 
 fn render(
@@ -465,14 +448,6 @@ fn show_load(load: Option<[f64; 3]>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn cpu_ticks_are_read_after_the_command_name() {
-        let stat = "4242 (kube (api) server) S 1 4242 4242 0 -1 4194560 9 0 0 0 \
-                    1234 567 0 0 20 0 12 0 100 0 0";
-        assert_eq!(parse_cpu_ticks(stat), Some(1_801));
-        assert_eq!(parse_cpu_ticks("4242 (x) S 1"), None);
-    }
 
     #[test]
     fn the_placed_pool_is_read_from_the_pool_term() {

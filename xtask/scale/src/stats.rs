@@ -120,22 +120,6 @@ pub fn histograms(text: &str, metric: &str, group_by: &str) -> BTreeMap<String, 
     out
 }
 
-/// The samples of the counter `metric` in a Prometheus text, added up per value of
-/// `group_by` (series differing in other labels are added up).
-pub fn counters(text: &str, metric: &str, group_by: &str) -> BTreeMap<String, f64> {
-    let mut out: BTreeMap<String, f64> = BTreeMap::new();
-    for line in text.lines().filter(|l| !l.starts_with('#')) {
-        let Some(sample) = Sample::parse(line) else {
-            continue;
-        };
-        if sample.name == metric {
-            let group = sample.label(group_by).unwrap_or_default().to_owned();
-            *out.entry(group).or_default() += sample.value;
-        }
-    }
-    out
-}
-
 fn parse_bound(le: &str) -> Option<f64> {
     match le {
         "+Inf" | "Inf" => Some(f64::INFINITY),
@@ -220,19 +204,6 @@ fn parse_labels(text: &str) -> Option<Vec<(&str, String)>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn counters_add_up_the_series_of_each_group() {
-        let text = "# TYPE apiserver_admission_webhook_request_total counter\n\
-            apiserver_admission_webhook_request_total{code=\"200\",name=\"a.io\",type=\"admit\"} 3\n\
-            apiserver_admission_webhook_request_total{code=\"500\",name=\"a.io\",type=\"admit\"} 1\n\
-            apiserver_admission_webhook_request_total{code=\"200\",name=\"b.io\",type=\"validating\"} 2\n\
-            apiserver_admission_webhook_request_total_other{name=\"a.io\"} 9\n";
-        let counted = counters(text, "apiserver_admission_webhook_request_total", "name");
-        assert_eq!(counted.len(), 2);
-        assert_eq!(counted["a.io"], 4.0);
-        assert_eq!(counted["b.io"], 2.0);
-    }
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
