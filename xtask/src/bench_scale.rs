@@ -9,6 +9,11 @@
 //! (some from Deployments, through kube-controller-manager and kube-scheduler; the rest
 //! created bound to a Node of their pool by parallel clients). The report goes to
 //! `target/bench-kwok/report.md`.
+//!
+//! `cargo xtask bench-engines [ARGS]`: the two placement engines (`webhook`, then `cel`) in
+//! one run against one small control plane: plain Pod creates in a bound namespace and
+//! binding changes, each engine's creates/s, latency, kube-apiserver and poolkeeper CPU per
+//! create and webhook calls per create. The report goes to `target/bench-engines/report.md`.
 
 use std::process::Command;
 
@@ -29,6 +34,37 @@ pub fn kwok_command(args: &[String]) -> Result<()> {
     ];
     all.extend(args.iter().cloned());
     run_bench(&all, Some("bench-kwok"))
+}
+
+/// 100 Nodes in 10 pools, no MachineClass: the creates, not the cluster, are measured.
+pub fn engines_command(args: &[String]) -> Result<()> {
+    let mut all: Vec<String> = [
+        "--engines",
+        "--command",
+        "cargo xtask bench-engines",
+        "--nodes",
+        "100",
+        "--pools",
+        "10",
+        "--classes",
+        "0",
+        "--unused-classes",
+        "0",
+        "--machines",
+        "0",
+        "--pods",
+        "2000",
+        "--pod-concurrency",
+        "8",
+        "--changes",
+        "30",
+        "--engine-rounds",
+        "2",
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    all.extend(args.iter().cloned());
+    run_bench(&all, Some("bench-engines"))
 }
 
 /// Builds poolkeeper and the benchmark, then runs it with `args`; the report goes to

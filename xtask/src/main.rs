@@ -61,6 +61,9 @@ commands:
                             Nodes heart-beating and moves 150,000 Deployment Pods to Running;
                             steady-state CPU/RSS, Pod creation through the webhooks, an audit
                             round, a restart and churn (report in target/bench-kwok/report.md)
+  bench-engines [ARGS]      the two placement engines (webhook, then cel; twice) in one run:
+                            2,000 plain Pod creates in a bound namespace, 8 in flight, and 30
+                            binding changes each (report in target/bench-engines/report.md)
   fuzz [TARGET]... [--time 10m]
                             run the libFuzzer targets of fuzz/ (all, or those named) one after
                             the other with cargo-fuzz (nightly; installed when missing), then
@@ -140,6 +143,7 @@ fn main() -> ExitCode {
         "bench-webhook" => bench_webhook(rest),
         "bench-scale" => bench_scale::command(rest),
         "bench-kwok" => bench_scale::kwok_command(rest),
+        "bench-engines" => bench_scale::engines_command(rest),
         "fuzz" => fuzz::command(rest),
         "soak" => soak::command(rest),
         "chaos" => chaos::command(rest),

@@ -71,20 +71,24 @@ async fn scrape(
     run: &PodRun<'_>,
     poolkeeper: &Poolkeeper,
 ) -> Result<(BTreeMap<String, Histogram>, BTreeMap<String, Histogram>)> {
+    let text = apiserver_metrics(run.client).await?;
+    let mut apiserver = histograms(&text, APISERVER_METRIC, "name");
+    apiserver.retain(|name, _| run.webhooks.contains(name));
+    let own = histograms(&poolkeeper.metrics().await?, POOLKEEPER_METRIC, "webhook");
+    Ok((apiserver, own))
+}
+
+/// The apiserver's `/metrics` text.
+pub(crate) async fn apiserver_metrics(client: &Client) -> Result<String> {
     let request = http::Request::get("/metrics")
         .body(Vec::new())
         .map_err(|e| {
             ScaleError::kube("building the /metrics request", kube::Error::HttpError(e))
         })?;
-    let text = run
-        .client
+    client
         .request_text(request)
         .await
-        .map_err(|e| ScaleError::kube("reading the apiserver's /metrics", e))?;
-    let mut apiserver = histograms(&text, APISERVER_METRIC, "name");
-    apiserver.retain(|name, _| run.webhooks.contains(name));
-    let own = histograms(&poolkeeper.metrics().await?, POOLKEEPER_METRIC, "webhook");
-    Ok((apiserver, own))
+        .map_err(|e| ScaleError::kube("reading the apiserver's /metrics", e))
 }
 
 pub(crate) fn since(
@@ -130,7 +134,7 @@ async fn wait_mutated(api: &Api<Pod>) -> Result<()> {
     }
 }
 
-async fn create_pod(api: &Api<Pod>, index: usize) -> Result<Duration> {
+pub(crate) async fn create_pod(api: &Api<Pod>, index: usize) -> Result<Duration> {
     let pod: Pod = serde_json::from_value(objects::pod(index))
         .map_err(|e| ScaleError::json("building a Pod", e))?;
     let started = Instant::now();
@@ -141,7 +145,7 @@ async fn create_pod(api: &Api<Pod>, index: usize) -> Result<Duration> {
 }
 
 /// Pods that no scheduler bound go at once; nothing runs them.
-async fn delete_pods(api: &Api<Pod>) -> Result<()> {
+pub(crate) async fn delete_pods(api: &Api<Pod>) -> Result<()> {
     let params = DeleteParams {
         grace_period_seconds: Some(0),
         ..DeleteParams::default()

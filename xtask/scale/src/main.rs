@@ -5,6 +5,7 @@
 
 mod admission;
 mod changes;
+mod engines;
 mod error;
 mod kwok;
 mod lists;
@@ -94,6 +95,15 @@ struct Args {
     /// Pod creates in flight.
     #[arg(long, default_value_t = 4)]
     pod_concurrency: usize,
+    /// Measure the two placement engines instead (`cargo xtask bench-engines`): `--pods`
+    /// plain Pod creates, `--pod-concurrency` in flight, and `--changes` binding changes under
+    /// `placement.engine: webhook`, then `cel`.
+    #[arg(long)]
+    engines: bool,
+    /// `--engines`: how many times the pair (webhook, then cel) runs, each engine with a
+    /// poolkeeper process of its own.
+    #[arg(long, default_value_t = 1)]
+    engine_rounds: usize,
     /// The command line to name in the report.
     #[arg(long, default_value = "cargo xtask bench-scale")]
     command: String,
@@ -150,6 +160,9 @@ impl Args {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> ExitCode {
     let args = Args::parse();
+    if args.engines {
+        return report(&args, engines::run(&args).await);
+    }
     if let Some(kwok) = args.kwok.clone() {
         return report(&args, kwok::run(&args, &kwok).await.map(|f| f.render()));
     }
@@ -263,6 +276,7 @@ fn launch(args: &Args, env: &TestEnv, cert_dir: PathBuf) -> Result<Launch> {
         page_size: args.page_size,
         debounce: Duration::from_millis(args.debounce_ms),
         audit_concurrency: args.audit_concurrency,
+        engine: None,
         cert_dir,
         admin: free_addr()?,
         webhook: free_addr()?,

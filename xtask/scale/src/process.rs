@@ -29,6 +29,8 @@ pub struct Launch {
     pub debounce: Duration,
     /// `audit.concurrency`, where not the configuration's default.
     pub audit_concurrency: Option<usize>,
+    /// `placement.engine`, where not the configuration's default.
+    pub engine: Option<String>,
     pub cert_dir: PathBuf,
     pub admin: SocketAddr,
     pub webhook: SocketAddr,
@@ -94,8 +96,12 @@ pub fn config_yaml(launch: &Launch) -> String {
         certs = launch.cert_dir.display(),
         admin = launch.admin,
     );
-    match launch.audit_concurrency {
+    let config = match launch.audit_concurrency {
         Some(concurrency) => format!("{config}audit: {{concurrency: {concurrency}}}\n"),
+        None => config,
+    };
+    match &launch.engine {
+        Some(engine) => format!("{config}placement: {{engine: {engine}}}\n"),
         None => config,
     }
 }
@@ -335,6 +341,7 @@ mod tests {
             page_size: 500,
             debounce: Duration::from_millis(500),
             audit_concurrency: Some(8),
+            engine: Some("cel".to_owned()),
             cert_dir: PathBuf::from("/tmp/certs"),
             admin: SocketAddr::from(([127, 0, 0, 1], 8081)),
             webhook: SocketAddr::from(([127, 0, 0, 1], 9443)),
@@ -350,6 +357,7 @@ mod tests {
             "health: {listen: \"127.0.0.1:8081\"}",
             "logging: {level: info, format: json}",
             "audit: {concurrency: 8}",
+            "placement: {engine: cel}",
         ] {
             assert!(yaml.contains(expected), "{expected} missing from\n{yaml}");
         }

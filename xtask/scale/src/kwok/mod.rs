@@ -10,7 +10,7 @@
 mod pods;
 mod report;
 mod run;
-mod sample;
+pub(crate) mod sample;
 mod stages;
 
 pub use run::run;
