@@ -158,6 +158,9 @@ pub struct Binaries {
     pub promtool: Option<PathBuf>,
     pub kustomize: PathBuf,
     pub pause_image: String,
+    /// The control plane's kubectl alone, for the chart's `helm test` Pod (the node pulls
+    /// no image from a registry).
+    pub kubectl_image: String,
 }
 
 impl Binaries {
@@ -167,6 +170,10 @@ impl Binaries {
 
     fn pause_archive(&self) -> PathBuf {
         self.node.join("pause.oci.tar")
+    }
+
+    fn kubectl_archive(&self) -> PathBuf {
+        self.node.join("kubectl.oci.tar")
     }
 }
 
@@ -223,8 +230,13 @@ pub fn build(root: &Path, with_helm: bool) -> Result<Binaries> {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
+    let kubectl_version = control_plane
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     let binaries = Binaries {
         pause_image: format!("localhost/pause:{version}"),
+        kubectl_image: format!("localhost/kubectl:{kubectl_version}"),
         control_plane,
         node,
         helm,
@@ -232,7 +244,27 @@ pub fn build(root: &Path, with_helm: bool) -> Result<Binaries> {
         kustomize: controlplane::kustomize(root)?,
     };
     write_pause_archive(&binaries)?;
+    write_kubectl_archive(&binaries)?;
     Ok(binaries)
+}
+
+/// The `helm test` image: kubectl alone (a static Go binary), as registry.k8s.io/kubectl is.
+fn write_kubectl_archive(binaries: &Binaries) -> Result<()> {
+    let program = binaries.kubectl();
+    let contents = std::fs::read(&program)
+        .map_err(|e| Error::io(format!("reading {}", program.display()), e))?;
+    let image = oci::Image {
+        reference: binaries.kubectl_image.clone(),
+        files: vec![oci::Entry {
+            path: "kubectl".to_owned(),
+            mode: 0o755,
+            contents,
+        }],
+        user: Some("65532:65532".to_owned()),
+        entrypoint: vec!["/kubectl".to_owned()],
+        ..oci::Image::default()
+    };
+    oci::write_archive(&image, &binaries.kubectl_archive()).map(drop)
 }
 
 /// The sandbox image: the pause binary alone, as registry.k8s.io/pause is.
@@ -493,6 +525,7 @@ fn start_node(layout: &Layout, host: &Host, binaries: &Binaries) -> Result<()> {
         ctr(layout, &["version"]).is_ok()
     })?;
     import_image(layout, &binaries.pause_archive())?;
+    import_image(layout, &binaries.kubectl_archive())?;
     let kubelet = Daemon {
         name: "kubelet",
         program: binaries.node.join("kubelet"),

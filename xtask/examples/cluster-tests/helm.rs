@@ -32,16 +32,34 @@ fn helm_install_as_the_readme_says() {
     scenario::webhooks_go_through_the_service(&cluster, "poolkeeper-webhook");
     scenario::deployment_is_placed_and_running(&cluster);
     scenario::outside_pod_is_denied(&cluster);
-    // An upgrade (Helm 4 applies server-side) leaves the leader's fields as they are.
+    // An upgrade (Helm 4 applies server-side) leaves the leader's fields as they are. It
+    // also points `helm test` at the bound namespace and at the kubectl image the node has.
     let kept = crate::gitops::leaders_fields(&cluster);
+    let kubectl_image = std::env::var("POOLKEEPER_CLUSTER_KUBECTL_IMAGE")
+        .expect("POOLKEEPER_CLUSTER_KUBECTL_IMAGE (set by cargo xtask cluster test)");
     cluster.bash_ok(
         &work,
-        "helm upgrade poolkeeper deploy/chart --namespace poolkeeper-system --reuse-values --wait --timeout 3m",
+        &format!(
+            "helm upgrade poolkeeper deploy/chart --namespace poolkeeper-system --reuse-values \
+             --set tests.image={kubectl_image} --set tests.boundNamespace={} --wait --timeout 3m",
+            scenario::WORKLOAD_NAMESPACE
+        ),
     );
     assert_eq!(
         crate::gitops::leaders_fields(&cluster),
         kept,
         "helm upgrade changed the selectors or the caBundle"
+    );
+    // `helm test` (it fails the script when its Pod fails): the replicas available, then a
+    // dry-run Pod in the bound namespace, placed in its pool.
+    let tested = cluster.bash_ok(
+        &work,
+        "helm test poolkeeper --namespace poolkeeper-system --timeout 3m --logs",
+    );
+    assert!(
+        tested.contains(&format!("\"values\":[\"{}\"]", scenario::POOL)),
+        "the test Pod was placed in pool {}: {tested}",
+        scenario::POOL
     );
     scenario::tear_down(&cluster);
     cluster.bash_ok(&work, &readme_block("helm-uninstall"));

@@ -16,7 +16,7 @@ use crate::{Error, Result, dist, image};
 
 const EXAMPLE: &str = "cluster-tests";
 /// Read by the tests: where the cluster and its tools are.
-const ENV: [&str; 15] = [
+const ENV: [&str; 16] = [
     "POOLKEEPER_CLUSTER_NETNS",
     "POOLKEEPER_CLUSTER_KUBECONFIG",
     "POOLKEEPER_CLUSTER_CONTAINERD",
@@ -32,6 +32,7 @@ const ENV: [&str; 15] = [
     "POOLKEEPER_PROMTOOL",
     "POOLKEEPER_CLUSTER_PIDS",
     "POOLKEEPER_CLUSTER_LOGS",
+    "POOLKEEPER_CLUSTER_KUBECTL_IMAGE",
 ];
 
 /// `cargo xtask cluster test [FILTER]...`: the tests with libtest's output as it comes.
@@ -133,6 +134,7 @@ fn test_command(
         path(&promtool),
         path(&layout.pids_file()),
         path(&layout.logs()),
+        binaries.kubectl_image.clone(),
     ];
     test.envs(ENV.iter().zip(values));
     test
