@@ -19,7 +19,9 @@ use poolkeeper_config::{Config, Engine, Mode, NamespaceLabels};
 use poolkeeper_index::Index;
 use poolkeeper_kube::Backoff;
 use poolkeeper_placement::PolicyCache;
-use poolkeeper_supervisor::{BoxError, Component, Context, LeaderTerm, NotLeader, error_chain};
+use poolkeeper_supervisor::{
+    BoxError, Component, Context, LeaderTerm, NotLeader, error_chain, sleep_until,
+};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -606,13 +608,6 @@ fn validating_names() -> Vec<String> {
         .map(validating_policy_name)
         .chain([WARNINGS_POLICY.to_owned()])
         .collect()
-}
-
-async fn sleep_until(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => futures::future::pending().await,
-    }
 }
 
 impl Component for CelPolicies {

@@ -7,8 +7,9 @@ use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, Patch, PatchOperation, TestOperation};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::{
-    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration, WebhookClientConfig,
 };
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Patch as KubePatch, PatchParams};
 use kube::{Api, Client, Resource};
 use serde_json::Value;
@@ -89,51 +90,46 @@ pub(crate) trait Configuration:
     fn bundles(&self) -> StoredBundles<'_>;
 }
 
-fn injected(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> bool {
+fn injected(meta: &ObjectMeta) -> bool {
     meta.annotations
         .as_ref()
         .is_some_and(|a| CA_INJECTOR_ANNOTATIONS.iter().any(|k| a.contains_key(*k)))
 }
 
+/// What a configuration stores: its resourceVersion, whether cert-manager's
+/// injector owns it, and each entry's name and caBundle.
+fn stored_bundles<'a>(
+    meta: &'a ObjectMeta,
+    entries: impl Iterator<Item = (&'a str, &'a WebhookClientConfig)>,
+) -> StoredBundles<'a> {
+    StoredBundles {
+        resource_version: meta.resource_version.as_deref(),
+        injected: injected(meta),
+        entries: entries
+            .map(|(name, client)| (name, client.ca_bundle.as_ref().map(|b| b.0.as_slice())))
+            .collect(),
+    }
+}
+
 impl Configuration for MutatingWebhookConfiguration {
     const KIND: &'static str = "MutatingWebhookConfiguration";
     fn bundles(&self) -> StoredBundles<'_> {
-        StoredBundles {
-            resource_version: self.metadata.resource_version.as_deref(),
-            injected: injected(&self.metadata),
-            entries: self
-                .webhooks
-                .iter()
-                .flatten()
-                .map(|w| {
-                    (
-                        w.name.as_str(),
-                        w.client_config.ca_bundle.as_ref().map(|b| b.0.as_slice()),
-                    )
-                })
-                .collect(),
-        }
+        let entries = self.webhooks.iter().flatten();
+        stored_bundles(
+            &self.metadata,
+            entries.map(|w| (w.name.as_str(), &w.client_config)),
+        )
     }
 }
 
 impl Configuration for ValidatingWebhookConfiguration {
     const KIND: &'static str = "ValidatingWebhookConfiguration";
     fn bundles(&self) -> StoredBundles<'_> {
-        StoredBundles {
-            resource_version: self.metadata.resource_version.as_deref(),
-            injected: injected(&self.metadata),
-            entries: self
-                .webhooks
-                .iter()
-                .flatten()
-                .map(|w| {
-                    (
-                        w.name.as_str(),
-                        w.client_config.ca_bundle.as_ref().map(|b| b.0.as_slice()),
-                    )
-                })
-                .collect(),
-        }
+        let entries = self.webhooks.iter().flatten();
+        stored_bundles(
+            &self.metadata,
+            entries.map(|w| (w.name.as_str(), &w.client_config)),
+        )
     }
 }
 

@@ -22,7 +22,7 @@ use poolkeeper_config::CertificateSource;
 use poolkeeper_kube::Backoff;
 use poolkeeper_kube::watch::retrying;
 use poolkeeper_pki::CA_CERT;
-use poolkeeper_supervisor::{BoxError, Component, Context, LeaderTerm, error_chain};
+use poolkeeper_supervisor::{BoxError, Component, Context, LeaderTerm, error_chain, sleep_until};
 use tokio::time::Instant;
 
 use crate::bundle::{FIELD_MANAGER, Published, publish};
@@ -371,13 +371,6 @@ fn until(at: SystemTime) -> Instant {
         .duration_since(SystemTime::now())
         .unwrap_or(Duration::ZERO);
     Instant::now() + wait.min(MAX_SLEEP)
-}
-
-async fn sleep_until(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => futures::future::pending().await,
-    }
 }
 
 impl Component for WebhookCertificates {

@@ -16,7 +16,7 @@ use poolkeeper_bus::{Bus, Delivery, Event, Subscription};
 use poolkeeper_config::Engine;
 use poolkeeper_index::Index;
 use poolkeeper_placement::PolicyCache;
-use poolkeeper_supervisor::{BoxError, Component, Context, LeaderTerm, error_chain};
+use poolkeeper_supervisor::{BoxError, Component, Context, LeaderTerm, error_chain, sleep_until};
 use tokio::time::Instant;
 
 use crate::configuration::{self, Updated};
@@ -237,13 +237,6 @@ impl WebhookSelectors {
                 );
             }
         }
-    }
-}
-
-async fn sleep_until(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => futures::future::pending().await,
     }
 }
 

@@ -20,7 +20,7 @@ pub use error::{SupervisorError, error_chain};
 pub use health::{CheckResult, Health};
 pub use leader::{LeaderElector, LeaderGated, LeadershipReporter};
 pub use signal::shutdown_signal;
-pub use supervisor::{SHUTDOWN_CHECK, StageBuilder, Supervisor, SupervisorSettings};
+pub use supervisor::{SHUTDOWN_CHECK, StageBuilder, Supervisor, SupervisorSettings, sleep_until};
 pub use term::{LeaderTerm, NotLeader, TermState, WritePermit};
 pub use watchdog::{Activity, BusyGuard, format_duration};
 

@@ -309,8 +309,9 @@ impl StartedStages {
     }
 }
 
-/// Completes at `deadline`, or never without one.
-async fn sleep_until(deadline: Option<Instant>) {
+/// Completes at `deadline`, or never without one: the timer branch of a
+/// `select!` whose deadline may not be set.
+pub async fn sleep_until(deadline: Option<Instant>) {
     match deadline {
         Some(deadline) => tokio::time::sleep_until(deadline).await,
         None => std::future::pending().await,
