@@ -28,13 +28,13 @@ use poolkeeper_config::Config;
 use poolkeeper_testenv::TestEnv;
 use serde_json::{Value, json};
 
+use crate::harness::register_webhooks_at_a_fixed_port;
 use crate::harness::{
-    Running, TIMEOUT, control_plane, deploy_webhooks, scheduled_node, serving_cert, test_config,
-    wait_placed,
+    Running, TIMEOUT, control_plane, scheduled_node, serving_cert, test_config, wait_placed,
 };
 use crate::objects::{
-    CONTROLLER_NAMESPACE, POOL_LABEL, create_pool, free_port, labelled_pod, plain_pod,
-    pool_affinity, write_policy,
+    CONTROLLER_NAMESPACE, POOL_LABEL, create_pool, labelled_pod, plain_pod, pool_affinity,
+    write_policy,
 };
 
 const BOUND_NAMESPACE: &str = "shop";
@@ -82,11 +82,7 @@ async fn setup() -> Cluster {
         .push(EXCLUDED_NAMESPACE.to_owned());
     // A fixed port, so that a restarted controller is where the
     // configurations point.
-    let port = free_port();
-    config.webhook.listen = ([127, 0, 0, 1], port).into();
-    env.register_webhooks(deploy_webhooks(port, &cert.ca_pem))
-        .await
-        .unwrap();
+    register_webhooks_at_a_fixed_port(&env, &mut config, &cert.ca_pem).await;
     Cluster {
         env,
         client,

@@ -22,11 +22,12 @@ use poolkeeper_config::{Config, EngineChoice};
 use poolkeeper_testenv::TestEnv;
 use serde_json::{Value, json};
 
+use crate::harness::register_webhooks_at_a_fixed_port;
 use crate::harness::{
-    Running, control_plane, deploy_webhooks, scheduled_node, serving_cert, test_config, wait_until,
+    Running, control_plane, scheduled_node, serving_cert, test_config, wait_until,
 };
 use crate::objects::{
-    CONTROLLER_NAMESPACE, EDGE_TAINT, POOL_LABEL, create_pool, dry_run, free_port, plain_pod, pod,
+    CONTROLLER_NAMESPACE, EDGE_TAINT, POOL_LABEL, create_pool, dry_run, plain_pod, pod,
     pool_affinity, write_policy,
 };
 
@@ -54,11 +55,7 @@ async fn setup(engine: EngineChoice) -> Cluster {
     let mut config = test_config(CONTROLLER_NAMESPACE, cert_dir.path());
     config.machine_classes.enabled = false;
     config.placement.engine = engine;
-    let port = free_port();
-    config.webhook.listen = ([127, 0, 0, 1], port).into();
-    env.register_webhooks(deploy_webhooks(port, &cert.ca_pem))
-        .await
-        .unwrap();
+    register_webhooks_at_a_fixed_port(&env, &mut config, &cert.ca_pem).await;
     Cluster {
         env,
         client,
@@ -304,11 +301,7 @@ async fn auto_runs_the_webhook_engine_where_mutating_admission_policies_are_not_
     let mut config = test_config(CONTROLLER_NAMESPACE, cert_dir.path());
     config.machine_classes.enabled = false;
     config.placement.engine = EngineChoice::Auto;
-    let port = free_port();
-    config.webhook.listen = ([127, 0, 0, 1], port).into();
-    env.register_webhooks(deploy_webhooks(port, &cert.ca_pem))
-        .await
-        .unwrap();
+    register_webhooks_at_a_fixed_port(&env, &mut config, &cert.ca_pem).await;
     assert!(
         !poolkeeper_cel::serves_mutating_admission_policies(&client)
             .await

@@ -56,6 +56,18 @@ pub fn serving_cert() -> (TempDir, WebhookCert) {
     (cert_dir, cert)
 }
 
+/// Puts `config`'s webhook server on a free loopback port fixed before it
+/// starts and registers `deploy/webhooks` there (trusting `ca_pem`), so that
+/// a controller started, stopped and started again is where the
+/// configurations point.
+pub async fn register_webhooks_at_a_fixed_port(env: &TestEnv, config: &mut Config, ca_pem: &str) {
+    let port = crate::objects::free_port();
+    config.webhook.listen = ([127, 0, 0, 1], port).into();
+    env.register_webhooks(deploy_webhooks(port, ca_pem))
+        .await
+        .unwrap();
+}
+
 /// The webhook configurations of `deploy/webhooks`, pointed at a server on
 /// the loopback `port` that presents a certificate of `ca_pem`.
 pub fn deploy_webhooks(port: u16, ca_pem: &str) -> WebhookRegistration {

@@ -23,12 +23,9 @@ use poolkeeper_config::{Config, EngineChoice};
 use poolkeeper_testenv::TestEnv;
 use serde_json::{Value, json};
 
-use crate::harness::{
-    Running, control_plane, deploy_webhooks, serving_cert, test_config, wait_until,
-};
-use crate::objects::{
-    CONTROLLER_NAMESPACE, EDGE_TAINT, POOL_LABEL, create_pool, free_port, write_policy,
-};
+use crate::harness::register_webhooks_at_a_fixed_port;
+use crate::harness::{Running, control_plane, serving_cert, test_config, wait_until};
+use crate::objects::{CONTROLLER_NAMESPACE, EDGE_TAINT, POOL_LABEL, create_pool, write_policy};
 
 /// Namespaces: bound by the ConfigMap (modes, several pools, a missing
 /// pool, PlacementExceptions allowed), by their labels, not at all, and
@@ -315,11 +312,7 @@ async fn setup() -> (TestEnv, Config, tempfile::TempDir) {
     let (cert_dir, cert) = serving_cert();
     let mut config = test_config(CONTROLLER_NAMESPACE, cert_dir.path());
     config.machine_classes.enabled = false;
-    let port = free_port();
-    config.webhook.listen = ([127, 0, 0, 1], port).into();
-    env.register_webhooks(deploy_webhooks(port, &cert.ca_pem))
-        .await
-        .unwrap();
+    register_webhooks_at_a_fixed_port(&env, &mut config, &cert.ca_pem).await;
     (env, config, cert_dir)
 }
 
