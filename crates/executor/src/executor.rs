@@ -145,8 +145,8 @@ struct State {
     /// Keys of the open passes, queued or being reconciled: no other pass
     /// takes them until their reconciliation is done.
     taken: HashSet<Target>,
-    /// Taken keys that became dirty again; they go back to `dirty` when
-    /// their reconciliation is done.
+    /// Taken keys a pass asked for; they go back to `dirty`, with a pass
+    /// of their own, when their reconciliation is done.
     deferred: BTreeSet<Target>,
     /// The next pass looks at every class (and Secret) in the index.
     full: bool,
@@ -188,12 +188,11 @@ impl State {
         Some((self.passes, keys))
     }
 
+    /// A key that changes while it is being reconciled stays dirty until a
+    /// trigger asks for it, like any other: changes never bypass the
+    /// debouncer.
     fn mark_dirty(&mut self, target: Target) {
-        if self.taken.contains(&target) {
-            self.deferred.insert(target);
-        } else {
-            self.dirty.insert(target);
-        }
+        self.dirty.insert(target);
     }
 
     fn on_delivery(&mut self, delivery: &Delivery) -> Effect {
@@ -306,7 +305,7 @@ impl State {
             .collect()
     }
 
-    /// Takes in one key's reconciliation; a key that became dirty while it
+    /// Takes in one key's reconciliation; a key a pass asked for while it
     /// ran gets a pass of its own now.
     fn apply(&mut self, result: Reconciled) {
         self.taken.remove(&result.key);

@@ -26,6 +26,33 @@ async fn triggers_during_a_pass_coalesce_into_one_next_pass() {
     h.stop().await;
 }
 
+/// A change to a class while it is being reconciled waits for the
+/// debouncer like any other: a burst of Machine changes during a slow write
+/// must not turn into one pass per finished key.
+#[tokio::test(start_paused = true)]
+async fn a_change_during_a_reconciliation_waits_for_the_next_trigger() {
+    let h = Harness::start(&[class("a", &[])], &[machine("m1", "a")]);
+    h.fake.set_latency(secs(1));
+    h.trigger(TriggerReason::LeadershipGained);
+    h.at(ms(100)).await;
+    h.machine_changed("m1", &["a"]);
+    h.at(secs(5)).await;
+    let started = |h: &Harness| {
+        h.events()
+            .into_iter()
+            .filter_map(|(at, e)| match e {
+                Event::ReconciliationStarted { pass, keys } => Some((at, pass, keys)),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(started(&h), [(ms(0), 1, 1)], "no pass without a trigger");
+    h.trigger(TriggerReason::Debounced);
+    h.at(secs(6)).await;
+    assert_eq!(started(&h), [(ms(0), 1, 1), (secs(5), 2, 1)]);
+    h.stop().await;
+}
+
 #[tokio::test(start_paused = true)]
 async fn concurrency_is_bounded_and_no_key_is_written_twice_at_once() {
     let names: Vec<String> = (0..12).map(|i| format!("c{i:02}")).collect();

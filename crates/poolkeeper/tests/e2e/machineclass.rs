@@ -12,7 +12,8 @@ use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use poolkeeper_api::{Machine, MachineClass};
 use poolkeeper_bus::{
-    Change, ClassOutcome, Delivery, EnqueueReason, Event, ObjectKey, ResourceKind,
+    Change, ClassOutcome, Delivery, EnqueueReason, Event, ObjectKey, ResourceKind, Subscription,
+    TriggerReason,
 };
 use poolkeeper_config::Config;
 use poolkeeper_executor::{ClassWriter, KubeClassWriter, WriteError};
@@ -399,50 +400,41 @@ async fn a_burst_converges_in_few_passes_and_requeues_write_nothing() {
         converged.conflicts,
     );
 
-    // Settled: the pass after the last change of the burst has run.
-    let mut created = HashSet::new();
-    while created.len() < BURST_MACHINES {
-        let envelope = next_event(
-            &mut running.events,
-            "every Machine of the burst in the index",
-            |event| {
-                matches!(
-                    event,
-                    Event::ResourceChanged {
-                        kind: ResourceKind::Machine,
-                        change: Change::Created,
-                        ..
-                    }
-                )
-            },
-        )
-        .await;
-        if let Event::ResourceChanged { key, .. } = &envelope.event {
-            created.insert(key.clone());
-        }
-    }
-    next_event(
-        &mut running.events,
-        "a trigger after the last change",
-        |event| matches!(event, Event::ReconciliationTriggered { .. }),
-    )
-    .await;
-    next_event(&mut running.events, "the pass after the burst", |event| {
-        matches!(event, Event::ReconciliationCompleted { .. })
-    })
-    .await;
+    // Settled: the pass after the last change of the burst has run. The
+    // triggers on the way are what the debouncer made of the burst.
+    let burst = observe_burst(&mut running.events).await;
     let settled = running.executor_totals().await;
     let settled_in = burst_started.elapsed();
     let passes = settled.passes - before.passes;
     let reconciliations = settled.reconciliations - before.reconciliations;
     println!(
-        "burst settled after {settled_in:?}: {passes} passes, {reconciliations} reconciliations, \
-         {} writes, {} conflicts, {} errors, {} machines enqueued",
-        settled.writes, settled.conflicts, settled.errors, settled.machines_enqueued
+        "burst settled after {settled_in:?}: {} triggers for changes over {:?}, {passes} passes, \
+         {reconciliations} reconciliations, {} writes, {} conflicts, {} errors, \
+         {} machines enqueued",
+        burst.triggers,
+        burst.span,
+        settled.writes,
+        settled.conflicts,
+        settled.errors,
+        settled.machines_enqueued
     );
+    // Each trigger needs a quiet period (or a maxDelay) of its own, however
+    // slow the machine: a debouncer that passed changes through would make
+    // hundreds.
+    let debounce = cluster.config.reconciler.debounce_interval;
+    let most_triggers = burst.span.as_millis() / debounce.as_millis() + 2;
     assert!(
-        passes < changes / 10,
-        "{passes} passes for {changes} changes: the debouncer should fold them"
+        u128::from(burst.triggers) <= most_triggers && burst.triggers < changes / 10,
+        "{} triggers for {changes} changes over {:?}: the debouncer should fold them",
+        burst.triggers,
+        burst.span
+    );
+    // A trigger looks at each class at most once; conflicts are retried.
+    let most_reconciliations = burst.triggers * BURST_CLASSES as u64 + settled.conflicts;
+    assert!(
+        reconciliations <= most_reconciliations,
+        "{reconciliations} reconciliations for {} triggers over {BURST_CLASSES} classes",
+        burst.triggers
     );
     assert_eq!(
         settled.writes, BURST_CLASSES as u64,
@@ -480,6 +472,52 @@ async fn a_burst_converges_in_few_passes_and_requeues_write_nothing() {
     let state = finalized_classes(&classes, &finalizer).await;
     assert!(state.values().all(|protected| *protected), "{state:?}");
     running.stop().await;
+}
+
+/// What the controller's bus showed of a Machine burst.
+struct Burst {
+    /// Debounced triggers from the first change up to the pass after the last.
+    triggers: u64,
+    /// From the first Machine created to the last, as the index saw them.
+    span: Duration,
+}
+
+/// Reads the bus until every Machine of the burst is in the index and the
+/// pass after the last one has completed.
+async fn observe_burst(events: &mut Subscription) -> Burst {
+    let mut created = HashSet::new();
+    let (mut first, mut last) = (None, None);
+    let mut triggers = 0;
+    let mut settling = false;
+    loop {
+        let envelope =
+            next_event(events, "the burst in the index and its last pass", |_| true).await;
+        match &envelope.event {
+            Event::ResourceChanged {
+                kind: ResourceKind::Machine,
+                change: Change::Created,
+                key,
+                ..
+            } => {
+                created.insert(key.clone());
+                first.get_or_insert(envelope.published_at);
+                last = Some(envelope.published_at);
+            }
+            Event::ReconciliationTriggered {
+                reason: TriggerReason::Debounced,
+            } if first.is_some() => {
+                triggers += 1;
+                settling = created.len() == BURST_MACHINES;
+            }
+            Event::ReconciliationCompleted { .. } if settling => break,
+            _ => {}
+        }
+    }
+    let span = match (first, last) {
+        (Some(first), Some(last)) => last.duration_since(first).unwrap_or_default(),
+        _ => Duration::ZERO,
+    };
+    Burst { triggers, span }
 }
 
 /// Changes made while the controller is down are caught up by the next one:
