@@ -32,7 +32,19 @@ pub fn kwok_command(args: &[String]) -> Result<()> {
         "--command".to_owned(),
         "cargo xtask bench-kwok".to_owned(),
     ];
-    all.extend(args.iter().cloned());
+    for arg in args {
+        // The OpenReports CRDs come from their Go module, as the tests take them.
+        if arg == "--reports" {
+            all.push("--openreports-crds".to_owned());
+            all.push(
+                crate::openreports::ensure(&workspace_root())?
+                    .display()
+                    .to_string(),
+            );
+        } else {
+            all.push(arg.clone());
+        }
+    }
     run_bench(&all, Some("bench-kwok"))
 }
 

@@ -60,7 +60,9 @@ commands:
   bench-kwok [ARGS]         the living cluster: kwok (built from its Go module) keeps the 5,000
                             Nodes heart-beating and moves 150,000 Deployment Pods to Running;
                             steady-state CPU/RSS, Pod creation through the webhooks, an audit
-                            round, a restart and churn (report in target/bench-kwok/report.md)
+                            round, a restart and churn (report in target/bench-kwok/report.md);
+                            --reports turns on audit.reports with the OpenReports CRDs and
+                            --violating-percent P places P% of the Pods outside their pool
   bench-engines [ARGS]      the two placement engines (webhook, then cel; twice) in one run:
                             2,000 plain Pod creates in a bound namespace, 8 in flight, and 30
                             binding changes each (report in target/bench-engines/report.md)

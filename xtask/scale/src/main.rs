@@ -141,6 +141,14 @@ struct Args {
     /// kwok: the request rate of kube-scheduler and kube-controller-manager.
     #[arg(long, default_value_t = 1_000)]
     client_qps: u32,
+    /// kwok: percent of each namespace's bound Pods placed outside their pool by hand (bound
+    /// past the scheduler and the webhooks), for the audit to find.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=100))]
+    violating_percent: u8,
+    /// kwok: turn on `audit.reports` with the OpenReports CRDs from this directory
+    /// (`cargo xtask bench-kwok --reports` fetches them).
+    #[arg(long, value_name = "DIR")]
+    openreports_crds: Option<PathBuf>,
 }
 
 impl Args {
@@ -277,6 +285,7 @@ fn launch(args: &Args, env: &TestEnv, cert_dir: PathBuf) -> Result<Launch> {
         debounce: Duration::from_millis(args.debounce_ms),
         audit_concurrency: args.audit_concurrency,
         engine: None,
+        audit_reports: args.openreports_crds.is_some(),
         cert_dir,
         admin: free_addr()?,
         webhook: free_addr()?,

@@ -31,6 +31,8 @@ pub struct Launch {
     pub audit_concurrency: Option<usize>,
     /// `placement.engine`, where not the configuration's default.
     pub engine: Option<String>,
+    /// `audit.reports`: OpenReports written by the leader's audit rounds.
+    pub audit_reports: bool,
     pub cert_dir: PathBuf,
     pub admin: SocketAddr,
     pub webhook: SocketAddr,
@@ -96,9 +98,19 @@ pub fn config_yaml(launch: &Launch) -> String {
         certs = launch.cert_dir.display(),
         admin = launch.admin,
     );
-    let config = match launch.audit_concurrency {
-        Some(concurrency) => format!("{config}audit: {{concurrency: {concurrency}}}\n"),
-        None => config,
+    let audit: Vec<String> = [
+        launch
+            .audit_concurrency
+            .map(|concurrency| format!("concurrency: {concurrency}")),
+        launch.audit_reports.then(|| "reports: true".to_owned()),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let config = if audit.is_empty() {
+        config
+    } else {
+        format!("{config}audit: {{{}}}\n", audit.join(", "))
     };
     match &launch.engine {
         Some(engine) => format!("{config}placement: {{engine: {engine}}}\n"),
@@ -342,6 +354,7 @@ mod tests {
             debounce: Duration::from_millis(500),
             audit_concurrency: Some(8),
             engine: Some("cel".to_owned()),
+            audit_reports: true,
             cert_dir: PathBuf::from("/tmp/certs"),
             admin: SocketAddr::from(([127, 0, 0, 1], 8081)),
             webhook: SocketAddr::from(([127, 0, 0, 1], 9443)),
@@ -356,7 +369,7 @@ mod tests {
             "webhook: {listen: \"127.0.0.1:9443\", certDir: \"/tmp/certs\"}",
             "health: {listen: \"127.0.0.1:8081\"}",
             "logging: {level: info, format: json}",
-            "audit: {concurrency: 8}",
+            "audit: {concurrency: 8, reports: true}",
             "placement: {engine: cel}",
         ] {
             assert!(yaml.contains(expected), "{expected} missing from\n{yaml}");

@@ -25,6 +25,8 @@ use crate::objects::{self, Sizes};
 const APP: &str = "kwok-scale";
 /// The label of the Pods created bound to a Node.
 const BOUND_APP: &str = "kwok-scale-bound";
+/// The scheduler of the Pods bound outside their pool by hand: none runs by that name.
+const NO_SCHEDULER: &str = "kwok-scale-by-hand";
 /// Attempts per bound Pod: an API server at its limit answers 429 or times a webhook out.
 const CREATE_ATTEMPTS: u32 = 4;
 /// How often progress is read.
@@ -78,26 +80,85 @@ pub fn bound_pod(index: usize, sizes: &Sizes) -> serde_json::Value {
     pod
 }
 
+/// The Node outside its pool that bound Pod `index` runs on, for `violating_percent` of
+/// each namespace's Pods (every hundredth from the first, spread over the namespaces): a
+/// Node of the next pool. The audit finds these Pods outside their pool.
+pub fn outside_node(index: usize, sizes: &Sizes, violating_percent: u8) -> Option<String> {
+    let pools = sizes.pools.max(1);
+    if pools < 2 || (index / pools) % 100 >= usize::from(violating_percent) {
+        return None;
+    }
+    Some(objects::node_name((index + 1) % pools))
+}
+
+/// Creates bound Pod `index`. A Pod meant to run outside its pool cannot be created there
+/// (the webhooks refuse it); it is created for no scheduler and then bound to the outside
+/// Node through its `binding` subresource, which admission does not see: a Pod placed by
+/// hand past the scheduler, as the audit exists to find.
+async fn create_bound_pod(
+    client: &Client,
+    index: usize,
+    sizes: &Sizes,
+    violating_percent: u8,
+    retries: &AtomicUsize,
+) -> Result<()> {
+    let mut object = bound_pod(index, sizes);
+    let outside = outside_node(index, sizes, violating_percent);
+    if outside.is_some() {
+        object["spec"]
+            .as_object_mut()
+            .map(|spec| spec.remove("nodeName"));
+        object["spec"]["schedulerName"] = json!(NO_SCHEDULER);
+    }
+    let namespace = object["metadata"]["namespace"].as_str().unwrap_or_default();
+    let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let pod: Pod =
+        serde_json::from_value(object).map_err(|e| ScaleError::json("building a Pod", e))?;
+    create_with_retries(&api, &pod, retries).await?;
+    match outside {
+        Some(node) => bind(&api, &pod.metadata.name.unwrap_or_default(), &node).await,
+        None => Ok(()),
+    }
+}
+
+async fn bind(api: &Api<Pod>, name: &str, node: &str) -> Result<()> {
+    let binding = json!({
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": name},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+    });
+    match api
+        .create_subresource::<_, serde_json::Value>(
+            "binding",
+            name,
+            &PostParams::default(),
+            &binding,
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        // Bound already: an earlier attempt went through.
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
+        Err(e) => Err(ScaleError::kube(format!("binding Pod {name} to {node}"), e)),
+    }
+}
+
 /// Bound Pods `first..first + count`, `parallel` creates in flight; `created` counts those
 /// the API server accepted. A create refused `CREATE_ATTEMPTS` times fails the run.
 pub async fn create_bound(
     client: &Client,
     sizes: &Sizes,
     pods: std::ops::Range<usize>,
-    parallel: usize,
+    (parallel, violating_percent): (usize, u8),
     created: Arc<AtomicUsize>,
 ) -> Result<BoundCreates> {
     let retries = Arc::new(AtomicUsize::new(0));
     futures::stream::iter(pods)
         .map(|index| {
-            let object = bound_pod(index, sizes);
-            let namespace = object["metadata"]["namespace"].as_str().unwrap_or_default();
-            let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
             let (created, retries) = (created.clone(), retries.clone());
             async move {
-                let pod: Pod = serde_json::from_value(object)
-                    .map_err(|e| ScaleError::json("building a Pod", e))?;
-                create_with_retries(&api, &pod, &retries).await?;
+                create_bound_pod(client, index, sizes, violating_percent, &retries).await?;
                 created.fetch_add(1, Ordering::Relaxed);
                 Ok::<(), ScaleError>(())
             }
@@ -152,7 +213,7 @@ pub async fn churn_bound(
     client: &Client,
     sizes: &Sizes,
     existing: std::ops::Range<usize>,
-    per_second: u32,
+    (per_second, violating_percent): (u32, u8),
     window: Duration,
 ) -> Result<usize> {
     if per_second == 0 {
@@ -177,10 +238,7 @@ pub async fn churn_bound(
             Err(kube::Error::Api(status)) if status.code == 404 => {}
             Err(e) => return Err(ScaleError::kube(format!("deleting Pod {name}"), e)),
         }
-        let pod: Pod = serde_json::from_value(bound_pod(new, sizes))
-            .map_err(|e| ScaleError::json("building a Pod", e))?;
-        let namespace = pod.metadata.namespace.clone().unwrap_or_default();
-        create_with_retries(&Api::namespaced(client.clone(), &namespace), &pod, &retries).await?;
+        create_bound_pod(client, new, sizes, violating_percent, &retries).await?;
         replaced += 1;
     }
     Ok(replaced)
@@ -365,6 +423,39 @@ mod tests {
             nodes.insert(node);
         }
         assert_eq!(nodes.len(), 50, "every Node gets Pods");
+    }
+
+    #[test]
+    fn the_violating_share_of_every_namespace_runs_on_the_next_pool() {
+        let sizes = Sizes {
+            nodes: 50,
+            pools: 5,
+            classes: 0,
+            unused_classes: 0,
+            machines: 0,
+        };
+        assert!((0..10_000).all(|index| outside_node(index, &sizes, 0).is_none()));
+        let outside: Vec<(usize, String)> = (0..10_000)
+            .filter_map(|index| Some((index, outside_node(index, &sizes, 1)?)))
+            .collect();
+        assert_eq!(outside.len(), 100, "1 % of 10,000");
+        for pool in 0..5 {
+            let in_namespace = outside.iter().filter(|(index, _)| index % 5 == pool);
+            assert_eq!(
+                in_namespace.count(),
+                20,
+                "pool {pool}: 1 % of its 2,000 Pods"
+            );
+        }
+        for (index, node) in &outside {
+            assert_eq!(*node, objects::node_name((index % 5 + 1) % 5));
+        }
+        assert_eq!(
+            (0..10_000)
+                .filter(|&index| outside_node(index, &sizes, 100).is_some())
+                .count(),
+            10_000
+        );
     }
 
     #[test]

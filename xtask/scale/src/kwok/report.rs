@@ -63,6 +63,18 @@ pub struct AuditFigures {
     pub violations: usize,
 }
 
+/// The OpenReports after a leader's audit round (`--openreports-crds`).
+#[derive(Clone, Debug)]
+pub struct ReportFigures {
+    pub reports: usize,
+    /// Results over every Report: one per violation.
+    pub results: usize,
+    /// Pods the run placed outside their pool (`--violating-percent`).
+    pub outside: usize,
+    /// poolkeeper's with the Reports written.
+    pub memory: Memory,
+}
+
 /// Everything the kwok run measured.
 pub struct KwokFigures {
     /// The cluster's load and LISTs, as the static run records them.
@@ -75,6 +87,7 @@ pub struct KwokFigures {
     pub audit: Option<AuditFigures>,
     /// The same round with every namespace bound to another pool: every Pod read.
     pub audit_misplaced: Option<AuditFigures>,
+    pub reports: Option<ReportFigures>,
     pub restart: Startup,
     /// Bound Pods replaced (deleted, and a new one created) during the churn window.
     pub churned_pods: usize,
@@ -95,6 +108,7 @@ impl KwokFigures {
             creations: Vec::new(),
             audit: None,
             audit_misplaced: None,
+            reports: None,
             restart: Startup::default(),
             churned_pods: 0,
             cluster_memory: Vec::new(),
@@ -261,6 +275,19 @@ impl KwokFigures {
             );
         }
         out.push('\n');
+        if let Some(r) = &self.reports {
+            let rss = r.memory.rss_kib as f64 / 1024.0;
+            let _ = writeln!(
+                out,
+                "- OpenReports after the leader's audit round: {} Reports with {} results for \
+                 {} Pods placed outside their pool; RSS {rss:.1} MiB {} (peak {})",
+                r.reports,
+                r.results,
+                r.outside,
+                goal(rss < RSS_GOAL_MIB),
+                mib(r.memory.peak_kib)
+            );
+        }
         for (when, m) in &self.memory {
             let rss = m.rss_kib as f64 / 1024.0;
             let _ = writeln!(

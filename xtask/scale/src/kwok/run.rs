@@ -8,12 +8,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::api::ListParams;
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use kube::{Api, Client};
 use poolkeeper_testenv::{Process, TestEnv};
 use tokio::process::{Child, Command};
 
-use super::report::{AuditFigures, Creation, KwokFigures, Steady};
+use super::report::{AuditFigures, Creation, KwokFigures, ReportFigures, Steady};
 use super::{pods, sample, stages};
 use crate::admission::{APISERVER_METRIC, POOLKEEPER_METRIC, since};
 use crate::changes::ClassWatch;
@@ -38,7 +38,7 @@ pub async fn run(args: &Args, kwok: &Path) -> Result<KwokFigures> {
     record_load_average(&mut figures.base, "start");
     println!("starting etcd, kube-apiserver, kube-scheduler and kube-controller-manager ...");
     let env = TestEnv::builder()
-        .crd_files([&args.crds])
+        .crd_files(std::iter::once(&args.crds).chain(&args.openreports_crds))
         .scheduler(true)
         .controller_manager(true)
         .client_qps(args.client_qps)
@@ -205,6 +205,9 @@ impl Phases<'_> {
         );
         println!("audit round, once the leader's next round is over ...");
         after_leader_round(poolkeeper).await?;
+        if self.args.openreports_crds.is_some() {
+            figures.reports = Some(self.reports(poolkeeper).await?);
+        }
         figures.audit = Some(self.audit(&self.launch.dir.join("poolkeeper.yaml")).await?);
         println!("audit round with every namespace bound to the next pool ...");
         let misplaced = self.misplaced_config().await?;
@@ -235,7 +238,7 @@ impl Phases<'_> {
             self.client,
             &sizes,
             bound,
-            args.churn_pods_per_second,
+            (args.churn_pods_per_second, args.violating_percent),
             churn,
         );
         let label = "churn (heartbeats, Pods replaced), after the restart";
@@ -361,7 +364,7 @@ impl Phases<'_> {
                     self.client,
                     &sizes,
                     bound,
-                    args.parallel,
+                    (args.parallel, args.violating_percent),
                     progress.created.clone(),
                 );
                 let (creates, mut readings) = progress.follow(creates, started).await;
@@ -505,6 +508,42 @@ async fn after_leader_round(poolkeeper: &Poolkeeper) -> Result<()> {
         }
     }
     Err(ScaleError::timeout("the leader's next audit round", WAIT))
+}
+
+impl Phases<'_> {
+    /// The OpenReports after the leader's round, against the Pods placed outside their pool,
+    /// and poolkeeper's memory with them written.
+    async fn reports(&self, poolkeeper: &Poolkeeper) -> Result<ReportFigures> {
+        let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(
+            "openreports.io",
+            "v1alpha1",
+            "Report",
+        ));
+        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &resource);
+        let reports = api
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| ScaleError::kube("listing the Reports", e))?;
+        let results = reports
+            .items
+            .iter()
+            .map(|report| report.data["results"].as_array().map_or(0, Vec::len))
+            .sum();
+        let args = self.args;
+        let sizes = args.sizes();
+        let outside = (0..args.running_pods)
+            .filter(|&index| {
+                index >= args.scheduled_pods.min(args.running_pods)
+                    && pods::outside_node(index, &sizes, args.violating_percent).is_some()
+            })
+            .count();
+        Ok(ReportFigures {
+            reports: reports.items.len(),
+            results,
+            outside,
+            memory: poolkeeper.memory()?,
+        })
+    }
 }
 
 /// The LISTs of Pods the API server answered so far (each page is one).
