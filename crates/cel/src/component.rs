@@ -28,7 +28,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use crate::engine::EngineState;
-use crate::evaluations::{ErrorTracker, Watched, describe, evaluation_errors};
+use crate::evaluations::{ErrorTracker, Watched, describe, evaluation_errors, server_of};
 use crate::params::{compile, previous_bindings};
 use crate::policies::{
     MUTATING_POLICY, Objects, Placement, PolicyTexts, WARNINGS_POLICY, validating_policy_name,
@@ -557,7 +557,8 @@ impl CelPolicies {
                     validating_policies: validating_names(),
                     configuration: self.settings.owner_name.clone(),
                 };
-                for (source, count) in self.errors.observe(evaluation_errors(&text, &watched)) {
+                let counts = evaluation_errors(&text, &watched);
+                for (source, count) in self.errors.observe(server_of(&text), counts) {
                     let message = describe(&source, count);
                     tracing::error!(
                         kind = source.kind,

@@ -216,35 +216,66 @@ fn label_set(mut text: &str) -> Option<(Vec<(&str, String)>, &str)> {
 /// How many reads in a row must see no new error before a reported one
 /// clears (with reads every 30 s: five minutes).
 pub const QUIET_READS: u32 = 10;
+/// How many API server processes' counters are kept (several API servers,
+/// and each restart is a new process).
+const MAX_SERVERS: usize = 8;
 
-/// Compares each read of the counters with the one before; the first read
-/// of a term is the baseline (what was counted before it is not this term's
-/// to report).
+/// The API server process that wrote `text`: its `process_start_time_seconds`
+/// (every API server, and every restart of one, counts on its own).
+pub fn server_of(text: &str) -> Option<String> {
+    text.lines().find_map(|line| {
+        let sample = sample(line)?;
+        (sample.name == "process_start_time_seconds").then(|| sample.value.to_string())
+    })
+}
+
+/// Compares each read of the counters with the last read of the same API
+/// server process. The first read of a process is its baseline: what it
+/// counted before (under an earlier leader, or before this term's policies
+/// were written) is not this term's to report, nor are the errors a
+/// restarted process counted before its first read.
 #[derive(Debug, Default)]
 pub struct ErrorTracker {
-    last: Option<BTreeMap<ErrorSource, f64>>,
+    /// By server process: the read number it was last seen at, its counters.
+    last: BTreeMap<String, (u64, BTreeMap<ErrorSource, f64>)>,
+    reads: u64,
     problem: Option<String>,
     quiet_reads: u32,
 }
 
 impl ErrorTracker {
-    /// The errors counted since the last read, by source (a counter that
-    /// went down was reset by an API server restart: all of it is new).
-    pub fn observe(&mut self, counts: BTreeMap<ErrorSource, f64>) -> Vec<(ErrorSource, u64)> {
-        let new: Vec<(ErrorSource, u64)> = match &self.last {
+    /// The errors `server` (see [`server_of`]) counted since it was last
+    /// read, by source. A counter that went down without a restart (its
+    /// `/metrics` reset by hand) starts again from there.
+    pub fn observe(
+        &mut self,
+        server: Option<String>,
+        counts: BTreeMap<ErrorSource, f64>,
+    ) -> Vec<(ErrorSource, u64)> {
+        self.reads += 1;
+        let server = server.unwrap_or_default();
+        let new: Vec<(ErrorSource, u64)> = match self.last.get(&server) {
             None => Vec::new(),
-            Some(last) => counts
+            Some((_, last)) => counts
                 .iter()
                 .filter_map(|(source, &now)| {
                     let before = last.get(source).copied().unwrap_or(0.0);
-                    let increase = if now < before { now } else { now - before };
                     #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-                    let increase = increase.round() as u64;
+                    let increase = (now - before).max(0.0).round() as u64;
                     (increase > 0).then(|| (source.clone(), increase))
                 })
                 .collect(),
         };
-        self.last = Some(counts);
+        self.last.insert(server, (self.reads, counts));
+        if self.last.len() > MAX_SERVERS
+            && let Some(oldest) = self
+                .last
+                .iter()
+                .min_by_key(|(_, (seen, _))| *seen)
+                .map(|(server, _)| server.clone())
+        {
+            self.last.remove(&oldest);
+        }
         if new.is_empty() {
             self.quiet_reads = self.quiet_reads.saturating_add(1);
             if self.quiet_reads >= QUIET_READS {
@@ -430,7 +461,16 @@ apiserver_admission_webhook_request_total{code="200",name="mutate-pods.poolkeepe
     }
 
     #[test]
-    fn increases_between_reads_are_reported_until_the_quiet_reads_pass() {
+    fn the_server_is_its_process_start_time() {
+        let text = "# TYPE process_start_time_seconds gauge\n\
+                    process_start_time_seconds 1.76502893812e+09\n\
+                    process_cpu_seconds_total 12.5\n";
+        assert_eq!(server_of(text).as_deref(), Some("1765028938.12"));
+        assert_eq!(server_of(EXPOSITION), None);
+    }
+
+    #[test]
+    fn increases_since_the_same_servers_last_read_are_reported_until_the_quiet_reads_pass() {
         let mutating = source(
             "MutatingAdmissionPolicy",
             "poolkeeper-placement",
@@ -439,12 +479,14 @@ apiserver_admission_webhook_request_total{code="200",name="mutate-pods.poolkeepe
         let counts = |n: f64| -> BTreeMap<ErrorSource, f64> {
             [(mutating.clone(), n)].into_iter().collect()
         };
+        let a = || Some("1765028938.12".to_owned());
+        let b = || Some("1765029000.5".to_owned());
         let mut tracker = ErrorTracker::default();
         // The baseline: errors counted before the term are not reported.
-        assert_eq!(tracker.observe(counts(5.0)), []);
+        assert_eq!(tracker.observe(a(), counts(5.0)), []);
         assert_eq!(tracker.problem(), None);
-        assert_eq!(tracker.observe(counts(5.0)), []);
-        assert_eq!(tracker.observe(counts(7.0)), [(mutating.clone(), 2)]);
+        assert_eq!(tracker.observe(a(), counts(5.0)), []);
+        assert_eq!(tracker.observe(a(), counts(7.0)), [(mutating.clone(), 2)]);
         let problem = tracker.problem().unwrap().to_owned();
         assert_eq!(
             problem,
@@ -452,13 +494,20 @@ apiserver_admission_webhook_request_total{code="200",name="mutate-pods.poolkeepe
              counted by the API server"
         );
         for _ in 1..QUIET_READS {
-            assert_eq!(tracker.observe(counts(7.0)), []);
+            assert_eq!(tracker.observe(a(), counts(7.0)), []);
             assert_eq!(tracker.problem(), Some(problem.as_str()));
         }
-        assert_eq!(tracker.observe(counts(7.0)), []);
+        assert_eq!(tracker.observe(a(), counts(7.0)), []);
         assert_eq!(tracker.problem(), None);
-        // The API server restarted: its counters start again from zero.
-        assert_eq!(tracker.observe(counts(1.0)), [(mutating.clone(), 1)]);
+        // Another API server (or a restarted one): its own baseline, then
+        // reads alternating between the two compare each with its own.
+        assert_eq!(tracker.observe(b(), counts(1.0)), []);
+        assert_eq!(tracker.observe(a(), counts(7.0)), []);
+        assert_eq!(tracker.observe(b(), counts(2.0)), [(mutating.clone(), 1)]);
+        assert_eq!(tracker.observe(a(), counts(7.0)), []);
+        // Reset by hand: nothing new until it counts past where it was.
+        assert_eq!(tracker.observe(a(), counts(0.0)), []);
+        assert_eq!(tracker.observe(a(), counts(1.0)), [(mutating.clone(), 1)]);
         // A source seen for the first time after the baseline is all new.
         let mut grown = counts(1.0);
         let webhook = source(
@@ -467,12 +516,23 @@ apiserver_admission_webhook_request_total{code="200",name="mutate-pods.poolkeepe
             MATCH_CONDITION_ERROR,
         );
         grown.insert(webhook.clone(), 1.0);
-        assert_eq!(tracker.observe(grown), [(webhook, 1)]);
+        assert_eq!(tracker.observe(a(), grown), [(webhook, 1)]);
         assert!(
             tracker
                 .problem()
                 .unwrap()
                 .starts_with("ValidatingWebhookConfiguration poolkeeper: 1 evaluation error ")
         );
+    }
+
+    #[test]
+    fn only_the_servers_seen_last_are_kept() {
+        let mut tracker = ErrorTracker::default();
+        for server in 0..MAX_SERVERS + 3 {
+            tracker.observe(Some(server.to_string()), BTreeMap::new());
+        }
+        assert_eq!(tracker.last.len(), MAX_SERVERS);
+        assert!(!tracker.last.contains_key("0"));
+        assert!(tracker.last.contains_key(&(MAX_SERVERS + 2).to_string()));
     }
 }
