@@ -466,7 +466,8 @@ impl Metrics {
                 leaf_not_after,
                 ca_not_after,
             } => self.certificate_served(*leaf_not_after, *ca_not_after),
-            // Counted by `placement_engine_problem`, which its publisher keeps.
+            // Counted by `placement_engine_problem` and `cel_policy_errors_total`, which its
+            // publisher keeps.
             Event::AdmissionPolicyProblem { .. } | Event::ShutdownRequested => {}
         }
     }

@@ -431,10 +431,13 @@ pub enum Event {
     },
     /// One of the CEL engine's admission policies has a problem the API
     /// server found: it refused the object (an expression does not
-    /// compile), or its type checking flags an expression. Published once
-    /// per new or changed problem.
+    /// compile), or its type checking flags an expression (published once
+    /// per new or changed problem); or the API server counted new errors
+    /// while evaluating a policy or a webhook configuration's match
+    /// conditions (published once per read that found them).
     AdmissionPolicyProblem {
-        /// `MutatingAdmissionPolicy` or `ValidatingAdmissionPolicy`.
+        /// `MutatingAdmissionPolicy` or `ValidatingAdmissionPolicy`, or
+        /// `Mutating`/`ValidatingWebhookConfiguration` for a match condition.
         kind: String,
         name: String,
         /// Empty when the object was refused and so has none.

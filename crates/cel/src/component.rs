@@ -28,6 +28,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use crate::engine::EngineState;
+use crate::evaluations::{ErrorTracker, Watched, describe, evaluation_errors, server_of};
 use crate::params::{compile, previous_bindings};
 use crate::policies::{
     MUTATING_POLICY, Objects, Placement, PolicyTexts, WARNINGS_POLICY, validating_policy_name,
@@ -41,6 +42,10 @@ const TYPE_CHECK_DELAY: Duration = Duration::from_secs(3);
 /// How long the pools of a changed ConfigMap binding stay accepted: longer
 /// than the API server takes to reload every policy (about 1 s measured).
 const PREVIOUS_GRACE: Duration = Duration::from_secs(10);
+/// How often the API server's `/metrics` is read for the evaluation errors
+/// of the engine's objects: an error shows within this much, and a reported
+/// one clears after [`crate::evaluations::QUIET_READS`] reads without a new one.
+const EVALUATION_READ_INTERVAL: Duration = Duration::from_secs(30);
 
 /// Settings of the CEL engine's leader, from the configuration file.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -105,6 +110,17 @@ pub struct CelPolicies {
     /// The leader's term every write asks first; `None` without leader
     /// election.
     term: Option<LeaderTerm>,
+    /// Why the objects are not as they should be (a failed write, an
+    /// invalid placement policy, type-checking warnings).
+    write_problem: Option<String>,
+    /// The evaluation errors the API server counted this term.
+    errors: ErrorTracker,
+    /// Why the API server's `/metrics` could not be read, until it can.
+    read_problem: Option<String>,
+    read_interval: Duration,
+    /// The UIDs of the objects written or read, by `Kind/name`, for the
+    /// Events about them.
+    uids: BTreeMap<String, String>,
 }
 
 impl std::fmt::Debug for CelPolicies {
@@ -169,6 +185,11 @@ impl CelPolicies {
             bus: bus.clone(),
             published: BTreeMap::new(),
             term: None,
+            write_problem: None,
+            errors: ErrorTracker::default(),
+            read_problem: None,
+            read_interval: EVALUATION_READ_INTERVAL,
+            uids: BTreeMap::new(),
         }
     }
 
@@ -197,10 +218,19 @@ impl CelPolicies {
         self
     }
 
+    /// Reads the API server's evaluation errors every `interval` instead of
+    /// every 30 s: how a test sees them surface without waiting.
+    #[must_use]
+    pub fn reading_errors_every(mut self, interval: Duration) -> Self {
+        self.read_interval = interval;
+        self
+    }
+
     async fn run_loop(mut self, ctx: Context) -> Result<(), BoxError> {
         ctx.mark_ready();
         let mut backoff = Backoff::new(self.settings.retry_initial, self.settings.retry_max);
         let mut due = Some(Instant::now());
+        let mut reading = (self.engine == Engine::Cel).then(Instant::now);
         loop {
             if let Some(at) = due
                 && Instant::now() >= at
@@ -214,6 +244,17 @@ impl CelPolicies {
                 due = self.settle(result, &mut backoff);
                 continue;
             }
+            if let Some(at) = reading
+                && Instant::now() >= at
+            {
+                tokio::select! {
+                    biased;
+                    () = ctx.cancelled() => break,
+                    () = self.read_evaluation_errors() => {}
+                }
+                reading = Some(Instant::now() + self.read_interval);
+                continue;
+            }
             tokio::select! {
                 biased;
                 () = ctx.cancelled() => break,
@@ -223,6 +264,7 @@ impl CelPolicies {
                     }
                 }
                 () = sleep_until(due) => {}
+                () = sleep_until(reading) => {}
             }
         }
         Ok(())
@@ -257,7 +299,8 @@ impl CelPolicies {
                 {
                     self.publish_problem(kind, name, "", &source.to_string());
                 }
-                self.state.report_problem(Some(problem));
+                self.write_problem = Some(problem);
+                self.report();
                 // A failed write may have left an object half-way: write all again.
                 self.written.clear();
                 Some(Instant::now() + delay)
@@ -299,9 +342,10 @@ impl CelPolicies {
         let policy = match loaded.as_ref() {
             Ok(policy) => policy,
             Err(error) => {
-                self.state.report_problem(Some(format!(
+                self.write_problem = Some(format!(
                     "the placement policy is invalid, the last compiled one stays in force: {error}"
-                )));
+                ));
+                self.report();
                 return Ok(None);
             }
         };
@@ -355,6 +399,12 @@ impl CelPolicies {
 
     async fn apply_all(&mut self) -> Result<Option<Duration>, CelError> {
         let owner = self.owner().await?;
+        if let Some(owner) = &owner {
+            self.uids.insert(
+                format!("MutatingWebhookConfiguration/{}", owner.name),
+                owner.uid.clone(),
+            );
+        }
         let Some(objects) = self.objects(owner)? else {
             return Ok(None);
         };
@@ -380,8 +430,8 @@ impl CelPolicies {
             self.publish_problem("ValidatingAdmissionPolicy", name, uid, message);
             problems.push(format!("ValidatingAdmissionPolicy {name} {message}"));
         }
-        self.state
-            .report_problem((!problems.is_empty()).then(|| problems.join("; ")));
+        self.write_problem = (!problems.is_empty()).then(|| problems.join("; "));
+        self.report();
         if !problems.is_empty() {
             tracing::error!(
                 ?problems,
@@ -421,7 +471,12 @@ impl CelPolicies {
             &name,
             api.patch(&name, &params, &patch),
         )
-        .await?;
+        .await
+        .map(|stored| {
+            if let Some(uid) = stored.meta().uid.clone() {
+                self.uids.insert(key.clone(), uid);
+            }
+        })?;
         tracing::info!(kind = kind_name::<K>(), %name, "CEL engine object written");
         self.written.insert(key, value);
         Ok(true)
@@ -455,6 +510,104 @@ impl CelPolicies {
             uid,
             ..OwnerReference::default()
         }))
+    }
+
+    /// Shows what is wrong now on `/readyz?verbose` (through the engine's
+    /// state): the objects' write or type checking, the evaluation errors,
+    /// a failed read of them.
+    fn report(&self) {
+        let problems: Vec<&str> = [
+            self.write_problem.as_deref(),
+            self.errors.problem(),
+            self.read_problem.as_deref(),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        self.state
+            .report_problem((!problems.is_empty()).then(|| problems.join("; ")));
+    }
+
+    /// Reads the API server's `/metrics` and reports the evaluation errors
+    /// it counted for the engine's objects since the last read: logged,
+    /// counted in `poolkeeper_cel_policy_errors_total`, published as
+    /// `AdmissionPolicyProblem` (a Warning Event on the object) and shown
+    /// on `/readyz?verbose`. A failed read is logged and shown, never fatal.
+    async fn read_evaluation_errors(&mut self) {
+        match self.apiserver_metrics().await {
+            Err(error) => {
+                let problem = format!(
+                    "the policies' evaluation errors are not known: {}",
+                    error_chain(&error)
+                );
+                if self.read_problem.as_ref() != Some(&problem) {
+                    tracing::warn!(
+                        error = %problem,
+                        retry_in = %humantime::format_duration(self.read_interval),
+                        "the API server's /metrics cannot be read"
+                    );
+                }
+                self.read_problem = Some(problem);
+            }
+            Ok(text) => {
+                if self.read_problem.take().is_some() {
+                    tracing::info!("the API server's /metrics is read again");
+                }
+                let watched = Watched {
+                    validating_policies: validating_names(),
+                    configuration: self.settings.owner_name.clone(),
+                };
+                let counts = evaluation_errors(&text, &watched);
+                for (source, count) in self.errors.observe(server_of(&text), counts) {
+                    let message = describe(&source, count);
+                    tracing::error!(
+                        kind = source.kind,
+                        name = %source.name,
+                        error_type = %source.error_type,
+                        count,
+                        "{message}: an expression fails while the API server evaluates it"
+                    );
+                    self.state.count_evaluation_errors(
+                        source.kind,
+                        &source.name,
+                        &source.error_type,
+                        count,
+                    );
+                    let uid = self
+                        .uids
+                        .get(&format!("{}/{}", source.kind, source.name))
+                        .cloned()
+                        .unwrap_or_default();
+                    self.bus.publish(Event::AdmissionPolicyProblem {
+                        kind: source.kind.to_owned(),
+                        name: source.name.clone(),
+                        uid,
+                        message,
+                    });
+                }
+            }
+        }
+        self.report();
+    }
+
+    /// The API server's `/metrics` text (the one API server the request
+    /// reaches).
+    async fn apiserver_metrics(&self) -> Result<String, CelError> {
+        let request = http::Request::get("/metrics")
+            .body(Vec::new())
+            .map_err(|error| CelError::Api {
+                action: "reading",
+                kind: "the API server's",
+                name: "/metrics".to_owned(),
+                source: kube::Error::HttpError(error),
+            })?;
+        self.timed(
+            "reading",
+            "the API server's",
+            "/metrics",
+            self.client.request_text(request),
+        )
+        .await
     }
 
     /// Publishes `AdmissionPolicyProblem` for the policy `kind/name` unless

@@ -12,6 +12,7 @@ use poolkeeper_config::{Engine, EngineChoice};
 use poolkeeper_kube::Backoff;
 use poolkeeper_supervisor::{BoxError, Component, Context, error_chain};
 use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
@@ -28,6 +29,15 @@ const MUTATING_ADMISSION_POLICIES: &str = "mutatingadmissionpolicies";
 pub struct EngineState {
     resolved: Arc<OnceLock<Engine>>,
     problem: Arc<watch::Sender<Option<String>>>,
+    evaluation_errors: Family<EvaluationErrorLabels, Counter>,
+}
+
+/// The labels of `poolkeeper_cel_policy_errors_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EvaluationErrorLabels {
+    kind: String,
+    name: String,
+    error_type: String,
 }
 
 impl EngineState {
@@ -50,6 +60,18 @@ impl EngineState {
             *current = problem;
             changed
         });
+    }
+
+    /// Counts `count` new evaluation errors the API server counted for one
+    /// of poolkeeper's admission objects.
+    pub fn count_evaluation_errors(&self, kind: &str, name: &str, error_type: &str, count: u64) {
+        self.evaluation_errors
+            .get_or_create(&EvaluationErrorLabels {
+                kind: kind.to_owned(),
+                name: name.to_owned(),
+                error_type: error_type.to_owned(),
+            })
+            .inc_by(count);
     }
 }
 
@@ -98,9 +120,18 @@ impl EngineResolver {
         let problem = Gauge::default();
         registry.register(
             "placement_engine_problem",
-            "1 while the CEL engine's admission objects cannot be written or do not type-check \
-             (the reason is on /readyz?verbose and in the log)",
+            "1 while the CEL engine's admission objects cannot be written, do not type-check, or \
+             fail while the API server evaluates them (the reason is on /readyz?verbose and in \
+             the log)",
             problem.clone(),
+        );
+        registry.register(
+            "cel_policy_errors",
+            "Evaluation errors the API server counted for poolkeeper's admission policies and \
+             the match conditions of its webhooks, as the CEL engine's leader reads them from the \
+             API server's /metrics (kind, name, error_type: compile_error, invalid_error, \
+             out_of_budget, match_condition_error)",
+            state.evaluation_errors.clone(),
         );
         Self {
             choice,

@@ -13,10 +13,13 @@
 //!   the engine this process runs (`placement.engine`, `auto` resolved from
 //!   discovery), shared through [`EngineState`].
 //! - [`CelPolicies`]: the leader-only component `cel-policies` that writes
-//!   the objects (engine `cel`) or removes them (engine `webhook`).
+//!   the objects (engine `cel`) or removes them (engine `webhook`), and
+//!   reports the evaluation errors the API server counts for them
+//!   (`evaluations`, a pure reading of its `/metrics`).
 
 mod component;
 mod engine;
+mod evaluations;
 mod params;
 mod policies;
 

@@ -15,11 +15,14 @@ use k8s_openapi::api::admissionregistration::v1::{
     ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
 };
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
+use k8s_openapi::api::rbac::v1::ClusterRole;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use poolkeeper_bus::{Bus, Event, ResourceKind};
-use poolkeeper_cel::{CelPolicies, CelSettings, EngineState, MUTATING_POLICY, PolicyTexts};
-use poolkeeper_config::{Config, Engine};
+use poolkeeper_cel::{
+    CelPolicies, CelSettings, EngineResolver, EngineState, MUTATING_POLICY, PolicyTexts,
+};
+use poolkeeper_config::{Config, Engine, EngineChoice};
 use poolkeeper_index::{Changed, Index, IndexResource};
 use poolkeeper_placement::PolicyCache;
 use poolkeeper_supervisor::testing::{BusRecorder, Running, spawn};
@@ -34,6 +37,8 @@ const UNSERVED_PORT: u16 = 9;
 const POOL_LABEL: &str = "apps.openyurt.io/nodepool";
 /// Binding changes timed.
 const CHANGES: usize = 10;
+/// How often the leaders here read the API server's evaluation errors.
+const READ_INTERVAL: Duration = Duration::from_secs(1);
 
 fn deploy() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../deploy")
@@ -152,7 +157,8 @@ impl Setup {
             self.policy.clone(),
             self.state.clone(),
         )
-        .with_texts(texts);
+        .with_texts(texts)
+        .reading_errors_every(READ_INTERVAL);
         spawn(Box::new(component))
     }
 
@@ -476,4 +482,167 @@ async fn a_broken_expression_surfaces_in_the_leaders_report() {
     )
     .await
     .expect("collected");
+}
+
+/// An expression that compiles but fails while the API server evaluates a
+/// Pod (`int()` of a pool name) surfaces from the API server's `/metrics`:
+/// in the leader's report (`/readyz?verbose`), as a problem of the policy
+/// (for its Warning Event) and in `poolkeeper_cel_policy_errors_total`; the
+/// embedded policies written again, the report clears (the API server's
+/// counters keep the errors counted before: the next leader's first read
+/// is its baseline). A /metrics the leader may not read is reported, not
+/// fatal.
+#[tokio::test]
+async fn a_runtime_error_surfaces_from_the_api_servers_metrics() {
+    let setup = Setup::start().await;
+    let mut registry = prometheus_client::registry::Registry::with_prefix("poolkeeper");
+    let _resolver = EngineResolver::new(
+        EngineChoice::Cel,
+        setup.env.client(),
+        setup.state.clone(),
+        &mut registry,
+    );
+    setup.set_policy("bindings: [{namespace: shop, nodePool: hangzhou}]");
+    let published = BusRecorder::new(&setup.bus);
+    setup.bus.start();
+
+    let failing = PolicyTexts {
+        mutating: Box::leak(
+            PolicyTexts::EMBEDDED
+                .mutating
+                .replace(
+                    "variables.binding[2] + '\",\"binding\"",
+                    "string(int(variables.binding[2])) + '\",\"binding\"",
+                )
+                .into_boxed_str(),
+        ),
+        ..PolicyTexts::EMBEDDED
+    };
+    assert_ne!(failing.mutating, PolicyTexts::EMBEDDED.mutating);
+    let mut leader = setup.leader_with(Engine::Cel, failing);
+    leader.wait_ready(WAIT).await;
+    let mut attempt = 0;
+    let problem = eventually("the runtime error reported", WAIT, || {
+        attempt += 1;
+        let setup = &setup;
+        async move {
+            // Refused: the policy fails and its failurePolicy is Fail.
+            let created = setup
+                .try_placed_pool("shop", &format!("failing-{attempt}"))
+                .await;
+            if let Ok(Some(pool)) = created {
+                panic!("placed in {pool} by a policy that cannot evaluate");
+            }
+            tokio::time::sleep(READ_INTERVAL).await;
+            setup.state.problem().filter(|p| {
+                p.contains("MutatingAdmissionPolicy poolkeeper-placement: ")
+                    && p.contains("(invalid_error) counted by the API server")
+            })
+        }
+    })
+    .await
+    .unwrap_or_else(|error| panic!("{error}: {:?}", setup.state.problem()));
+    assert!(!problem.contains("/metrics"), "{problem}");
+    let event = published
+        .wait_for(WAIT, |event| {
+            matches!(event, Event::AdmissionPolicyProblem { kind, name, message, .. }
+                if kind == "MutatingAdmissionPolicy" && name == MUTATING_POLICY
+                    && message.contains("invalid_error"))
+        })
+        .await;
+    let Event::AdmissionPolicyProblem { uid, .. } = event else {
+        unreachable!()
+    };
+    let stored = Api::<MutatingAdmissionPolicy>::all(setup.env.client())
+        .get(MUTATING_POLICY)
+        .await
+        .unwrap();
+    assert_eq!(Some(uid), stored.metadata.uid);
+    let mut exposition = String::new();
+    prometheus_client::encoding::text::encode(&mut exposition, &registry).unwrap();
+    let counted: f64 = exposition
+        .lines()
+        .find(|line| {
+            line.starts_with("poolkeeper_cel_policy_errors_total{")
+                && line.contains("kind=\"MutatingAdmissionPolicy\"")
+                && line.contains("name=\"poolkeeper-placement\"")
+                && line.contains("error_type=\"invalid_error\"")
+        })
+        .and_then(|line| line.rsplit(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no counted error in:\n{exposition}"));
+    assert!(counted >= 1.0, "{exposition}");
+    leader.stop().await.unwrap();
+
+    // Fixed: the embedded policies written again. The API server still
+    // counts the earlier errors; the next leader reads them as its baseline
+    // and reports nothing, and Pods are placed again.
+    let mut leader = setup.leader(Engine::Cel);
+    leader.wait_ready(WAIT).await;
+    let mut attempt = 0;
+    eventually("a Pod placed by the fixed policy", WAIT, || {
+        attempt += 1;
+        let setup = &setup;
+        async move {
+            let pool = setup
+                .try_placed_pool("shop", &format!("fixed-{attempt}"))
+                .await
+                .ok()??;
+            (pool == "hangzhou").then_some(())
+        }
+    })
+    .await
+    .unwrap_or_else(|error| panic!("{error}: {:?}", setup.state.problem()));
+    // Pods that met the failing policy before the API server reloaded it
+    // may have been counted in this term (read within two reads): reported
+    // until ten quiet reads.
+    tokio::time::sleep(READ_INTERVAL * 2).await;
+    eventually("the report cleared", WAIT, || async {
+        setup.state.problem().is_none().then_some(())
+    })
+    .await
+    .unwrap_or_else(|error| panic!("{error}: {:?}", setup.state.problem()));
+    setup.placed_pool("shop", "after").await;
+    tokio::time::sleep(READ_INTERVAL * 3).await;
+    assert_eq!(setup.state.problem(), None);
+
+    // The metrics not readable (the rule taken from the ClusterRole): the
+    // report says so, the leader keeps running, and it clears once allowed.
+    let roles = Api::<ClusterRole>::all(setup.env.client());
+    let granted = roles.get("poolkeeper").await.unwrap();
+    let mut denied = granted.clone();
+    denied
+        .rules
+        .get_or_insert_default()
+        .retain(|rule| rule.non_resource_urls.is_none());
+    assert_ne!(denied.rules, granted.rules);
+    roles
+        .replace("poolkeeper", &PostParams::default(), &denied)
+        .await
+        .unwrap();
+    let problem = eventually("the failed read reported", WAIT, || async {
+        setup
+            .state
+            .problem()
+            .filter(|p| p.contains("the policies' evaluation errors are not known"))
+    })
+    .await
+    .unwrap_or_else(|error| panic!("{error}: {:?}", setup.state.problem()));
+    assert!(
+        problem.contains("/metrics") && problem.contains("forbidden"),
+        "{problem}"
+    );
+    let mut granted_again = granted;
+    granted_again.metadata.resource_version = None;
+    roles
+        .replace("poolkeeper", &PostParams::default(), &granted_again)
+        .await
+        .unwrap();
+    eventually(
+        "the report cleared once /metrics is readable",
+        WAIT,
+        || async { setup.state.problem().is_none().then_some(()) },
+    )
+    .await
+    .unwrap_or_else(|error| panic!("{error}: {:?}", setup.state.problem()));
+    leader.stop().await.unwrap();
 }
