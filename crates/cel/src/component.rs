@@ -42,6 +42,8 @@ const TYPE_CHECK_DELAY: Duration = Duration::from_secs(3);
 /// How long the pools of a changed ConfigMap binding stay accepted: longer
 /// than the API server takes to reload every policy (about 1 s measured).
 const PREVIOUS_GRACE: Duration = Duration::from_secs(10);
+/// The longest a read of the API server's `/metrics` may take.
+const EVALUATION_READ_TIMEOUT: Duration = Duration::from_secs(5);
 /// How often the API server's `/metrics` is read for the evaluation errors
 /// of the engine's objects: an error shows within this much, and a reported
 /// one clears after [`crate::evaluations::QUIET_READS`] reads without a new one.
@@ -601,7 +603,11 @@ impl CelPolicies {
                 name: "/metrics".to_owned(),
                 source: kube::Error::HttpError(error),
             })?;
-        self.timed(
+        // A slow read must not hold back a binding change for long: the
+        // loop writes the policies only between reads.
+        let timeout = self.settings.request_timeout.min(EVALUATION_READ_TIMEOUT);
+        self.timed_within(
+            timeout,
             "reading",
             "the API server's",
             "/metrics",
