@@ -227,12 +227,11 @@ impl AuditReports {
                 Err(error) => return self.unread(error),
             }
         }
-        let stored = self.stored.get_or_insert_default();
+        let reports = self.stored.as_ref().map_or(0, BTreeMap::len);
         self.health.describe(
             Self::NAME,
             format!(
-                "writing openreports.io/{VERSION} Reports: {} namespaces with violations, {failed} writes failed in the last round",
-                stored.len()
+                "writing openreports.io/{VERSION} Reports: {reports} namespaces with violations, {failed} writes failed in the last round"
             ),
         );
     }
