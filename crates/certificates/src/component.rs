@@ -449,3 +449,61 @@ impl Component for WebhookCertificates {
         Box::pin(self.run_loop(ctx))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use poolkeeper_kube::Deposed;
+
+    use super::*;
+
+    fn secret(epoch: Option<&str>) -> Secret {
+        Secret {
+            metadata: ObjectMeta {
+                name: Some("poolkeeper-webhook-tls".to_owned()),
+                resource_version: Some("41".to_owned()),
+                annotations: epoch.map(|epoch| {
+                    BTreeMap::from([(LEADER_EPOCH_ANNOTATION.to_owned(), epoch.to_owned())])
+                }),
+                ..ObjectMeta::default()
+            },
+            ..Secret::default()
+        }
+    }
+
+    /// (name, the Secret read, our epoch, the newer epoch that deposes us).
+    #[test]
+    fn the_secret_is_stamped_unless_a_newer_term_owns_it() {
+        let cases = [
+            ("absent", None, 3, None),
+            ("no epoch yet", Some(secret(None)), 3, None),
+            ("an older term's", Some(secret(Some("2"))), 3, None),
+            ("our own", Some(secret(Some("3"))), 3, None),
+            ("a newer term's", Some(secret(Some("4"))), 3, Some(4)),
+        ];
+        for (name, stored, epoch, newer) in cases {
+            let absent = stored.is_none();
+            match (fenced_secret(stored, epoch), newer) {
+                (Ok(fenced), None) => {
+                    assert_eq!(fenced.is_none(), absent, "{name}");
+                    if let Some(fenced) = fenced {
+                        let meta = fenced.metadata;
+                        let annotations = meta.annotations.unwrap_or_default();
+                        assert_eq!(annotations[LEADER_EPOCH_ANNOTATION], "3", "{name}");
+                        assert_eq!(meta.resource_version.as_deref(), Some("41"), "{name}");
+                    }
+                }
+                (Err(CertificateError::Deposed { source, .. }), Some(stored)) => {
+                    assert_eq!(
+                        source,
+                        Deposed {
+                            stored,
+                            ours: epoch
+                        },
+                        "{name}"
+                    );
+                }
+                (other, _) => panic!("{name}: {other:?}"),
+            }
+        }
+    }
+}
