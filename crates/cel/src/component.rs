@@ -12,12 +12,12 @@ use k8s_openapi::api::admissionregistration::v1::{
     ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::{Api, Client, Resource};
 use poolkeeper_bus::{Bus, Delivery, Event, ResourceKind, Subscription};
 use poolkeeper_config::{Config, Engine, Mode, NamespaceLabels};
 use poolkeeper_index::Index;
-use poolkeeper_kube::Backoff;
+use poolkeeper_kube::{Backoff, Deposed, refused, stamp, version_precondition};
 use poolkeeper_placement::PolicyCache;
 use poolkeeper_supervisor::{
     BoxError, Component, Context, LeaderTerm, NotLeader, error_chain, sleep_until,
@@ -100,6 +100,11 @@ pub struct CelPolicies {
     subscription: Subscription,
     /// What this term wrote, by kind and name: a steady state writes nothing.
     written: BTreeMap<String, Value>,
+    /// The resourceVersion of each object (by kind and name) as this term
+    /// last read or wrote it (`None`: absent): the precondition of its next
+    /// apply, so that an older term's late write is refused. Read once per
+    /// term, then kept from the write responses.
+    versions: BTreeMap<String, Option<String>>,
     /// The policy last compiled, and the previous pools of the bindings
     /// that changed then, accepted until the instant.
     compiled: Option<BTreeMap<String, String>>,
@@ -156,6 +161,14 @@ enum CelError {
     Embedded(#[from] crate::EmbeddedPolicyError),
     #[error("not written: {0}")]
     NotLeader(#[from] NotLeader),
+    /// The object carries a newer leader's epoch: nothing more is written.
+    #[error("{kind} {name}: {source}")]
+    Deposed {
+        kind: &'static str,
+        name: String,
+        #[source]
+        source: Deposed,
+    },
 }
 
 impl CelPolicies {
@@ -181,6 +194,7 @@ impl CelPolicies {
             state,
             subscription: bus.subscribe(Self::NAME),
             written: BTreeMap::new(),
+            versions: BTreeMap::new(),
             compiled: None,
             previous: None,
             texts: PolicyTexts::EMBEDDED,
@@ -196,19 +210,24 @@ impl CelPolicies {
     }
 
     /// Every write first asks `term` for leave, bounded by what is left of
-    /// it (the objects are applied whole, server-side: no `test` fences
-    /// them; a later term rewrites what differs).
+    /// it, and is fenced by its epoch: each object carries the epoch of the
+    /// term that last applied it, and each apply or delete the resourceVersion
+    /// this term last saw (`poolkeeper_kube::fencing`).
     pub fn guarded_by(mut self, term: LeaderTerm) -> Self {
         self.term = Some(term);
         self
     }
 
-    /// The request timeout of a write, once the term allows one.
-    fn write_timeout(&self) -> Result<Duration, CelError> {
+    /// The term's epoch (`None` without leader election) and the request
+    /// timeout of a write, once the term allows one.
+    fn write_permit(&self) -> Result<(Option<i64>, Duration), CelError> {
         let timeout = self.settings.request_timeout;
         match &self.term {
-            Some(term) => Ok(term.permit()?.bound(timeout)),
-            None => Ok(timeout),
+            Some(term) => {
+                let permit = term.permit()?;
+                Ok((Some(permit.epoch), permit.bound(timeout)))
+            }
+            None => Ok((None, timeout)),
         }
     }
 
@@ -283,6 +302,13 @@ impl CelPolicies {
                 backoff.reset();
                 recheck.map(|delay| Instant::now() + delay)
             }
+            Err(CelError::Deposed { kind, name, source }) => {
+                let problem = format!("{kind} {name}: {source}; not writing");
+                tracing::warn!(%problem, "the CEL engine's admission objects belong to a newer leader");
+                self.write_problem = Some(problem);
+                self.report();
+                None
+            }
             Err(error) => {
                 let delay = backoff.next_delay();
                 let problem = error_chain(&error);
@@ -303,8 +329,10 @@ impl CelPolicies {
                 }
                 self.write_problem = Some(problem);
                 self.report();
-                // A failed write may have left an object half-way: write all again.
+                // A failed write may have left an object half-way: read and
+                // write all again.
                 self.written.clear();
+                self.versions.clear();
                 Some(Instant::now() + delay)
             }
         }
@@ -452,7 +480,10 @@ impl CelPolicies {
     }
 
     /// Server-side applies `object` unless this term already wrote it as
-    /// it is; whether it wrote.
+    /// it is; whether it wrote. Under a term, the object carries the term's
+    /// epoch and the resourceVersion this term knows as a precondition; one
+    /// refused by it is read again and, unless a newer term owns it, applied
+    /// once more.
     async fn apply<K>(&mut self, api: Api<K>, object: &K) -> Result<bool, CelError>
     where
         K: Resource<DynamicType = ()> + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
@@ -464,24 +495,58 @@ impl CelPolicies {
             return Ok(false);
         }
         let params = PatchParams::apply(FIELD_MANAGER).force();
-        let patch = Patch::Apply(object);
-        let timeout = self.write_timeout()?;
-        self.timed_within(
-            timeout,
-            "applying",
-            kind_name::<K>(),
-            &name,
-            api.patch(&name, &params, &patch),
-        )
-        .await
-        .map(|stored| {
-            if let Some(uid) = stored.meta().uid.clone() {
-                self.uids.insert(key.clone(), uid);
+        let mut retried = false;
+        let written = loop {
+            let (epoch, timeout) = self.write_permit()?;
+            let mut fenced = object.clone();
+            if let Some(epoch) = epoch {
+                let version = self.version_of(&api, &key, &name, epoch).await?;
+                stamp(fenced.meta_mut(), epoch, version);
             }
-        })?;
+            let patch = Patch::Apply(&fenced);
+            let request = api.patch(&name, &params, &patch);
+            match self
+                .timed_within(timeout, "applying", kind_name::<K>(), &name, request)
+                .await
+            {
+                Err(CelError::Api { source, .. }) if refused(&source) && !retried => {
+                    self.versions.remove(&key);
+                    retried = true;
+                }
+                result => break result?,
+            }
+        };
+        if let Some(uid) = written.meta().uid.clone() {
+            self.uids.insert(key.clone(), uid);
+        }
         tracing::info!(kind = kind_name::<K>(), %name, "CEL engine object written");
+        self.versions
+            .insert(key.clone(), written.meta().resource_version.clone());
         self.written.insert(key, value);
         Ok(true)
+    }
+
+    /// The resourceVersion of `name` this term knows, read once per term;
+    /// [`CelError::Deposed`] when it carries a newer term's epoch.
+    async fn version_of<K>(
+        &mut self,
+        api: &Api<K>,
+        key: &str,
+        name: &str,
+        epoch: i64,
+    ) -> Result<Option<String>, CelError>
+    where
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+    {
+        if let Some(version) = self.versions.get(key) {
+            return Ok(version.clone());
+        }
+        let stored = self
+            .timed("reading", kind_name::<K>(), name, api.get_opt(name))
+            .await?;
+        let version = fenced_version(stored.as_ref(), name, epoch)?;
+        self.versions.insert(key.to_owned(), version.clone());
+        Ok(version)
     }
 
     /// The installer's MutatingWebhookConfiguration as an owner; `None`
@@ -684,20 +749,37 @@ impl CelPolicies {
             .await
     }
 
+    /// Deletes `name`; under a term, read first: its resourceVersion is the
+    /// precondition, and one carrying a newer term's epoch is left alone.
     async fn delete<K>(&self, api: Api<K>, name: &str) -> Result<(), CelError>
     where
         K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
     {
-        let timeout = self.write_timeout()?;
-        let deleted = self
-            .timed_within(
-                timeout,
-                "deleting",
-                kind_name::<K>(),
-                name,
-                api.delete(name, &DeleteParams::default()),
-            )
-            .await;
+        let mut retried = false;
+        let deleted = loop {
+            let (epoch, timeout) = self.write_permit()?;
+            let mut params = DeleteParams::default();
+            if let Some(epoch) = epoch {
+                let stored = self
+                    .timed("reading", kind_name::<K>(), name, api.get_opt(name))
+                    .await?;
+                if stored.is_none() {
+                    return Ok(());
+                }
+                params.preconditions = Some(Preconditions {
+                    resource_version: fenced_version(stored.as_ref(), name, epoch)?,
+                    uid: None,
+                });
+            }
+            let request = api.delete(name, &params);
+            match self
+                .timed_within(timeout, "deleting", kind_name::<K>(), name, request)
+                .await
+            {
+                Err(CelError::Api { source, .. }) if refused(&source) && !retried => retried = true,
+                result => break result,
+            }
+        };
         match deleted {
             Ok(_) => {
                 tracing::info!(kind = kind_name::<K>(), %name, "CEL engine object removed: the engine is webhook");
@@ -746,6 +828,26 @@ impl CelPolicies {
                 source,
             })
     }
+}
+
+/// The precondition of a write by the term `epoch` of `stored` (`None`:
+/// absent); [`CelError::Deposed`] when it carries a newer term's epoch.
+fn fenced_version<K: Resource<DynamicType = ()>>(
+    stored: Option<&K>,
+    name: &str,
+    epoch: i64,
+) -> Result<Option<String>, CelError> {
+    let meta = stored.map(Resource::meta);
+    version_precondition(
+        meta.and_then(|m| m.annotations.as_ref()),
+        meta.and_then(|m| m.resource_version.as_deref()),
+        epoch,
+    )
+    .map_err(|source| CelError::Deposed {
+        kind: kind_name::<K>(),
+        name: name.to_owned(),
+        source,
+    })
 }
 
 fn kind_name<K: Resource<DynamicType = ()>>() -> &'static str {

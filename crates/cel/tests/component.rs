@@ -24,7 +24,9 @@ use poolkeeper_cel::{
 };
 use poolkeeper_config::{Config, Engine, EngineChoice};
 use poolkeeper_index::{Changed, Index, IndexResource};
+use poolkeeper_kube::{LEADER_EPOCH_ANNOTATION, stamp};
 use poolkeeper_placement::PolicyCache;
+use poolkeeper_supervisor::LeaderTerm;
 use poolkeeper_supervisor::testing::{BusRecorder, Running, spawn};
 use poolkeeper_testenv::{TestEnv, WebhookCert, WebhookRegistration, eventually};
 use serde_json::json;
@@ -145,6 +147,97 @@ impl Setup {
 
     fn leader(&self, engine: Engine) -> Running {
         self.leader_with(engine, PolicyTexts::EMBEDDED)
+    }
+
+    /// A leader whose term `epoch` holds for the whole test.
+    fn leader_in(&self, engine: Engine, epoch: i64) -> Running {
+        let term = LeaderTerm::new();
+        term.confirm(epoch, Instant::now() + Duration::from_secs(3600));
+        let component = CelPolicies::new(
+            CelSettings::from(&self.config),
+            engine,
+            &self.bus,
+            self.identity.clone(),
+            self.index.clone(),
+            self.policy.clone(),
+            self.state.clone(),
+        )
+        .guarded_by(term);
+        spawn(Box::new(component))
+    }
+
+    /// Every object of the engine: `Kind/name`, its epoch and resourceVersion.
+    async fn epochs(&self) -> Vec<(String, Option<String>, Option<String>)> {
+        fn of<K: kube::Resource<DynamicType = ()>>(
+            items: Vec<K>,
+        ) -> impl Iterator<Item = (String, Option<String>, Option<String>)> {
+            items.into_iter().map(|item| {
+                let meta = item.meta();
+                (
+                    format!("{}/{}", K::kind(&()), meta.name.clone().unwrap_or_default()),
+                    meta.annotations
+                        .as_ref()
+                        .and_then(|a| a.get(LEADER_EPOCH_ANNOTATION).cloned()),
+                    meta.resource_version.clone(),
+                )
+            })
+        }
+        let admin = self.env.client();
+        let all = Default::default();
+        let mut objects: Vec<_> = of(Api::<MutatingAdmissionPolicy>::all(admin.clone())
+            .list(&all)
+            .await
+            .unwrap()
+            .items)
+        .collect();
+        objects.extend(of(Api::<MutatingAdmissionPolicyBinding>::all(
+            admin.clone(),
+        )
+        .list(&all)
+        .await
+        .unwrap()
+        .items));
+        objects.extend(of(Api::<ValidatingAdmissionPolicy>::all(admin.clone())
+            .list(&all)
+            .await
+            .unwrap()
+            .items));
+        objects.extend(of(Api::<ValidatingAdmissionPolicyBinding>::all(admin)
+            .list(&all)
+            .await
+            .unwrap()
+            .items));
+        objects
+    }
+
+    /// Waits until the engine's objects exist and each carries `epoch`.
+    async fn stamped(&self, epoch: &str) -> Vec<(String, Option<String>, Option<String>)> {
+        eventually(
+            &format!("every CEL object stamped with epoch {epoch}"),
+            WAIT,
+            || async {
+                let objects = self.epochs().await;
+                // Each policy and binding: the mutating ones, and the
+                // validating ones of the three modes and of the warnings.
+                (objects.len() == 2 + 2 * 4
+                    && objects.iter().all(|(_, e, _)| e.as_deref() == Some(epoch)))
+                .then_some(objects)
+            },
+        )
+        .await
+        .unwrap_or_else(|error| panic!("{error}; the leader reports: {:?}", self.state.problem()))
+    }
+
+    /// Waits until the leader reports that a newer term than `epoch` owns the objects.
+    async fn deposed(&self, epoch: i64) {
+        let said = format!("newer than this replica's {epoch}");
+        eventually(&format!("the term {epoch} deposed"), WAIT, || async {
+            self.state
+                .problem()
+                .filter(|problem| problem.contains(&said))
+        })
+        .await
+        .unwrap_or_else(|error| panic!("{error}; the leader reports: {:?}", self.state.problem()));
     }
 
     fn leader_with(&self, engine: Engine, texts: PolicyTexts) -> Running {
@@ -645,4 +738,81 @@ async fn a_runtime_error_surfaces_from_the_api_servers_metrics() {
     .await
     .unwrap_or_else(|error| panic!("{error}: {:?}", setup.state.problem()));
     leader.stop().await.unwrap();
+}
+
+/// Each object carries the epoch of the term that applied it last and each
+/// write the resourceVersion its term saw: a deposed leader's late apply or
+/// delete is refused by the API server (409), and the old leader, reading the
+/// newer epoch, stops writing; a replica of an older term writes nothing.
+#[tokio::test]
+async fn a_deposed_leaders_late_writes_are_refused_by_the_api_server() {
+    let setup = Setup::start().await;
+    setup.set_policy("bindings: [{namespace: shop, nodePool: hangzhou}]");
+    setup.bus.start();
+    let mut old = setup.leader_in(Engine::Cel, 3);
+    old.wait_ready(WAIT).await;
+    let seen_by_old = setup.stamped("3").await;
+
+    let mut new = setup.leader_in(Engine::Cel, 4);
+    new.wait_ready(WAIT).await;
+    let stamped = setup.stamped("4").await;
+    new.stop().await.unwrap();
+
+    // The old term's in-flight writes, as it computed them before the stamp.
+    let policies = Api::<MutatingAdmissionPolicy>::all(setup.identity.clone());
+    let mut late = policies.get(MUTATING_POLICY).await.unwrap();
+    let (_, _, version) = seen_by_old
+        .iter()
+        .find(|(key, _, _)| *key == format!("MutatingAdmissionPolicy/{MUTATING_POLICY}"))
+        .unwrap()
+        .clone();
+    stamp(&mut late.metadata, 3, version.clone());
+    late.metadata.managed_fields = None;
+    let applied = policies
+        .patch(
+            MUTATING_POLICY,
+            &PatchParams::apply("poolkeeper").force(),
+            &Patch::Apply(&late),
+        )
+        .await;
+    assert!(
+        matches!(&applied, Err(kube::Error::Api(status)) if status.code == 409),
+        "the late apply is refused: {applied:?}"
+    );
+    let deleted = policies
+        .delete(
+            MUTATING_POLICY,
+            &DeleteParams {
+                preconditions: Some(kube::api::Preconditions {
+                    resource_version: version,
+                    uid: None,
+                }),
+                ..DeleteParams::default()
+            },
+        )
+        .await;
+    assert!(
+        matches!(&deleted, Err(kube::Error::Api(status)) if status.code == 409),
+        "the late delete is refused: {deleted:?}"
+    );
+
+    // The old leader, still believing in its term, is asked for a change:
+    // its apply is refused, it reads epoch 4 and stops.
+    setup.set_policy("bindings: [{namespace: shop, nodePool: cloud}]");
+    setup.deposed(3).await;
+    assert_eq!(setup.epochs().await, stamped, "nothing written by term 3");
+    old.stop().await.unwrap();
+
+    // A replica of an older term reads epoch 4 and neither applies nor deletes.
+    for engine in [Engine::Cel, Engine::Webhook] {
+        setup.state.report_problem(None);
+        let older = setup.leader_in(engine, 2);
+        setup.deposed(2).await;
+        older.stop().await.unwrap();
+        assert_eq!(
+            setup.epochs().await,
+            stamped,
+            "nothing written by term 2 ({engine})"
+        );
+    }
 }

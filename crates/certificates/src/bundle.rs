@@ -12,6 +12,7 @@ use k8s_openapi::api::admissionregistration::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Patch as KubePatch, PatchParams};
 use kube::{Api, Client, Resource};
+use poolkeeper_kube::Fence;
 use serde_json::Value;
 
 use crate::error::CertificateError;
@@ -146,12 +147,16 @@ pub(crate) enum Published {
 
 /// Reads configuration `name` of kind `K` and, unless `check`, patches its
 /// caBundle to `bundle` when it differs; each request within `timeout`.
+/// Under the term `epoch` the patch is fenced (`poolkeeper_kube::fencing`):
+/// the term's first write stamps the epoch (so a configuration whose epoch is
+/// older differs), later ones test it.
 pub(crate) async fn publish<K: Configuration>(
     client: &Client,
     name: &str,
     bundle: &[u8],
     timeout: Duration,
     check: bool,
+    epoch: Option<i64>,
 ) -> Result<Published, CertificateError> {
     let api = Api::<K>::all(client.clone());
     let stored = tokio::time::timeout(timeout, api.get_opt(name))
@@ -166,7 +171,21 @@ pub(crate) async fn publish<K: Configuration>(
     if bundles.injected {
         return Ok(Published::Injected);
     }
-    let Some(patch) = bundle_patch(&bundles, bundle) else {
+    let changes = bundle_patch(&bundles, bundle);
+    let patch = match epoch {
+        Some(epoch) => {
+            let meta = stored.meta();
+            let annotations = meta.annotations.as_ref();
+            Fence::new(annotations, meta.resource_version.as_deref(), epoch)
+                .map_err(|source| CertificateError::Deposed {
+                    what: K::KIND,
+                    source,
+                })?
+                .around(changes)
+        }
+        None => changes,
+    };
+    let Some(patch) = patch else {
         return Ok(Published::InStep);
     };
     if check {

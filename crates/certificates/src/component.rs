@@ -19,8 +19,8 @@ use kube::api::PostParams;
 use kube::runtime::watcher;
 use kube::{Api, Client, Resource};
 use poolkeeper_config::CertificateSource;
-use poolkeeper_kube::Backoff;
 use poolkeeper_kube::watch::retrying;
+use poolkeeper_kube::{Backoff, LEADER_EPOCH_ANNOTATION, stamp, version_precondition};
 use poolkeeper_pki::CA_CERT;
 use poolkeeper_supervisor::{BoxError, Component, Context, LeaderTerm, error_chain, sleep_until};
 use tokio::time::Instant;
@@ -65,20 +65,36 @@ impl WebhookCertificates {
     }
 
     /// Every write of the Secret and of the caBundles first asks `term`
-    /// for leave (`poolkeeper_kube`'s README: the leader's term), and is
-    /// bounded by what is left of it.
+    /// for leave (`poolkeeper_kube`'s README: the leader's term), is
+    /// bounded by what is left of it, and is fenced by its epoch
+    /// (`poolkeeper_kube::fencing`): the term's first pass stamps it on the
+    /// Secret and both configurations, and a newer one on them stops the writes.
     pub fn guarded_by(mut self, term: LeaderTerm) -> Self {
         self.term = Some(term);
         self
     }
 
-    /// The request timeout, once the term allows a write.
-    fn write_timeout(&self) -> Result<Duration, CertificateError> {
+    /// The term's epoch (`None` without leader election) and the request
+    /// timeout, once the term allows a write.
+    fn write_permit(&self) -> Result<(Option<i64>, Duration), CertificateError> {
         let timeout = self.settings.request_timeout;
         match &self.term {
-            Some(term) => Ok(term.permit()?.bound(timeout)),
-            None => Ok(timeout),
+            Some(term) => {
+                let permit = term.permit()?;
+                Ok((Some(permit.epoch), permit.bound(timeout)))
+            }
+            None => Ok((None, timeout)),
         }
+    }
+
+    /// Whether the Secret lacks the current term's epoch: the term's first
+    /// pass writes it, so that an older term's late write is refused.
+    fn unstamped(&self, secret: Option<&Secret>) -> bool {
+        let epoch = self.term.as_ref().and_then(LeaderTerm::current);
+        let stored = secret
+            .and_then(|s| s.metadata.annotations.as_ref())
+            .and_then(|a| a.get(LEADER_EPOCH_ANNOTATION));
+        epoch.is_some_and(|term| stored != Some(&term.epoch.to_string()))
     }
 
     async fn run_loop(self, ctx: Context) -> Result<(), BoxError> {
@@ -100,6 +116,13 @@ impl WebhookCertificates {
                     Ok(next) => {
                         backoff.reset();
                         next.map(until)
+                    }
+                    Err(error @ CertificateError::Deposed { .. }) => {
+                        tracing::warn!(
+                            error = %error_chain(&error),
+                            "the webhook certificate's objects belong to a newer leader: not writing"
+                        );
+                        None
                     }
                     Err(error) => {
                         let delay = if error.is_conflict() {
@@ -211,6 +234,10 @@ impl WebhookCertificates {
                 self.publish(&bundle, false).await?;
                 continue;
             }
+            if self.unstamped(secret.as_ref()) {
+                self.write_secret(secret, &data).await?;
+                continue;
+            }
             return Ok(Some(plan.next_check));
         }
         Err(CertificateError::Unsettled(MAX_WRITES))
@@ -221,16 +248,18 @@ impl WebhookCertificates {
     /// published).
     async fn publish(&self, bundle: &[u8], check: bool) -> Result<bool, CertificateError> {
         let name = &self.settings.configuration_name;
-        let timeout = if check {
-            self.settings.request_timeout
+        let (epoch, timeout) = if check {
+            let term = self.term.as_ref().and_then(LeaderTerm::current);
+            (term.map(|term| term.epoch), self.settings.request_timeout)
         } else {
-            self.write_timeout()?
+            self.write_permit()?
         };
+        let client = &self.client;
         let mutating =
-            publish::<MutatingWebhookConfiguration>(&self.client, name, bundle, timeout, check)
+            publish::<MutatingWebhookConfiguration>(client, name, bundle, timeout, check, epoch)
                 .await?;
         let validating =
-            publish::<ValidatingWebhookConfiguration>(&self.client, name, bundle, timeout, check)
+            publish::<ValidatingWebhookConfiguration>(client, name, bundle, timeout, check, epoch)
                 .await?;
         for (kind, published) in [
             ("MutatingWebhookConfiguration", mutating),
@@ -260,6 +289,8 @@ impl WebhookCertificates {
     /// Creates the Secret (owned by the MutatingWebhookConfiguration, so
     /// that an uninstall removes it), or replaces the one read: its
     /// resourceVersion is the precondition; one without an owner gets it.
+    /// Under a term the Secret carries its epoch; one carrying a newer
+    /// term's is left alone (a create is fenced by the name alone).
     async fn write_secret(
         &self,
         stored: Option<Secret>,
@@ -275,7 +306,11 @@ impl WebhookCertificates {
                 .map(|(k, v)| (k.clone(), ByteString(v.clone())))
                 .collect(),
         );
-        let timeout = self.write_timeout()?;
+        let (epoch, timeout) = self.write_permit()?;
+        let stored = match epoch {
+            Some(epoch) => fenced_secret(stored, epoch)?,
+            None => stored,
+        };
         let request = async {
             match stored {
                 Some(mut secret) => {
@@ -298,6 +333,12 @@ impl WebhookCertificates {
                                 "app.kubernetes.io/managed-by".to_owned(),
                                 "poolkeeper".to_owned(),
                             )])),
+                            annotations: epoch.map(|epoch| {
+                                BTreeMap::from([(
+                                    LEADER_EPOCH_ANNOTATION.to_owned(),
+                                    epoch.to_string(),
+                                )])
+                            }),
                             ..ObjectMeta::default()
                         },
                         type_: Some("kubernetes.io/tls".to_owned()),
@@ -330,6 +371,27 @@ impl WebhookCertificates {
             ..OwnerReference::default()
         })
     }
+}
+
+/// The Secret read, stamped with the term `epoch` and its resourceVersion
+/// as the precondition of its replacement; [`CertificateError::Deposed`] when
+/// it carries a newer term's epoch.
+fn fenced_secret(stored: Option<Secret>, epoch: i64) -> Result<Option<Secret>, CertificateError> {
+    let Some(mut secret) = stored else {
+        return Ok(None);
+    };
+    let meta = &secret.metadata;
+    let version = version_precondition(
+        meta.annotations.as_ref(),
+        meta.resource_version.as_deref(),
+        epoch,
+    )
+    .map_err(|source| CertificateError::Deposed {
+        what: "Secret",
+        source,
+    })?;
+    stamp(&mut secret.metadata, epoch, version);
+    Ok(Some(secret))
 }
 
 fn secret_data(secret: &Secret) -> BTreeMap<String, Vec<u8>> {
@@ -385,5 +447,63 @@ impl Component for WebhookCertificates {
 
     fn run(self: Box<Self>, ctx: Context) -> BoxFuture<'static, Result<(), BoxError>> {
         Box::pin(self.run_loop(ctx))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use poolkeeper_kube::Deposed;
+
+    use super::*;
+
+    fn secret(epoch: Option<&str>) -> Secret {
+        Secret {
+            metadata: ObjectMeta {
+                name: Some("poolkeeper-webhook-tls".to_owned()),
+                resource_version: Some("41".to_owned()),
+                annotations: epoch.map(|epoch| {
+                    BTreeMap::from([(LEADER_EPOCH_ANNOTATION.to_owned(), epoch.to_owned())])
+                }),
+                ..ObjectMeta::default()
+            },
+            ..Secret::default()
+        }
+    }
+
+    /// (name, the Secret read, our epoch, the newer epoch that deposes us).
+    #[test]
+    fn the_secret_is_stamped_unless_a_newer_term_owns_it() {
+        let cases = [
+            ("absent", None, 3, None),
+            ("no epoch yet", Some(secret(None)), 3, None),
+            ("an older term's", Some(secret(Some("2"))), 3, None),
+            ("our own", Some(secret(Some("3"))), 3, None),
+            ("a newer term's", Some(secret(Some("4"))), 3, Some(4)),
+        ];
+        for (name, stored, epoch, newer) in cases {
+            let absent = stored.is_none();
+            match (fenced_secret(stored, epoch), newer) {
+                (Ok(fenced), None) => {
+                    assert_eq!(fenced.is_none(), absent, "{name}");
+                    if let Some(fenced) = fenced {
+                        let meta = fenced.metadata;
+                        let annotations = meta.annotations.unwrap_or_default();
+                        assert_eq!(annotations[LEADER_EPOCH_ANNOTATION], "3", "{name}");
+                        assert_eq!(meta.resource_version.as_deref(), Some("41"), "{name}");
+                    }
+                }
+                (Err(CertificateError::Deposed { source, .. }), Some(stored)) => {
+                    assert_eq!(
+                        source,
+                        Deposed {
+                            stored,
+                            ours: epoch
+                        },
+                        "{name}"
+                    );
+                }
+                (other, _) => panic!("{name}: {other:?}"),
+            }
+        }
     }
 }

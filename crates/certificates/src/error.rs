@@ -17,11 +17,20 @@ pub enum CertificateError {
     Unsettled(usize),
     #[error("not written: {0}")]
     NotLeader(#[from] poolkeeper_supervisor::NotLeader),
+    /// The object carries a newer leader's epoch: nothing more is written.
+    #[error("{what}: {source}")]
+    Deposed {
+        what: &'static str,
+        #[source]
+        source: poolkeeper_kube::Deposed,
+    },
 }
 
 impl CertificateError {
-    /// A lost race (409 Conflict, 422 from a failed patch test): retried soon.
+    /// A lost race (409 Conflict, 422 from a failed patch test): retried
+    /// soon, after reading the objects again (a newer leader's epoch on them
+    /// then stops the writes).
     pub fn is_conflict(&self) -> bool {
-        matches!(self, CertificateError::Api { source: kube::Error::Api(status), .. } if status.code == 409 || status.code == 422)
+        matches!(self, CertificateError::Api { source, .. } if poolkeeper_kube::refused(source))
     }
 }

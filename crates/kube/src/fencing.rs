@@ -9,11 +9,21 @@
 //! every later write `test`s it; an older term's write tests an older epoch
 //! and fails with 422. A replica that reads an epoch newer than its own does
 //! not write at all ([`Deposed`]).
+//!
+//! Writes that cannot carry a `test` (server-side apply, replace, delete) are
+//! fenced by the resourceVersion instead ([`version_precondition`]): the object
+//! as this term last read or wrote it, whose epoch is not newer than the term's,
+//! and whose applied content [`stamp`]s the term's epoch. A newer term's first
+//! write stamps its epoch, which changes the resourceVersion: the older term's
+//! late apply, replace or delete then fails with 409. An object read as absent
+//! is fenced by its name alone: only a create (`AlreadyExists`) is refused once
+//! a newer term created it.
 
 use std::collections::BTreeMap;
 
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, Patch, PatchOperation, TestOperation};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::Value;
 
 /// The annotation holding the epoch of the last term that wrote the object.
@@ -49,6 +59,7 @@ impl Fence {
         epoch: i64,
     ) -> Result<Self, Deposed> {
         let stored = annotations.and_then(|a| a.get(LEADER_EPOCH_ANNOTATION));
+        not_newer(annotations, epoch)?;
         let ours = Value::String(epoch.to_string());
         let annotation = pointer(&["metadata", "annotations", LEADER_EPOCH_ANNOTATION]);
         let Some(stored) = stored else {
@@ -67,13 +78,7 @@ impl Fence {
             });
             return Ok(Self { ops, stamps: true });
         };
-        // An unreadable epoch is no newer term's: it is stamped over.
-        let stored_epoch = stored.trim().parse::<i64>().ok();
-        match stored_epoch {
-            Some(stored) if stored > epoch => Err(Deposed {
-                stored,
-                ours: epoch,
-            }),
+        match stored_epoch(annotations) {
             Some(stored) if stored == epoch => Ok(Self {
                 ops: vec![test(annotation, ours)],
                 stamps: false,
@@ -103,6 +108,56 @@ impl Fence {
         ops.extend(changes.into_iter().flat_map(|patch| patch.0));
         Some(Patch(ops))
     }
+}
+
+/// The epoch stored in `annotations`, if readable: an unreadable one is no
+/// newer term's, and is stamped over.
+fn stored_epoch(annotations: Option<&BTreeMap<String, String>>) -> Option<i64> {
+    annotations
+        .and_then(|a| a.get(LEADER_EPOCH_ANNOTATION))
+        .and_then(|stored| stored.trim().parse::<i64>().ok())
+}
+
+/// [`Deposed`] when `annotations` carry an epoch newer than `epoch`.
+fn not_newer(annotations: Option<&BTreeMap<String, String>>, epoch: i64) -> Result<(), Deposed> {
+    match stored_epoch(annotations) {
+        Some(stored) if stored > epoch => Err(Deposed {
+            stored,
+            ours: epoch,
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// The resourceVersion a server-side apply, replace or delete by the term
+/// `epoch` must carry as its precondition, for an object this term last read
+/// or wrote with `annotations` at `resource_version` (`None`: it was absent,
+/// only its name fences it). [`Deposed`] when it carries a newer epoch.
+pub fn version_precondition(
+    annotations: Option<&BTreeMap<String, String>>,
+    resource_version: Option<&str>,
+    epoch: i64,
+) -> Result<Option<String>, Deposed> {
+    not_newer(annotations, epoch)?;
+    Ok(resource_version.map(str::to_owned))
+}
+
+/// Writes the term `epoch` into the object's metadata, and the precondition
+/// `resource_version` (see [`version_precondition`]): the content of a
+/// fenced apply or replace.
+pub fn stamp(metadata: &mut ObjectMeta, epoch: i64, resource_version: Option<String>) {
+    metadata
+        .annotations
+        .get_or_insert_default()
+        .insert(LEADER_EPOCH_ANNOTATION.to_owned(), epoch.to_string());
+    metadata.resource_version = resource_version;
+}
+
+/// Whether `error` is the API server refusing a fenced write: a failed `test`
+/// (422) or a resourceVersion that changed (409). The writer re-reads the
+/// object: a newer epoch on it means it was deposed and must stop writing.
+pub fn refused(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(status) if status.code == 409 || status.code == 422)
 }
 
 fn pointer(tokens: &[&str]) -> PointerBuf {
@@ -220,6 +275,98 @@ mod tests {
                 json!({"matchLabels": {"a": "b"}}),
                 "{name}"
             );
+        }
+    }
+
+    /// (name, stored annotations, resourceVersion read, our epoch, the
+    /// precondition wanted, or the newer epoch that deposes us).
+    #[test]
+    fn each_stored_epoch_gives_its_version_precondition() {
+        let cases = [
+            ("absent", None, None, 3, Ok(None)),
+            (
+                "no epoch yet",
+                Some(json!({"team": "x"})),
+                Some("41"),
+                3,
+                Ok(Some("41")),
+            ),
+            ("no annotations", None, Some("41"), 3, Ok(Some("41"))),
+            (
+                "an older term's",
+                Some(json!({LEADER_EPOCH_ANNOTATION: "2"})),
+                Some("41"),
+                3,
+                Ok(Some("41")),
+            ),
+            (
+                "our own",
+                Some(json!({LEADER_EPOCH_ANNOTATION: "3"})),
+                Some("41"),
+                3,
+                Ok(Some("41")),
+            ),
+            (
+                "a garbled epoch",
+                Some(json!({LEADER_EPOCH_ANNOTATION: "x"})),
+                Some("41"),
+                3,
+                Ok(Some("41")),
+            ),
+            (
+                "a newer term's",
+                Some(json!({LEADER_EPOCH_ANNOTATION: "4"})),
+                Some("41"),
+                3,
+                Err(4),
+            ),
+        ];
+        for (name, annotations, version, epoch, want) in cases {
+            let annotations: Option<BTreeMap<String, String>> =
+                annotations.map(|a| serde_json::from_value(a).unwrap());
+            let got = version_precondition(annotations.as_ref(), version, epoch);
+            let want = want
+                .map(|v| v.map(str::to_owned))
+                .map_err(|stored| Deposed {
+                    stored,
+                    ours: epoch,
+                });
+            assert_eq!(got, want, "{name}");
+        }
+    }
+
+    #[test]
+    fn a_stamp_keeps_other_annotations_and_sets_the_precondition() {
+        let mut metadata = ObjectMeta {
+            annotations: Some(BTreeMap::from([("team".to_owned(), "x".to_owned())])),
+            resource_version: Some("stale".to_owned()),
+            ..ObjectMeta::default()
+        };
+        stamp(&mut metadata, 7, Some("41".to_owned()));
+        let annotations = metadata.annotations.as_ref().unwrap();
+        assert_eq!(annotations[LEADER_EPOCH_ANNOTATION], "7");
+        assert_eq!(annotations["team"], "x");
+        assert_eq!(metadata.resource_version.as_deref(), Some("41"));
+        stamp(&mut metadata, 8, None);
+        assert_eq!(
+            metadata.resource_version, None,
+            "an absent object: no precondition"
+        );
+    }
+
+    #[test]
+    fn only_conflicts_and_failed_tests_are_the_fence() {
+        for (code, fenced) in [
+            (409, true),
+            (422, true),
+            (404, false),
+            (500, false),
+            (403, false),
+        ] {
+            let error = kube::Error::Api(Box::new(
+                kube::core::Status::failure("refused", "Conflict").with_code(code),
+            ));
+            assert_eq!(refused(&error), fenced, "{code}");
         }
     }
 

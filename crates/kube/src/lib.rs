@@ -18,7 +18,7 @@ pub use apiserver::{APISERVER_CHECK, ApiServerCheck, ApiServerUnreachable};
 pub use backoff::Backoff;
 pub use client::{ClientError, client};
 pub use elector::{LeaseElector, LeaseError, LeaseSettings};
-pub use fencing::{Deposed, Fence, LEADER_EPOCH_ANNOTATION};
+pub use fencing::{Deposed, Fence, LEADER_EPOCH_ANNOTATION, refused, stamp, version_precondition};
 pub use lease::{LeaseAction, LeaseDecider, LeaseRecord};
 
 /// The code of this crate's README, compiled (and run where it can be) as doctests.

@@ -7,10 +7,12 @@ use std::time::Duration;
 use futures::StreamExt;
 use futures::future::BoxFuture;
 use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
+    PatchParams, Preconditions,
 };
 use poolkeeper_bus::{AuditCount, AuditViolation, Bus, Delivery, Event, Subscription};
 use poolkeeper_config::Config;
+use poolkeeper_kube::{Deposed, LEADER_EPOCH_ANNOTATION, refused, stamp, version_precondition};
 use poolkeeper_supervisor::{
     BoxError, Component, Context, Health, LeaderTerm, NotLeader, error_chain,
 };
@@ -37,6 +39,29 @@ pub enum ReportsError {
     Timeout { what: String },
     #[error("not written: {0}")]
     NotLeader(#[from] NotLeader),
+    /// A stored report carries a newer leader's epoch: nothing more is written.
+    #[error("report in namespace {namespace}: {source}")]
+    Deposed {
+        namespace: String,
+        #[source]
+        source: Deposed,
+    },
+    #[error("report {what}: {source}")]
+    Invalid {
+        what: String,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+/// A report poolkeeper stored, as this term read or last wrote it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct StoredReport {
+    /// Its content hash; empty when another term wrote it, so that this term
+    /// writes it once to stamp its epoch.
+    hash: String,
+    /// The precondition of this term's next write of it.
+    version: Option<String>,
 }
 
 /// `audit.reports` and the writes' pace (`audit.concurrency`).
@@ -61,9 +86,12 @@ pub struct AuditReports {
     client: kube::Client,
     health: Health,
     subscription: Subscription,
-    /// Namespace → content hash of the reports stored, as read at term start
-    /// and written since; `None` until the API is found served and read.
-    stored: Option<BTreeMap<String, String>>,
+    /// Namespace → the reports stored, as read at term start and written
+    /// since; `None` until the API is found served and read.
+    stored: Option<BTreeMap<String, StoredReport>>,
+    /// Set once a stored report carried a newer leader's epoch: this
+    /// replica writes no report any more.
+    deposed: Option<ReportsError>,
     /// The leader's term every write asks first; `None` without leader
     /// election.
     term: Option<LeaderTerm>,
@@ -90,13 +118,16 @@ impl AuditReports {
             health,
             subscription: bus.subscribe(Self::NAME),
             stored: None,
+            deposed: None,
             term: None,
         }
     }
 
     /// Every write first asks `term` for leave, bounded by what is left of
-    /// it (the reports are applied whole, server-side: there is nothing to
-    /// fence with a `test`, and a later round rewrites what differs).
+    /// it, and is fenced by its epoch: each report carries the epoch of the
+    /// term that wrote it last, each apply and delete the resourceVersion
+    /// this term read or wrote (`poolkeeper_kube::fencing`); the first round
+    /// of a term rewrites every report another term wrote.
     pub fn guarded_by(mut self, term: LeaderTerm) -> Self {
         self.term = Some(term);
         self
@@ -140,57 +171,96 @@ impl AuditReports {
     /// Brings the reports in step with one round, once the API is served
     /// and the stored reports are known.
     async fn round(&mut self, counts: &[AuditCount], results: &[AuditViolation]) {
+        if let Some(deposed) = &self.deposed {
+            tracing::debug!(error = %error_chain(deposed), "audit reports not written");
+            return;
+        }
         if self.stored.is_none() {
             match self.read_stored().await {
                 Ok(Some(stored)) => self.stored = Some(stored),
                 Ok(None) => return,
-                Err(error) => {
-                    tracing::warn!(error = %error_chain(&error), "reading the stored audit reports failed; the next round retries");
-                    return;
-                }
+                Err(error) => return self.unread(error),
             }
         }
         let desired = desired_reports(counts, results);
-        let stored = self.stored.clone().unwrap_or_default();
-        let writes = plan(&stored, &desired);
+        let hashes = self
+            .stored
+            .iter()
+            .flatten()
+            .map(|(namespace, report)| (namespace.clone(), report.hash.clone()))
+            .collect();
+        let writes = plan(&hashes, &desired);
         let this = &*self;
-        let done: Vec<(Write, Result<(), ReportsError>)> = futures::stream::iter(writes)
-            .map(|write| async move {
-                let outcome = this.write(&write).await;
-                (write, outcome)
-            })
-            .buffer_unordered(self.settings.concurrency.max(1))
-            .collect()
-            .await;
+        let done: Vec<(Write, Result<Option<String>, ReportsError>)> =
+            futures::stream::iter(writes)
+                .map(|write| async move {
+                    let outcome = this.write(&write).await;
+                    (write, outcome)
+                })
+                .buffer_unordered(self.settings.concurrency.max(1))
+                .collect()
+                .await;
         let stored = self.stored.get_or_insert_default();
         let mut failed = 0;
+        let mut fenced = false;
         for (write, outcome) in done {
             match (outcome, write) {
-                (Ok(()), Write::Apply { namespace, desired }) => {
-                    stored.insert(namespace, desired.hash);
+                (Ok(version), Write::Apply { namespace, desired }) => {
+                    let hash = desired.hash;
+                    stored.insert(namespace, StoredReport { hash, version });
                 }
-                (Ok(()), Write::Delete { namespace }) => {
+                (Ok(_), Write::Delete { namespace }) => {
                     stored.remove(&namespace);
                 }
                 (Err(error), write) => {
                     failed += 1;
+                    fenced |= matches!(&error, ReportsError::Api { source, .. } if refused(source));
                     tracing::warn!(namespace = write.namespace(), error = %error_chain(&error), "writing an audit report failed; the next round retries");
                 }
             }
         }
+        if fenced {
+            // Refused by a precondition: read again, a newer term may own them.
+            self.stored = None;
+            match self.read_stored().await {
+                Ok(stored) => self.stored = stored,
+                Err(error) => return self.unread(error),
+            }
+        }
+        let reports = self.stored.as_ref().map_or(0, BTreeMap::len);
         self.health.describe(
             Self::NAME,
             format!(
-                "writing openreports.io/{VERSION} Reports: {} namespaces with violations, {failed} writes failed in the last round",
-                stored.len()
+                "writing openreports.io/{VERSION} Reports: {reports} namespaces with violations, {failed} writes failed in the last round"
             ),
         );
     }
 
-    /// The reports poolkeeper stored before (namespace → content hash), or
-    /// `None` when the API server does not serve OpenReports, which is
-    /// said in `/readyz?verbose` and the log.
-    async fn read_stored(&self) -> Result<Option<BTreeMap<String, String>>, ReportsError> {
+    /// The stored reports could not be read; a newer term's epoch on one
+    /// stops this replica's writes.
+    fn unread(&mut self, error: ReportsError) {
+        if matches!(error, ReportsError::Deposed { .. }) {
+            let said = format!("not writing: {}", error_chain(&error));
+            tracing::warn!(error = %error_chain(&error), "the audit reports belong to a newer leader");
+            self.health.describe(Self::NAME, said);
+            self.deposed = Some(error);
+        } else {
+            tracing::warn!(error = %error_chain(&error), "reading the stored audit reports failed; the next round retries");
+        }
+    }
+
+    /// The term's epoch, `None` without leader election.
+    fn epoch(&self) -> Result<Option<i64>, NotLeader> {
+        self.term
+            .as_ref()
+            .map(|term| term.permit().map(|permit| permit.epoch))
+            .transpose()
+    }
+
+    /// The reports poolkeeper stored before (namespace → content hash and
+    /// resourceVersion), or `None` when the API server does not serve
+    /// OpenReports, which is said in `/readyz?verbose` and the log.
+    async fn read_stored(&self) -> Result<Option<BTreeMap<String, StoredReport>>, ReportsError> {
         let what = format!("discovering {GROUP}/{VERSION}");
         let served = bounded(
             &what,
@@ -222,54 +292,88 @@ impl AuditReports {
             self.api(None).list_metadata(&params),
         )
         .await?;
-        let stored = list
-            .items
-            .into_iter()
-            .filter_map(|report| {
-                let namespace = report.metadata.namespace?;
-                let hash = report
-                    .metadata
-                    .annotations
-                    .and_then(|mut a| a.remove(CONTENT_HASH))
-                    .unwrap_or_default();
-                Some((namespace, hash))
-            })
-            .collect();
+        let epoch = self.epoch()?;
+        let mut stored = BTreeMap::new();
+        for report in list.items {
+            let Some(namespace) = report.metadata.namespace else {
+                continue;
+            };
+            let annotations = report.metadata.annotations.unwrap_or_default();
+            let version = report.metadata.resource_version;
+            let ours = match epoch {
+                Some(epoch) => {
+                    version_precondition(Some(&annotations), version.as_deref(), epoch).map_err(
+                        |source| ReportsError::Deposed {
+                            namespace: namespace.clone(),
+                            source,
+                        },
+                    )?;
+                    annotations.get(LEADER_EPOCH_ANNOTATION) == Some(&epoch.to_string())
+                }
+                None => true,
+            };
+            let hash = match annotations.get(CONTENT_HASH) {
+                Some(hash) if ours => hash.clone(),
+                _ => String::new(),
+            };
+            stored.insert(namespace, StoredReport { hash, version });
+        }
         Ok(Some(stored))
     }
 
-    async fn write(&self, write: &Write) -> Result<(), ReportsError> {
-        let timeout = match &self.term {
-            Some(term) => term.permit()?.bound(REQUEST_TIMEOUT),
-            None => REQUEST_TIMEOUT,
+    /// Applies or deletes one report; under a term, with the term's epoch
+    /// stamped and the resourceVersion this term knows as the precondition.
+    /// The resourceVersion the write leaves, if any.
+    async fn write(&self, write: &Write) -> Result<Option<String>, ReportsError> {
+        let (epoch, timeout) = match &self.term {
+            Some(term) => {
+                let permit = term.permit()?;
+                (Some(permit.epoch), permit.bound(REQUEST_TIMEOUT))
+            }
+            None => (None, REQUEST_TIMEOUT),
         };
         let namespace = write.namespace();
         let api = self.api(Some(namespace));
+        let version = self
+            .stored
+            .as_ref()
+            .and_then(|stored| stored.get(namespace))
+            .and_then(|report| report.version.clone());
         match write {
             Write::Apply { desired, .. } => {
-                let params = PatchParams::apply(FIELD_MANAGER).force();
                 let what = format!("applying report {namespace}/{REPORT_NAME}");
-                bounded(
+                let mut object: DynamicObject = serde_json::from_value(desired.object.clone())
+                    .map_err(|source| ReportsError::Invalid {
+                        what: what.clone(),
+                        source,
+                    })?;
+                if let Some(epoch) = epoch {
+                    stamp(&mut object.metadata, epoch, version);
+                }
+                let params = PatchParams::apply(FIELD_MANAGER).force();
+                let written = bounded_by(
+                    timeout,
                     &what,
-                    api.patch(REPORT_NAME, &params, &Patch::Apply(&desired.object)),
+                    api.patch(REPORT_NAME, &params, &Patch::Apply(&object)),
                 )
-                .await
-                .map(drop)
+                .await?;
+                Ok(written.metadata.resource_version)
             }
             Write::Delete { .. } => {
                 let what = format!("deleting report {namespace}/{REPORT_NAME}");
-                match bounded_by(
-                    timeout,
-                    &what,
-                    api.delete(REPORT_NAME, &DeleteParams::default()),
-                )
-                .await
-                {
+                let params = DeleteParams {
+                    preconditions: epoch.map(|_| Preconditions {
+                        resource_version: version,
+                        uid: None,
+                    }),
+                    ..DeleteParams::default()
+                };
+                match bounded_by(timeout, &what, api.delete(REPORT_NAME, &params)).await {
                     Err(ReportsError::Api {
                         source: kube::Error::Api(status),
                         ..
-                    }) if status.code == 404 => Ok(()),
-                    other => other.map(drop),
+                    }) if status.code == 404 => Ok(None),
+                    other => other.map(|_| None),
                 }
             }
         }
