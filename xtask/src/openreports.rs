@@ -18,7 +18,7 @@ pub const CRD_FILES: [&str; 2] = [
     "config/crd/openreports.io_clusterreports.yaml",
 ];
 /// Where the end-to-end tests find the directory holding them.
-pub const POOLKEEPER_OPENREPORTS_CRDS: &str = "POOLKEEPER_OPENREPORTS_CRDS";
+pub use poolkeeper_gomod::POOLKEEPER_OPENREPORTS_CRDS;
 
 /// The directory holding the CRD files, downloaded first where missing.
 pub fn ensure(root: &Path) -> Result<PathBuf> {

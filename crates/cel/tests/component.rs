@@ -6,7 +6,6 @@
 
 use std::path::PathBuf;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -71,31 +70,10 @@ impl Setup {
             env.create_namespace(namespace).await.unwrap();
         }
         let ca_pem = WebhookCert::generate().unwrap().ca_pem;
-        let mut registration = WebhookRegistration::new(UNSERVED_PORT, ca_pem)
+        let registration = WebhookRegistration::new(UNSERVED_PORT, ca_pem)
             .with_files([deploy().join("webhooks")])
-            .expect("deploy/webhooks parses");
-        // The installer ships no selectors (the leader's webhook-selectors
-        // keeps them, not running here): these match no namespace, so what
-        // the API server answers is the admission policies' alone.
-        let nothing: LabelSelector = serde_json::from_value(serde_json::json!({
-            "matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In",
-                                  "values": ["no-binding.poolkeeper.io"]}]
-        }))
-        .unwrap();
-        for webhook in registration
-            .mutating
-            .iter_mut()
-            .flat_map(|c| c.webhooks.iter_mut().flatten())
-        {
-            webhook.namespace_selector = Some(nothing.clone());
-        }
-        for webhook in registration
-            .validating
-            .iter_mut()
-            .flat_map(|c| c.webhooks.iter_mut().flatten())
-        {
-            webhook.namespace_selector = Some(nothing.clone());
-        }
+            .expect("deploy/webhooks parses")
+            .matching_no_namespace();
         env.register_webhooks(registration).await.unwrap();
         let identity = env.impersonating(SERVICE_ACCOUNT).await.unwrap();
         let config = Config::default();

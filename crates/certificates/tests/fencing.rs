@@ -13,7 +13,6 @@ use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client, Resource};
 use poolkeeper_certificates::{
@@ -58,28 +57,10 @@ impl Setup {
             .await
             .expect("apply deploy/namespace.yaml and deploy/rbac.yaml");
         let ca_pem = WebhookCert::generate().unwrap().ca_pem;
-        let mut registration = WebhookRegistration::new(UNSERVED_PORT, ca_pem)
+        let registration = WebhookRegistration::new(UNSERVED_PORT, ca_pem)
             .with_files([deploy().join("webhooks")])
-            .expect("deploy/webhooks parses");
-        let nothing: LabelSelector = serde_json::from_value(serde_json::json!({
-            "matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In",
-                                  "values": ["no-binding.poolkeeper.io"]}]
-        }))
-        .unwrap();
-        for webhook in registration
-            .mutating
-            .iter_mut()
-            .flat_map(|c| c.webhooks.iter_mut().flatten())
-        {
-            webhook.namespace_selector = Some(nothing.clone());
-        }
-        for webhook in registration
-            .validating
-            .iter_mut()
-            .flat_map(|c| c.webhooks.iter_mut().flatten())
-        {
-            webhook.namespace_selector = Some(nothing.clone());
-        }
+            .expect("deploy/webhooks parses")
+            .matching_no_namespace();
         env.register_webhooks(registration).await.unwrap();
         let identity = env.impersonating(SERVICE_ACCOUNT).await.unwrap();
         let mut config = Config::default();

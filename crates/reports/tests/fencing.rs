@@ -16,48 +16,14 @@ use poolkeeper_kube::{LEADER_EPOCH_ANNOTATION, stamp};
 use poolkeeper_reports::{AuditReports, ReportSettings};
 use poolkeeper_supervisor::testing::{Running, spawn};
 use poolkeeper_supervisor::{Health, LeaderTerm};
-use poolkeeper_testenv::{TestEnv, eventually};
+use poolkeeper_testenv::{TestEnv, eventually, openreports_crds};
 use tokio::time::Instant;
 
 const SERVICE_ACCOUNT: &str = "system:serviceaccount:poolkeeper-system:poolkeeper";
 const WAIT: Duration = Duration::from_secs(30);
 /// Set by `cargo xtask test`; else what `cargo xtask control-plane` fetched.
-const CRDS: &str = "POOLKEEPER_OPENREPORTS_CRDS";
-
 fn deploy() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../deploy")
-}
-
-/// The CRDs' directory: `$POOLKEEPER_OPENREPORTS_CRDS`, else the one
-/// fetched next to the control plane's binaries.
-fn openreports_crds() -> Vec<PathBuf> {
-    let cached = |dir: PathBuf| {
-        std::fs::read_dir(dir)
-            .ok()?
-            .filter_map(Result::ok)
-            .map(|entry| entry.path())
-            .find(|path| path.join("openreports.io_reports.yaml").is_file())
-    };
-    let dir = std::env::var_os(CRDS)
-        .filter(|d| !d.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| {
-            let binaries = PathBuf::from(std::env::var_os("POOLKEEPER_CONTROL_PLANE")?);
-            cached(binaries.parent()?.to_path_buf())
-        })
-        .or_else(|| {
-            cached(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/control-plane"))
-        })
-        .unwrap_or_else(|| {
-            panic!("no OpenReports CRDs: set {CRDS} or run `cargo xtask control-plane`")
-        });
-    [
-        "openreports.io_reports.yaml",
-        "openreports.io_clusterreports.yaml",
-    ]
-    .iter()
-    .map(|file| dir.join(file))
-    .collect()
 }
 
 fn reports(client: &Client, namespace: &str) -> Api<DynamicObject> {

@@ -13,6 +13,8 @@ pub const KUBEBUILDER_ASSETS: &str = "KUBEBUILDER_ASSETS";
 /// The directory `cargo xtask control-plane` built into, exported by `cargo xtask test` for
 /// the end-to-end tests.
 pub const POOLKEEPER_CONTROL_PLANE: &str = "POOLKEEPER_CONTROL_PLANE";
+/// The directory holding the OpenReports CRD files, set by `cargo xtask test`.
+pub const POOLKEEPER_OPENREPORTS_CRDS: &str = "POOLKEEPER_OPENREPORTS_CRDS";
 /// Every executable a directory of control-plane binaries holds.
 pub const CONTROL_PLANE_BINARIES: [&str; 5] = [
     "etcd",

@@ -4,7 +4,8 @@
 use std::path::{Path, PathBuf};
 
 use poolkeeper_gomod::{
-    CONTROL_PLANE_BINARIES, KUBEBUILDER_ASSETS, POOLKEEPER_CONTROL_PLANE, required_version,
+    CONTROL_PLANE_BINARIES, KUBEBUILDER_ASSETS, POOLKEEPER_CONTROL_PLANE,
+    POOLKEEPER_OPENREPORTS_CRDS, required_version,
 };
 
 use crate::TestEnvError;
@@ -74,6 +75,39 @@ impl Binaries {
             kubectl: dir.join("kubectl"),
         })
     }
+}
+
+/// The OpenReports CRD files (Report, ClusterReport) the tests install:
+/// from `$POOLKEEPER_OPENREPORTS_CRDS`, else the directory `cargo xtask
+/// control-plane` fetched them into beside the control plane's binaries.
+pub fn openreports_crds() -> Vec<PathBuf> {
+    let fetched = |dir: &Path| {
+        std::fs::read_dir(dir)
+            .ok()?
+            .filter_map(Result::ok)
+            .map(|entry| entry.path())
+            .find(|path| path.join("openreports.io_reports.yaml").is_file())
+    };
+    let dir = std::env::var_os(POOLKEEPER_OPENREPORTS_CRDS)
+        .filter(|dir| !dir.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| {
+            let binaries = PathBuf::from(std::env::var_os(POOLKEEPER_CONTROL_PLANE)?);
+            fetched(binaries.parent()?)
+        })
+        .or_else(|| fetched(default_binaries_dir().parent()?))
+        .unwrap_or_else(|| {
+            panic!(
+                "no OpenReports CRDs: set {POOLKEEPER_OPENREPORTS_CRDS} or run `cargo xtask control-plane`"
+            )
+        });
+    [
+        "openreports.io_reports.yaml",
+        "openreports.io_clusterreports.yaml",
+    ]
+    .iter()
+    .map(|file| dir.join(file))
+    .collect()
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration, WebhookClientConfig,
 };
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 use serde_json::Value;
 
 use crate::TestEnvError;
@@ -133,6 +134,31 @@ impl WebhookRegistration {
 
     pub fn validating(mut self, configuration: ValidatingWebhookConfiguration) -> Self {
         self.validating.push(configuration);
+        self
+    }
+
+    /// Gives every webhook a namespace selector no namespace matches, as the
+    /// installer's configurations are before a leader writes the selectors:
+    /// what the API server answers is then the admission policies' alone.
+    pub fn matching_no_namespace(mut self) -> Self {
+        let nothing = LabelSelector {
+            match_expressions: Some(vec![LabelSelectorRequirement {
+                key: "kubernetes.io/metadata.name".to_owned(),
+                operator: "In".to_owned(),
+                values: Some(vec!["no-binding.poolkeeper.io".to_owned()]),
+            }]),
+            ..LabelSelector::default()
+        };
+        for configuration in &mut self.mutating {
+            for webhook in configuration.webhooks.iter_mut().flatten() {
+                webhook.namespace_selector = Some(nothing.clone());
+            }
+        }
+        for configuration in &mut self.validating {
+            for webhook in configuration.webhooks.iter_mut().flatten() {
+                webhook.namespace_selector = Some(nothing.clone());
+            }
+        }
         self
     }
 

@@ -4,12 +4,11 @@
 //! ServiceAccount with `audit.reports` on. Nodes and pools as in `audit.rs`.
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams};
 use kube::{Api, Client};
-use poolkeeper_testenv::{TestEnv, eventually};
+use poolkeeper_testenv::{TestEnv, eventually, openreports_crds};
 use serde_json::{Value, json};
 
 use crate::audit::{Violations, audit_config, cluster_from, next_round, schedule, set, start_with};
@@ -17,33 +16,6 @@ use crate::harness::TIMEOUT;
 use crate::objects::{pinned, write_policy};
 
 /// Set by `cargo xtask test`; else what `cargo xtask control-plane` fetched.
-const CRDS: &str = "POOLKEEPER_OPENREPORTS_CRDS";
-
-fn openreports_crds() -> Vec<PathBuf> {
-    let dir = std::env::var_os(CRDS)
-        .filter(|d| !d.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| {
-            let cache =
-                PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/control-plane");
-            std::fs::read_dir(cache)
-                .ok()?
-                .filter_map(Result::ok)
-                .map(|entry| entry.path())
-                .find(|path| path.join("openreports.io_reports.yaml").is_file())
-        })
-        .unwrap_or_else(|| {
-            panic!("no OpenReports CRDs: set {CRDS} or run `cargo xtask control-plane`")
-        });
-    [
-        "openreports.io_reports.yaml",
-        "openreports.io_clusterreports.yaml",
-    ]
-    .iter()
-    .map(|file| dir.join(file))
-    .collect()
-}
-
 fn reports(client: &Client) -> Api<DynamicObject> {
     let resource = ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk("openreports.io", "v1alpha1", "Report"),
