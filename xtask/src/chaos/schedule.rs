@@ -82,6 +82,20 @@ impl Schedule {
         Self { run_for, cycle }
     }
 
+    /// The run against a deliberately broken leader (`cargo xtask chaos --broken-leader`): the
+    /// faults after which a deposed leader resumes and acts on what it missed, the freeze
+    /// first, so that a leader ignoring its lost Lease is caught early and more than once.
+    pub fn broken_leader(run_for: Duration) -> Self {
+        use Fault::*;
+        let cycle = vec![
+            Step::Once(LeaderFrozen),
+            Step::Once(LeaderCutOff),
+            Step::Once(LeaderFrozen),
+            Step::Once(LeaderDeleted),
+        ];
+        Self { run_for, cycle }
+    }
+
     /// The most steps a run takes.
     pub fn max_steps(&self) -> usize {
         let budget = self.run_for.as_secs() / STEP_BUDGET.as_secs();
@@ -122,7 +136,14 @@ mod tests {
 
     /// Runs the schedule with each step taking `step_takes`: the steps taken.
     fn run(run_for: Duration, step_takes: Duration) -> Vec<Step> {
-        let schedule = Schedule::new(run_for);
+        take(&Schedule::new(run_for), step_takes)
+    }
+
+    fn run_broken(run_for: Duration, step_takes: Duration) -> Vec<Step> {
+        take(&Schedule::broken_leader(run_for), step_takes)
+    }
+
+    fn take(schedule: &Schedule, step_takes: Duration) -> Vec<Step> {
         let mut taken = Vec::new();
         let mut elapsed = Duration::ZERO;
         while let Some(step) = schedule.next(taken.len(), elapsed, &kinds(&taken)) {
@@ -170,6 +191,19 @@ mod tests {
         let steps = run(run_for, Duration::ZERO);
         assert_eq!(steps.len(), 30);
         assert_eq!(Schedule::new(run_for).max_steps(), 30);
+    }
+
+    #[test]
+    fn the_broken_leaders_run_freezes_it_first_and_at_least_twice() {
+        // 3 minutes with each fault taking 40 s (30 s held, the replicas Ready again).
+        let steps = run_broken(Duration::from_secs(180), Duration::from_secs(40));
+        assert_eq!(steps.first(), Some(&Step::Once(Fault::LeaderFrozen)));
+        assert!(count(&steps, Fault::LeaderFrozen) >= 2, "{steps:?}");
+        assert!(count(&steps, Fault::LeaderCutOff) >= 1, "{steps:?}");
+        // However slow, the freeze comes twice: every kind of the cycle is injected.
+        let slow = run_broken(Duration::from_secs(30), Duration::from_secs(120));
+        assert_eq!(count(&slow, Fault::LeaderFrozen), 2, "{slow:?}");
+        assert!(!kinds(&slow).contains(&Fault::ApiServerRestarted));
     }
 
     #[test]
