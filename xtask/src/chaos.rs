@@ -46,8 +46,14 @@ const GRACE_MICROS: oracle::Micros = 5_000_000;
 
 #[derive(Debug, PartialEq)]
 enum Options {
-    Run { minutes: f64, variant: Variant },
-    Check { audit_log: PathBuf, variant: Variant },
+    Run {
+        minutes: f64,
+        variant: Variant,
+    },
+    Check {
+        audit_log: PathBuf,
+        variant: Variant,
+    },
 }
 
 fn parse_args(args: &[String]) -> Result<Options> {
@@ -66,7 +72,9 @@ fn parse_args(args: &[String]) -> Result<Options> {
                     .ok()
                     .filter(|m| m.is_finite() && *m > 0.0 && *m <= 120.0)
                     .ok_or_else(|| {
-                        usage(format!("--minutes {value:?}: a number of minutes in (0, 120]"))
+                        usage(format!(
+                            "--minutes {value:?}: a number of minutes in (0, 120]"
+                        ))
                     })?;
                 minutes = Some(parsed);
             }
@@ -80,7 +88,9 @@ fn parse_args(args: &[String]) -> Result<Options> {
         }
     }
     match (audit_log, minutes) {
-        (Some(_), Some(_)) => Err(usage("--audit-log reads a log: it takes no --minutes".into())),
+        (Some(_), Some(_)) => Err(usage(
+            "--audit-log reads a log: it takes no --minutes".into(),
+        )),
         (Some(audit_log), None) => Ok(Options::Check { audit_log, variant }),
         (None, minutes) => Ok(Options::Run {
             minutes: minutes.unwrap_or(match variant {
@@ -219,12 +229,18 @@ mod tests {
             (&["--broken-leader", "--minutes", "121"], "(0, 120]"),
             (&["--what"], "unknown argument \"--what\""),
             (&["--audit-log"], "the audit log's path is missing"),
-            (&["--audit-log", "a.log", "--minutes", "3"], "takes no --minutes"),
+            (
+                &["--audit-log", "a.log", "--minutes", "3"],
+                "takes no --minutes",
+            ),
         ];
         for (given, says) in cases {
             let error = parse_args(&args(given)).unwrap_err().to_string();
             assert!(error.contains(says), "{given:?}: {error}");
-            assert!(error.contains("usage: cargo xtask chaos"), "{given:?}: {error}");
+            assert!(
+                error.contains("usage: cargo xtask chaos"),
+                "{given:?}: {error}"
+            );
         }
     }
 
@@ -266,7 +282,10 @@ mod tests {
         );
         let through = judge(&clean, Variant::BrokenLeader).unwrap_err();
         assert!(through.contains("got through"), "{through}");
-        assert!(through.contains("12 accepted writes, 3 refused"), "{through}");
+        assert!(
+            through.contains("12 accepted writes, 3 refused"),
+            "{through}"
+        );
         // Writes that name no replica are no proof of a deposed leader's.
         let unattributed = oracle::Report {
             unattributed: 2,

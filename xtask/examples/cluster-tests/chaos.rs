@@ -101,7 +101,7 @@ fn leader_safety_under_chaos() {
     let stop = Arc::new(AtomicBool::new(false));
     let creates = start_creates(Arc::clone(&cluster), Arc::clone(&stop), start);
     let scaler = start_scaler(Arc::clone(&cluster), Arc::clone(&stop));
-    let script = start_script(Arc::clone(&cluster), Arc::clone(&stop));
+    let script = start_script(Arc::clone(&cluster), Arc::clone(&stop), broken_leader);
     let injected = inject_faults(&cluster, start, &schedule);
     let last_fault = start.elapsed();
     stop.store(true, Ordering::SeqCst);
@@ -559,9 +559,13 @@ spec:
     })
 }
 
-/// Secrets `s0`..`s3`, classes `c<i>` referencing `s<i>`, and six Machines re-pointed among
-/// the classes every 3 s until `stop`.
-fn start_script(cluster: Arc<Cluster>, stop: Arc<AtomicBool>) -> JoinHandle<()> {
+/// Secrets `s0`..`s3`, classes `c<i>` referencing `s<i>`, and Machines re-pointed among the
+/// classes every 3 s until `stop` ([`schedule::script_step`]).
+fn start_script(
+    cluster: Arc<Cluster>,
+    stop: Arc<AtomicBool>,
+    broken_leader: bool,
+) -> JoinHandle<()> {
     let mut objects = String::new();
     for i in 0..4 {
         objects.push_str(&format!(
@@ -586,8 +590,7 @@ secretRef: {{name: s{i}, namespace: {MACHINE_NAMESPACE}}}
             if stop.load(Ordering::SeqCst) {
                 break;
             }
-            let machine = step % 6;
-            let class = (step / 6 + machine) % 4;
+            let (machine, class) = schedule::script_step(step, broken_leader);
             // Failures are the API server's during a fault: the final state is applied after.
             cluster.apply(&machine_yaml(machine, class));
             std::thread::sleep(Duration::from_secs(3));

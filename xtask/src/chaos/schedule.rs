@@ -121,6 +121,20 @@ impl Schedule {
     }
 }
 
+/// The script's `step`-th move: which Machine is pointed at which MachineClass. The run re-points
+/// six Machines among four classes, so that every class stays in use and the finalizers stay
+/// put while the references move. The broken leader's run moves one Machine from class to
+/// class, so that every step takes the finalizer off one class and puts it on the next: a
+/// deposed leader that goes on writing has finalizer patches to race the new leader for.
+pub fn script_step(step: usize, broken_leader: bool) -> (usize, usize) {
+    if broken_leader {
+        (0, step % 4)
+    } else {
+        let machine = step % 6;
+        (machine, (step / 6 + machine) % 4)
+    }
+}
+
 /// When each deletion of a phase is due, since the phase's start.
 pub fn deletion_times(deletions: u32) -> impl Iterator<Item = Duration> {
     (0..deletions).map(|i| DELETION_PERIOD * i)
@@ -204,6 +218,32 @@ mod tests {
         let slow = run_broken(Duration::from_secs(30), Duration::from_secs(120));
         assert_eq!(count(&slow, Fault::LeaderFrozen), 2, "{slow:?}");
         assert!(!kinds(&slow).contains(&Fault::ApiServerRestarted));
+    }
+
+    /// The classes in use after each of `steps` moves of the script.
+    fn classes_in_use(steps: usize, broken_leader: bool) -> Vec<BTreeSet<usize>> {
+        let mut machines = std::collections::BTreeMap::new();
+        (0..steps)
+            .map(|step| {
+                let (machine, class) = script_step(step, broken_leader);
+                machines.insert(machine, class);
+                machines.values().copied().collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_run_keeps_every_class_in_use_and_the_broken_leaders_moves_one_each_step() {
+        let all: BTreeSet<usize> = (0..4).collect();
+        let run = classes_in_use(60, false);
+        assert!(run[6..].iter().all(|used| *used == all), "{run:?}");
+        let broken = classes_in_use(60, true);
+        for (step, used) in broken.iter().enumerate() {
+            assert_eq!(used.len(), 1, "{step}: {used:?}");
+            if step > 0 {
+                assert_ne!(used, &broken[step - 1], "{step}: a finalizer moves");
+            }
+        }
     }
 
     #[test]

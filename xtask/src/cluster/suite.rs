@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use super::{Binaries, Layout, NETNS, NODE_NAME, host, teardown};
-use crate::run::{cargo, display};
 use crate::dist::Variant;
+use crate::run::{cargo, display};
 use crate::{Error, Result, dist, image};
 
 const EXAMPLE: &str = "cluster-tests";
@@ -54,8 +54,7 @@ pub fn run<T: Default>(
     variant: Variant,
     run_tests: impl FnOnce(&mut Command) -> Result<T, (T, Error)>,
 ) -> Result<T, (T, Error)> {
-    let (host, mut test) =
-        prepare(root, layout, filter, variant).map_err(|e| (T::default(), e))?;
+    let (host, mut test) = prepare(root, layout, filter, variant).map_err(|e| (T::default(), e))?;
     let outcome = run_tests(&mut test);
     let down = teardown::cleanup(layout, &host.cgroups);
     match (outcome, down) {
@@ -90,10 +89,7 @@ fn prepare(
         tag: image::tag(variant),
         binary,
     };
-    Ok((
-        host,
-        test_command(root, layout, &binaries, &image, filter),
-    ))
+    Ok((host, test_command(root, layout, &binaries, &image, filter)))
 }
 
 fn lint(root: &Path) -> Result<()> {
