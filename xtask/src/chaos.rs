@@ -33,8 +33,8 @@ const MINUTES: &str = "POOLKEEPER_CHAOS_MINUTES";
 /// Read by the cluster test: `1` when the build's leader is broken on purpose; the test then
 /// takes the broken leader's schedule and leaves the oracle's verdict to this command.
 const BROKEN_LEADER: &str = "POOLKEEPER_CHAOS_BROKEN_LEADER";
-/// The default runs: the shipped build's, and the broken leader's (long enough for two
-/// freezes of the leader and a cut-off between them).
+/// The default runs: the shipped build's, and the broken leader's (long enough for four
+/// freezes in a row and a cut-off).
 const MINUTES_DEFAULT: f64 = 10.0;
 const BROKEN_LEADER_MINUTES_DEFAULT: f64 = 3.0;
 /// poolkeeper's ServiceAccount and Lease in the kustomize installation.

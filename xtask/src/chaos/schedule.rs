@@ -83,15 +83,17 @@ impl Schedule {
     }
 
     /// The run against a deliberately broken leader (`cargo xtask chaos --broken-leader`): the
-    /// faults after which a deposed leader resumes and acts on what it missed, the freeze
-    /// first, so that a leader ignoring its lost Lease is caught early and more than once.
+    /// leader frozen first and then again and again, so that each freeze lands on the replica
+    /// that took over while the last one was frozen, just after that one resumed: the resumed
+    /// replica, which the broken build keeps acting as leader, then has the script's changes to
+    /// itself while the Lease is another's. A cut-off closes the cycle.
     pub fn broken_leader(run_for: Duration) -> Self {
         use Fault::*;
         let cycle = vec![
             Step::Once(LeaderFrozen),
-            Step::Once(LeaderCutOff),
             Step::Once(LeaderFrozen),
-            Step::Once(LeaderDeleted),
+            Step::Once(LeaderFrozen),
+            Step::Once(LeaderCutOff),
         ];
         Self { run_for, cycle }
     }
@@ -208,15 +210,19 @@ mod tests {
     }
 
     #[test]
-    fn the_broken_leaders_run_freezes_it_first_and_at_least_twice() {
+    fn the_broken_leaders_run_freezes_one_leader_after_the_other() {
         // 3 minutes with each fault taking 40 s (30 s held, the replicas Ready again).
         let steps = run_broken(Duration::from_secs(180), Duration::from_secs(40));
-        assert_eq!(steps.first(), Some(&Step::Once(Fault::LeaderFrozen)));
-        assert!(count(&steps, Fault::LeaderFrozen) >= 2, "{steps:?}");
-        assert!(count(&steps, Fault::LeaderCutOff) >= 1, "{steps:?}");
-        // However slow, the freeze comes twice: every kind of the cycle is injected.
+        assert_eq!(
+            steps[..3],
+            [Step::Once(Fault::LeaderFrozen); 3],
+            "{steps:?}"
+        );
+        assert!(count(&steps, Fault::LeaderFrozen) >= 4, "{steps:?}");
+        // However slow, the freeze comes three times: every kind of the cycle is injected.
         let slow = run_broken(Duration::from_secs(30), Duration::from_secs(120));
-        assert_eq!(count(&slow, Fault::LeaderFrozen), 2, "{slow:?}");
+        assert_eq!(count(&slow, Fault::LeaderFrozen), 3, "{slow:?}");
+        assert_eq!(count(&slow, Fault::LeaderCutOff), 1, "{slow:?}");
         assert!(!kinds(&slow).contains(&Fault::ApiServerRestarted));
     }
 
