@@ -34,7 +34,7 @@ const MINUTES: &str = "POOLKEEPER_CHAOS_MINUTES";
 /// takes the broken leader's schedule and leaves the oracle's verdict to this command.
 const BROKEN_LEADER: &str = "POOLKEEPER_CHAOS_BROKEN_LEADER";
 /// The default runs: the shipped build's, and the broken leader's (long enough for four
-/// freezes in a row and a cut-off).
+/// freezes: three in a row, a cut-off, one more).
 const MINUTES_DEFAULT: f64 = 10.0;
 const BROKEN_LEADER_MINUTES_DEFAULT: f64 = 3.0;
 /// poolkeeper's ServiceAccount and Lease in the kustomize installation.
