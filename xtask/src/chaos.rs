@@ -7,12 +7,13 @@
 //!
 //! `cargo xtask chaos --audit-log FILE` runs the oracle alone over an audit log.
 //!
-//! `cargo xtask chaos --broken-leader [--minutes N]` proves that the oracle catches a deposed
+//! `cargo xtask chaos --broken-leader [--minutes N]` shows that the oracle catches a deposed
 //! leader's writes: the same run against a deliberately broken build (poolkeeper-supervisor's
 //! feature `broken-leader-for-chaos`: a replica that loses its Lease goes on acting as leader
-//! for 10 s), in its own dist directory and image tag, with the faults after which a deposed
-//! leader resumes ([`schedule::Schedule::broken_leader`]). It succeeds only when the oracle
-//! finds at least one accepted write outside its replica's term.
+//! for 10 s), in its own dist directory and image tag, with the leader frozen one after the
+//! other and one Machine moved from class to class (`chaos/schedule.rs`: `broken_leader`,
+//! `script_step`). It succeeds only when the oracle finds at least one accepted write outside
+//! its replica's term.
 
 pub mod oracle;
 /// The cluster test's fault schedule, compiled here for its unit tests.

@@ -243,7 +243,10 @@ impl Gated {
                         if let Some(current) = term.take() {
                             #[cfg(feature = "broken-leader-for-chaos")]
                             {
-                                tracing::warn!("leadership lost: this deliberately broken build acts as leader {} longer", format_duration(crate::term::IGNORED_LOSS));
+                                tracing::warn!(
+                                    "leadership lost: this deliberately broken build acts as leader {} longer",
+                                    format_duration(crate::term::IGNORED_LOSS)
+                                );
                                 tokio::time::sleep(crate::term::IGNORED_LOSS).await;
                             }
                             tracing::info!("leadership lost: stopping leader-only components");
