@@ -210,7 +210,7 @@ pub fn test<T: Default>(
     layout: &Layout,
     run_tests: impl FnOnce(&mut Command) -> Result<T, (T, Error)>,
 ) -> Result<T, (T, Error)> {
-    suite::run(root, layout, &[], run_tests)
+    suite::run(root, layout, &[], crate::dist::Variant::Shipped, run_tests)
 }
 
 /// Builds what is missing: the control plane, the node's binaries, the pause image's archive,

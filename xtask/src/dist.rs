@@ -19,6 +19,36 @@ const MANIFESTS: &str = "manifests.yaml";
 /// Configurations the built binary must accept: the documented defaults and the deployed one.
 const CONFIGS: [&str; 2] = ["config/poolkeeper.yaml", "deploy/poolkeeper.yaml"];
 
+/// Which binary a build makes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Variant {
+    /// The binary that ships, in target/dist/.
+    Shipped,
+    /// The chaos run's deliberately broken leader (poolkeeper-supervisor's feature
+    /// `broken-leader-for-chaos`: it goes on writing 10 s after losing its Lease), in
+    /// target/dist-broken-leader/ and its own image tag, so that the shipped binary and
+    /// image are never it.
+    BrokenLeader,
+}
+
+impl Variant {
+    /// The cargo features of the `poolkeeper` package this variant is built with.
+    fn features(self) -> Option<&'static str> {
+        match self {
+            Self::Shipped => None,
+            Self::BrokenLeader => Some("broken-leader-for-chaos"),
+        }
+    }
+
+    /// Appended to the dist directory's name and to the image's tag.
+    pub fn suffix(self) -> &'static str {
+        match self {
+            Self::Shipped => "",
+            Self::BrokenLeader => "-broken-leader",
+        }
+    }
+}
+
 pub fn command(args: &[String]) -> Result<()> {
     let mut glibc = false;
     for arg in args {
@@ -27,13 +57,13 @@ pub fn command(args: &[String]) -> Result<()> {
             other => return Err(Error::Usage(format!("dist: unknown option {other:?}"))),
         }
     }
-    build(&workspace_root(), glibc).map(drop)
+    build(&workspace_root(), glibc, Variant::Shipped).map(drop)
 }
 
-/// Builds target/dist/ and returns its path.
-pub fn build(root: &Path, force_glibc: bool) -> Result<PathBuf> {
+/// Builds target/dist/ (or the variant's directory beside it) and returns its path.
+pub fn build(root: &Path, force_glibc: bool, variant: Variant) -> Result<PathBuf> {
     let started = Instant::now();
-    let dist = target_dir(root).join("dist");
+    let dist = target_dir(root).join(format!("dist{}", variant.suffix()));
     std::fs::create_dir_all(&dist)
         .map_err(|e| Error::io(format!("creating {}", dist.display()), e))?;
     let linking = if force_glibc {
@@ -42,7 +72,7 @@ pub fn build(root: &Path, force_glibc: bool) -> Result<PathBuf> {
         Linking::choose()
     };
     let manifests = render_manifests(root, &dist)?;
-    let binary = build_binary(root, linking, &dist)?;
+    let binary = build_binary(root, linking, variant, &dist)?;
     self_check(root, &binary)?;
     println!(
         "\ndist: {} ({}, {}) and {} ({}) in {}",
@@ -151,12 +181,15 @@ fn rust_target_installed(target: &str) -> bool {
 }
 
 /// `cargo build --release --target ...` and a copy to dist/.
-fn build_binary(root: &Path, linking: Linking, dist: &Path) -> Result<PathBuf> {
+fn build_binary(root: &Path, linking: Linking, variant: Variant, dist: &Path) -> Result<PathBuf> {
     let target = linking.target();
     let mut build = cargo(root);
     build
         .args(["build", "--release", "-j2", "--locked", "-p", PACKAGE])
         .args(["--bin", BINARY, "--target", &target]);
+    if let Some(features) = variant.features() {
+        build.args(["--features", features]);
+    }
     if linking == Linking::Glibc {
         // With --target, RUSTFLAGS reach the target's crates only, not build scripts.
         let mut flags = std::env::var("RUSTFLAGS").unwrap_or_default();
@@ -276,6 +309,17 @@ mod tests {
         for (output, expected) in cases {
             assert_eq!(ldd_says_static(output), expected, "{output:?}");
         }
+    }
+
+    #[test]
+    fn only_the_broken_leader_is_built_with_a_feature_and_apart() {
+        assert_eq!(Variant::Shipped.features(), None);
+        assert_eq!(Variant::Shipped.suffix(), "");
+        assert_eq!(
+            Variant::BrokenLeader.features(),
+            Some("broken-leader-for-chaos")
+        );
+        assert_eq!(Variant::BrokenLeader.suffix(), "-broken-leader");
     }
 
     #[test]

@@ -8,6 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use crate::dist::Variant;
 use crate::run::{display, on_path};
 use crate::{Error, Result, dist, oci, workspace_root};
 
@@ -43,16 +44,16 @@ pub fn command(args: &[String]) -> Result<()> {
     }
     if archive {
         let root = workspace_root();
-        let dist = dist::build(&root, glibc)?;
-        let path = write_archive(&root, &dist)?;
+        let dist = dist::build(&root, glibc, Variant::Shipped)?;
+        let path = write_archive(&root, &dist, Variant::Shipped)?;
         println!("wrote {}", path.display());
         return Ok(());
     }
     // Before the build of the binary, so a missing builder fails at once.
     let builder = find_builder()?;
     let root = workspace_root();
-    let dist = dist::build(&root, glibc)?;
-    let tag = tag();
+    let dist = dist::build(&root, glibc, Variant::Shipped)?;
+    let tag = tag(Variant::Shipped);
 
     let mut build = Command::new(builder.program);
     build
@@ -77,19 +78,24 @@ pub fn command(args: &[String]) -> Result<()> {
     Ok(())
 }
 
-/// The name the image is tagged with, as a Pod spec names it.
-pub fn tag() -> String {
-    format!("{IMAGE}:{}", env!("CARGO_PKG_VERSION"))
+/// The name the image of `variant` is tagged with, as a Pod spec names it.
+pub fn tag(variant: Variant) -> String {
+    format!("{IMAGE}:{}{}", env!("CARGO_PKG_VERSION"), variant.suffix())
 }
 
-/// The Dockerfile's image as an OCI archive in `dist`, from the binary already there.
-pub fn write_archive(root: &Path, dist: &Path) -> Result<PathBuf> {
+/// The Dockerfile's image as an OCI archive in `dist`, from the binary of `variant` already
+/// there.
+pub fn write_archive(root: &Path, dist: &Path, variant: Variant) -> Result<PathBuf> {
     let dockerfile = root.join("Dockerfile");
     let text = std::fs::read_to_string(&dockerfile)
         .map_err(|e| Error::io(format!("reading {}", dockerfile.display()), e))?;
     let args = [("DIST", "."), ("VERSION", env!("CARGO_PKG_VERSION"))];
-    let image = oci::dockerfile::image(&text, &args, dist, &oci::full_reference(&tag()))?;
-    let path = dist.join(format!("{IMAGE}-{}.oci.tar", env!("CARGO_PKG_VERSION")));
+    let image = oci::dockerfile::image(&text, &args, dist, &oci::full_reference(&tag(variant)))?;
+    let path = dist.join(format!(
+        "{IMAGE}-{}{}.oci.tar",
+        env!("CARGO_PKG_VERSION"),
+        variant.suffix()
+    ));
     let digest = oci::write_archive(&image, &path)?;
     eprintln!(
         "image: {} ({digest}) in {}",

@@ -241,6 +241,14 @@ impl Gated {
                     Some(true) if term.is_none() => *term = Some(self.start(ctx)),
                     Some(false) => {
                         if let Some(current) = term.take() {
+                            #[cfg(feature = "broken-leader-for-chaos")]
+                            {
+                                tracing::warn!(
+                                    "leadership lost: this deliberately broken build acts as leader {} longer",
+                                    format_duration(crate::term::IGNORED_LOSS)
+                                );
+                                tokio::time::sleep(crate::term::IGNORED_LOSS).await;
+                            }
                             tracing::info!("leadership lost: stopping leader-only components");
                             self.stop(current).await.after_loss()?;
                         }

@@ -16,6 +16,12 @@
 //! The term also carries its fencing epoch (a Lease's `leaseTransitions`),
 //! which writers put into their preconditions so that the API server itself
 //! refuses a write that was already in flight when the term ended.
+//!
+//! The cargo feature `broken-leader-for-chaos` breaks this guard on purpose,
+//! for the chaos run's proof that its oracle catches a deposed leader's
+//! writes: a term that ends or is found expired keeps permitting writes for
+//! [`IGNORED_LOSS`] more, and [`crate::LeaderGated`] stops the leader-only
+//! components as late. Never ship a build with it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,6 +30,11 @@ use parking_lot::Mutex;
 use tokio::time::Instant;
 
 use crate::watchdog::format_duration;
+
+/// How long a build with the feature `broken-leader-for-chaos` goes on
+/// acting as leader after it learnt that its term is over.
+#[cfg(feature = "broken-leader-for-chaos")]
+pub(crate) const IGNORED_LOSS: Duration = Duration::from_secs(10);
 
 /// One confirmed term: its fencing epoch and until when it is certainly ours.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -81,6 +92,10 @@ pub enum NotLeader {
 #[derive(Clone, Debug, Default)]
 pub struct LeaderTerm {
     state: Arc<Mutex<Option<TermState>>>,
+    /// The deliberately broken build's term that ended, still permitting
+    /// writes until its `valid_until`.
+    #[cfg(feature = "broken-leader-for-chaos")]
+    ignored_loss: Arc<Mutex<Option<TermState>>>,
 }
 
 impl LeaderTerm {
@@ -93,16 +108,40 @@ impl LeaderTerm {
     /// until `valid_until`.
     pub fn confirm(&self, epoch: i64, valid_until: Instant) {
         *self.state.lock() = Some(TermState { epoch, valid_until });
+        #[cfg(feature = "broken-leader-for-chaos")]
+        {
+            *self.ignored_loss.lock() = None;
+        }
     }
 
     /// The elector stepped down: no write is permitted until the next term.
     pub fn end(&self) {
+        #[cfg(feature = "broken-leader-for-chaos")]
+        self.ignore_loss();
         *self.state.lock() = None;
+    }
+
+    /// The deliberately broken build: the term that ends now goes on
+    /// permitting writes for [`IGNORED_LOSS`].
+    #[cfg(feature = "broken-leader-for-chaos")]
+    fn ignore_loss(&self) {
+        if let Some(ended) = *self.state.lock() {
+            *self.ignored_loss.lock() = Some(TermState {
+                epoch: ended.epoch,
+                valid_until: Instant::now() + IGNORED_LOSS,
+            });
+        }
     }
 
     /// The term as last confirmed, if any.
     pub fn current(&self) -> Option<TermState> {
-        *self.state.lock()
+        let current = *self.state.lock();
+        #[cfg(feature = "broken-leader-for-chaos")]
+        let current = current.or_else(|| {
+            let now = Instant::now();
+            self.ignored_loss.lock().filter(|t| t.valid_until > now)
+        });
+        current
     }
 
     /// Leave to send one write now, or why not.
@@ -223,5 +262,28 @@ mod tests {
                 .is_err(),
             "without a term nothing expires"
         );
+    }
+
+    /// The deliberately broken build: a term found over (here after a
+    /// freeze past its deadline) permits writes for 10 s more, once.
+    #[cfg(feature = "broken-leader-for-chaos")]
+    #[tokio::test(start_paused = true)]
+    async fn the_broken_build_writes_10_s_past_the_end_of_its_term() {
+        let term = LeaderTerm::new();
+        term.confirm(3, Instant::now() + Duration::from_secs(10));
+        tokio::time::advance(Duration::from_secs(30)).await;
+        assert!(term.permit().is_err(), "not yet found over");
+        term.end();
+        assert_eq!(
+            term.permit(),
+            Ok(WritePermit {
+                epoch: 3,
+                remaining: IGNORED_LOSS
+            })
+        );
+        tokio::time::advance(IGNORED_LOSS).await;
+        assert_eq!(term.permit(), Err(NotLeader::NoTerm));
+        term.end();
+        assert_eq!(term.permit(), Err(NotLeader::NoTerm), "ignored once only");
     }
 }

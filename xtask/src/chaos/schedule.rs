@@ -82,6 +82,22 @@ impl Schedule {
         Self { run_for, cycle }
     }
 
+    /// The run against a deliberately broken leader (`cargo xtask chaos --broken-leader`): the
+    /// leader frozen first and then again and again, so that each freeze lands on the replica
+    /// that took over while the last one was frozen, just after that one resumed: the resumed
+    /// replica, which the broken build keeps acting as leader, then has the script's changes to
+    /// itself while the Lease is another's. A cut-off closes the cycle.
+    pub fn broken_leader(run_for: Duration) -> Self {
+        use Fault::*;
+        let cycle = vec![
+            Step::Once(LeaderFrozen),
+            Step::Once(LeaderFrozen),
+            Step::Once(LeaderFrozen),
+            Step::Once(LeaderCutOff),
+        ];
+        Self { run_for, cycle }
+    }
+
     /// The most steps a run takes.
     pub fn max_steps(&self) -> usize {
         let budget = self.run_for.as_secs() / STEP_BUDGET.as_secs();
@@ -107,6 +123,20 @@ impl Schedule {
     }
 }
 
+/// The script's `step`-th move: which Machine is pointed at which MachineClass. The run re-points
+/// six Machines among four classes, so that every class stays in use and the finalizers stay
+/// put while the references move. The broken leader's run moves one Machine from class to
+/// class, so that every step takes the finalizer off one class and puts it on the next: a
+/// deposed leader that goes on writing has finalizer patches to race the new leader for.
+pub fn script_step(step: usize, broken_leader: bool) -> (usize, usize) {
+    if broken_leader {
+        (0, step % 4)
+    } else {
+        let machine = step % 6;
+        (machine, (step / 6 + machine) % 4)
+    }
+}
+
 /// When each deletion of a phase is due, since the phase's start.
 pub fn deletion_times(deletions: u32) -> impl Iterator<Item = Duration> {
     (0..deletions).map(|i| DELETION_PERIOD * i)
@@ -122,7 +152,14 @@ mod tests {
 
     /// Runs the schedule with each step taking `step_takes`: the steps taken.
     fn run(run_for: Duration, step_takes: Duration) -> Vec<Step> {
-        let schedule = Schedule::new(run_for);
+        take(&Schedule::new(run_for), step_takes)
+    }
+
+    fn run_broken(run_for: Duration, step_takes: Duration) -> Vec<Step> {
+        take(&Schedule::broken_leader(run_for), step_takes)
+    }
+
+    fn take(schedule: &Schedule, step_takes: Duration) -> Vec<Step> {
         let mut taken = Vec::new();
         let mut elapsed = Duration::ZERO;
         while let Some(step) = schedule.next(taken.len(), elapsed, &kinds(&taken)) {
@@ -170,6 +207,49 @@ mod tests {
         let steps = run(run_for, Duration::ZERO);
         assert_eq!(steps.len(), 30);
         assert_eq!(Schedule::new(run_for).max_steps(), 30);
+    }
+
+    #[test]
+    fn the_broken_leaders_run_freezes_one_leader_after_the_other() {
+        // 3 minutes with each fault taking 40 s (30 s held, the replicas Ready again).
+        let steps = run_broken(Duration::from_secs(180), Duration::from_secs(40));
+        assert_eq!(
+            steps[..3],
+            [Step::Once(Fault::LeaderFrozen); 3],
+            "{steps:?}"
+        );
+        assert!(count(&steps, Fault::LeaderFrozen) >= 4, "{steps:?}");
+        // However slow, the freeze comes three times: every kind of the cycle is injected.
+        let slow = run_broken(Duration::from_secs(30), Duration::from_secs(120));
+        assert_eq!(count(&slow, Fault::LeaderFrozen), 3, "{slow:?}");
+        assert_eq!(count(&slow, Fault::LeaderCutOff), 1, "{slow:?}");
+        assert!(!kinds(&slow).contains(&Fault::ApiServerRestarted));
+    }
+
+    /// The classes in use after each of `steps` moves of the script.
+    fn classes_in_use(steps: usize, broken_leader: bool) -> Vec<BTreeSet<usize>> {
+        let mut machines = std::collections::BTreeMap::new();
+        (0..steps)
+            .map(|step| {
+                let (machine, class) = script_step(step, broken_leader);
+                machines.insert(machine, class);
+                machines.values().copied().collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_run_keeps_every_class_in_use_and_the_broken_leaders_moves_one_each_step() {
+        let all: BTreeSet<usize> = (0..4).collect();
+        let run = classes_in_use(60, false);
+        assert!(run[6..].iter().all(|used| *used == all), "{run:?}");
+        let broken = classes_in_use(60, true);
+        for (step, used) in broken.iter().enumerate() {
+            assert_eq!(used.len(), 1, "{step}: {used:?}");
+            if step > 0 {
+                assert_ne!(used, &broken[step - 1], "{step}: a finalizer moves");
+            }
+        }
     }
 
     #[test]

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use super::{Binaries, Layout, NETNS, NODE_NAME, host, teardown};
+use crate::dist::Variant;
 use crate::run::{cargo, display};
 use crate::{Error, Result, dist, image};
 
@@ -37,22 +38,23 @@ const ENV: [&str; 16] = [
 
 /// `cargo xtask cluster test [FILTER]...`: the tests with libtest's output as it comes.
 pub fn command(root: &Path, layout: &Layout, filter: &[String]) -> Result<()> {
-    run(root, layout, filter, |command| {
+    run(root, layout, filter, Variant::Shipped, |command| {
         crate::run::status(command).map_err(|e| ((), e))
     })
     .map_err(|(_, e)| e)
 }
 
-/// Lints, builds, brings the cluster up, runs the tests with `run_tests`, takes the cluster
-/// down. Whatever keeps the tests from running is an error naming the reason: they are never
-/// skipped.
+/// Lints, builds, brings the cluster up, runs the tests with `run_tests` against the image of
+/// `variant`, takes the cluster down. Whatever keeps the tests from running is an error naming
+/// the reason: they are never skipped.
 pub fn run<T: Default>(
     root: &Path,
     layout: &Layout,
     filter: &[String],
+    variant: Variant,
     run_tests: impl FnOnce(&mut Command) -> Result<T, (T, Error)>,
 ) -> Result<T, (T, Error)> {
-    let (host, mut test) = prepare(root, layout, filter).map_err(|e| (T::default(), e))?;
+    let (host, mut test) = prepare(root, layout, filter, variant).map_err(|e| (T::default(), e))?;
     let outcome = run_tests(&mut test);
     let down = teardown::cleanup(layout, &host.cgroups);
     match (outcome, down) {
@@ -63,24 +65,31 @@ pub fn run<T: Default>(
 }
 
 /// Everything up to a running cluster, and the test command for it.
-fn prepare(root: &Path, layout: &Layout, filter: &[String]) -> Result<(host::Host, Command)> {
+fn prepare(
+    root: &Path,
+    layout: &Layout,
+    filter: &[String],
+    variant: Variant,
+) -> Result<(host::Host, Command)> {
     // First the checks that take seconds: a machine that cannot run the cluster, or tests
     // that do not pass clippy, say so before the long builds.
     let host = host::check()?;
     lint(root)?;
     let binaries = super::build(root, true)?;
-    let dist = dist::build(root, false)?;
-    let archive = image::write_archive(root, &dist)?;
+    let dist = dist::build(root, false, variant)?;
+    let archive = image::write_archive(root, &dist, variant)?;
     if super::netns_exists() {
         eprintln!("cluster: taking down the cluster that is up, to test on a fresh one");
         teardown::down(layout)?;
     }
     super::up(layout, &host, &binaries)?;
     let binary = dist.join("poolkeeper");
-    Ok((
-        host,
-        test_command(root, layout, &binaries, &archive, &binary, filter),
-    ))
+    let image = Image {
+        archive,
+        tag: image::tag(variant),
+        binary,
+    };
+    Ok((host, test_command(root, layout, &binaries, &image, filter)))
 }
 
 fn lint(root: &Path) -> Result<()> {
@@ -101,12 +110,18 @@ fn lint(root: &Path) -> Result<()> {
     crate::run::status(&mut clippy)
 }
 
+/// poolkeeper as the tests run it: its image's archive and tag, and the binary in it.
+struct Image {
+    archive: PathBuf,
+    tag: String,
+    binary: PathBuf,
+}
+
 fn test_command(
     root: &Path,
     layout: &Layout,
     binaries: &Binaries,
-    archive: &Path,
-    binary: &Path,
+    image: &Image,
     filter: &[String],
 ) -> Command {
     let kustomize = &binaries.kustomize;
@@ -123,12 +138,12 @@ fn test_command(
         path(&layout.kubeconfig()),
         path(&layout.containerd_socket()),
         NODE_NAME.to_owned(),
-        path(archive),
-        image::tag(),
+        path(&image.archive),
+        image.tag.clone(),
         binaries.pause_image.clone(),
         super::tool_path(binaries),
         path(&helm),
-        path(binary),
+        path(&image.binary),
         path(kustomize),
         path(&layout.audit_log()),
         path(&promtool),
