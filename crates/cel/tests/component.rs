@@ -127,11 +127,9 @@ impl Setup {
         self.leader_with(engine, PolicyTexts::EMBEDDED)
     }
 
-    /// A leader whose term `epoch` holds for the whole test.
-    fn leader_in(&self, engine: Engine, epoch: i64) -> Running {
-        let term = LeaderTerm::new();
-        term.confirm(epoch, Instant::now() + Duration::from_secs(3600));
-        let component = CelPolicies::new(
+    /// The CEL engine's leader component as this setup runs it.
+    fn component(&self, engine: Engine) -> CelPolicies {
+        CelPolicies::new(
             CelSettings::from(&self.config),
             engine,
             &self.bus,
@@ -140,7 +138,13 @@ impl Setup {
             self.policy.clone(),
             self.state.clone(),
         )
-        .guarded_by(term);
+    }
+
+    /// A leader whose term `epoch` holds for the whole test.
+    fn leader_in(&self, engine: Engine, epoch: i64) -> Running {
+        let term = LeaderTerm::new();
+        term.confirm(epoch, Instant::now() + Duration::from_secs(3600));
+        let component = self.component(engine).guarded_by(term);
         spawn(Box::new(component))
     }
 
@@ -219,17 +223,10 @@ impl Setup {
     }
 
     fn leader_with(&self, engine: Engine, texts: PolicyTexts) -> Running {
-        let component = CelPolicies::new(
-            CelSettings::from(&self.config),
-            engine,
-            &self.bus,
-            self.identity.clone(),
-            self.index.clone(),
-            self.policy.clone(),
-            self.state.clone(),
-        )
-        .with_texts(texts)
-        .reading_errors_every(READ_INTERVAL);
+        let component = self
+            .component(engine)
+            .with_texts(texts)
+            .reading_errors_every(READ_INTERVAL);
         spawn(Box::new(component))
     }
 
