@@ -63,7 +63,7 @@ impl Setup {
             .await
             .expect("start the local control plane (see xtask/testenv)");
         env.create_namespace("machine-system").await.unwrap();
-        env.apply_files([deploy().join("namespace.yaml"), deploy().join("rbac.yaml")])
+        env.apply_installed_rbac()
             .await
             .expect("apply deploy/namespace.yaml and deploy/rbac.yaml");
         for namespace in ["shop", "free"] {

@@ -2,7 +2,6 @@
 //! upstream OpenReports CRDs, acting as poolkeeper's ServiceAccount under
 //! `deploy/rbac.yaml`: the reports are fenced by the leader's epoch.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,10 +21,6 @@ use tokio::time::Instant;
 const SERVICE_ACCOUNT: &str = "system:serviceaccount:poolkeeper-system:poolkeeper";
 const WAIT: Duration = Duration::from_secs(30);
 /// Set by `cargo xtask test`; else what `cargo xtask control-plane` fetched.
-fn deploy() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../deploy")
-}
-
 fn reports(client: &Client, namespace: &str) -> Api<DynamicObject> {
     let resource = ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk("openreports.io", "v1alpha1", "Report"),
@@ -66,7 +61,7 @@ impl Setup {
             .await
             .expect("start the local control plane (see xtask/testenv)");
         env.create_namespace("machine-system").await.unwrap();
-        env.apply_files([deploy().join("namespace.yaml"), deploy().join("rbac.yaml")])
+        env.apply_installed_rbac()
             .await
             .expect("apply deploy/namespace.yaml and deploy/rbac.yaml");
         for namespace in ["shop", "lab"] {

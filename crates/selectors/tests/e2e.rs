@@ -35,7 +35,7 @@ fn deploy() -> PathBuf {
 /// A client acting as poolkeeper's ServiceAccount with the RBAC of `deploy/`.
 async fn controller_identity(env: &TestEnv) -> Client {
     env.create_namespace("machine-system").await.unwrap();
-    env.apply_files([deploy().join("namespace.yaml"), deploy().join("rbac.yaml")])
+    env.apply_installed_rbac()
         .await
         .expect("apply deploy/namespace.yaml and deploy/rbac.yaml");
     env.impersonating(SERVICE_ACCOUNT)

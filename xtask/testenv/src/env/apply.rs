@@ -135,6 +135,21 @@ impl TestEnv {
         self.apply_documents(documents).await
     }
 
+    /// Applies the installation's namespace and RBAC (`deploy/namespace.yaml`,
+    /// `deploy/rbac.yaml`), so that a test can act as poolkeeper's
+    /// ServiceAccount with exactly the permissions it ships with.
+    pub async fn apply_installed_rbac(&self) -> Result<Vec<DynamicObject>, TestEnvError> {
+        let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+        // xtask/testenv -> the workspace root
+        let deploy = manifest_dir
+            .ancestors()
+            .nth(2)
+            .unwrap_or(manifest_dir)
+            .join("deploy");
+        self.apply_files([deploy.join("namespace.yaml"), deploy.join("rbac.yaml")])
+            .await
+    }
+
     /// Applies every object of YAML files (directories expand to their YAML files).
     pub async fn apply_files<I, P>(&self, paths: I) -> Result<Vec<DynamicObject>, TestEnvError>
     where
