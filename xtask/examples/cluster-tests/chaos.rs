@@ -141,33 +141,14 @@ fn leader_safety_under_chaos() {
     kustomize::uninstall(&cluster, &work);
 }
 
-/// The Lease holder's Pod name (holders are `<pod>_<suffix>`), if any.
-fn leader(cluster: &Cluster) -> Option<String> {
-    let out = cluster.kubectl(&[
-        "-n",
-        NAMESPACE,
-        "get",
-        "lease",
-        "poolkeeper",
-        "-o",
-        "jsonpath={.spec.holderIdentity}",
-    ]);
-    let holder = String::from_utf8_lossy(&out.stdout).into_owned();
-    let pod = holder.rsplit_once('_').map(|(pod, _)| pod.to_owned())?;
-    Some(pod).filter(|p| !p.is_empty())
-}
-
-/// Waits for a leader other than `old` that is a running Pod; how long that took.
+/// Waits for a leader other than `old` that is a running Pod; how long after `since`.
 fn wait_new_leader(cluster: &Cluster, old: &str, since: Instant) -> Duration {
-    eventually("a new leader", LEADER_BOUND, || {
-        let leader = leader(cluster)?;
-        let pods = cluster.kubectl_ok(&["-n", NAMESPACE, "get", "pods", "-o", "name"]);
-        (leader != old && pods.contains(&format!("pod/{leader}\n"))).then(|| since.elapsed())
-    })
+    cluster.wait_for_new_leader(old, LEADER_BOUND);
+    since.elapsed()
 }
 
 fn current_leader(cluster: &Cluster) -> String {
-    eventually("a leader", LEADER_BOUND, || leader(cluster))
+    eventually("a leader", LEADER_BOUND, || cluster.leader())
 }
 
 /// The faults of the schedule until it says the run is over.
@@ -262,20 +243,7 @@ fn restart_api_server(cluster: &Cluster, since: Instant) -> (Duration, Duration)
         let ready = cluster.kubectl(&["get", "--raw=/readyz"]);
         ready.status.success().then(|| since.elapsed())
     });
-    let renewed = |cluster: &Cluster| {
-        let out = cluster.kubectl(&[
-            "-n",
-            NAMESPACE,
-            "get",
-            "lease",
-            "poolkeeper",
-            "-o",
-            "jsonpath={.spec.holderIdentity} {.spec.renewTime}",
-        ]);
-        out.status
-            .success()
-            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
-    };
+    let renewed = |cluster: &Cluster| cluster.lease("{.spec.holderIdentity} {.spec.renewTime}");
     let at_ready = renewed(cluster);
     let leading = eventually("the Lease written after the restart", LEADER_BOUND, || {
         let now = renewed(cluster)?;
@@ -330,7 +298,7 @@ fn throttle(cluster: &Cluster, pod: &str, since: Instant) -> Option<Duration> {
     std::fs::write(&quota, limited).unwrap_or_else(|e| panic!("{quota}: {e}"));
     let mut took_over = None;
     while since.elapsed() < FAULT_HOLD {
-        if took_over.is_none() && leader(cluster).is_some_and(|l| l != pod) {
+        if took_over.is_none() && cluster.leader().is_some_and(|l| l != pod) {
             took_over = Some(since.elapsed());
         }
         std::thread::sleep(Duration::from_millis(500));

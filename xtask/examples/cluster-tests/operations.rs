@@ -159,35 +159,17 @@ fn every_stream_pod_was_placed(cluster: &Cluster, created: usize) {
     ]);
 }
 
-/// The Lease holder's Pod name (holders are `<pod>_<suffix>`).
-fn leader(cluster: &Cluster) -> String {
-    let holder = cluster.kubectl_ok(&[
-        "-n",
-        NAMESPACE,
-        "get",
-        "lease",
-        "poolkeeper",
-        "-o",
-        "jsonpath={.spec.holderIdentity}",
-    ]);
-    holder.split('_').next().unwrap_or_default().to_owned()
-}
-
 fn leader_loss(cluster: &Cluster) {
     let replicas = wait_for_replicas(cluster, SELECTOR);
     let old_leader = eventually("a leader", Duration::from_secs(60), || {
-        Some(leader(cluster)).filter(|l| replicas.contains(l))
+        cluster.leader().filter(|l| replicas.contains(l))
     });
     machine_class(cluster, "small", true);
     has_finalizer(cluster, "small", true);
     cluster.kubectl_ok(&["-n", NAMESPACE, "delete", "pod", &old_leader]);
     // The survivor, or the replacement the ReplicaSet starts meanwhile: whichever campaigns
     // first once the old leader has handed the Lease back.
-    let new_leader = eventually("another replica leading", Duration::from_secs(60), || {
-        let leader = leader(cluster);
-        let running = cluster.kubectl_ok(&["-n", NAMESPACE, "get", "pods", "-o", "name"]);
-        (leader != old_leader && running.contains(&format!("pod/{leader}\n"))).then_some(leader)
-    });
+    let new_leader = cluster.wait_for_new_leader(&old_leader, Duration::from_secs(60));
     eprintln!("leader {old_leader} deleted; {new_leader} leads");
     // The new leader keeps finalizers in step: added for a class in use, removed from one
     // no Machine uses any more, and that class can then go.

@@ -94,6 +94,39 @@ impl Cluster {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// poolkeeper's Lease at `jsonpath`, when it can be read.
+    pub fn lease(&self, jsonpath: &str) -> Option<String> {
+        let jsonpath = format!("jsonpath={jsonpath}");
+        let out = self.kubectl(&[
+            "-n",
+            NAMESPACE,
+            "get",
+            "lease",
+            "poolkeeper",
+            "-o",
+            &jsonpath,
+        ]);
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// The Lease holder's Pod name (holders are `<pod>_<suffix>`), if any.
+    pub fn leader(&self) -> Option<String> {
+        let holder = self.lease("{.spec.holderIdentity}")?;
+        let (pod, _) = holder.rsplit_once('_')?;
+        Some(pod.to_owned()).filter(|pod| !pod.is_empty())
+    }
+
+    /// Waits up to `timeout` for a leader other than `old` that is a running Pod; its name.
+    pub fn wait_for_new_leader(&self, old: &str, timeout: Duration) -> String {
+        eventually("another replica leading", timeout, || {
+            let leader = self.leader()?;
+            let pods = self.kubectl_ok(&["-n", NAMESPACE, "get", "pods", "-o", "name"]);
+            (leader != old && pods.contains(&format!("pod/{leader}\n"))).then_some(leader)
+        })
+    }
+
     /// `kubectl apply -f -` of `yaml`.
     pub fn apply(&self, yaml: &str) -> Output {
         let mut command = self.command("kubectl");
