@@ -60,7 +60,6 @@ impl Setup {
             .start()
             .await
             .expect("start the local control plane (see xtask/testenv)");
-        env.create_namespace("machine-system").await.unwrap();
         env.apply_installed_rbac()
             .await
             .expect("apply deploy/namespace.yaml and deploy/rbac.yaml");

@@ -34,7 +34,6 @@ fn deploy() -> PathBuf {
 
 /// A client acting as poolkeeper's ServiceAccount with the RBAC of `deploy/`.
 async fn controller_identity(env: &TestEnv) -> Client {
-    env.create_namespace("machine-system").await.unwrap();
     env.apply_installed_rbac()
         .await
         .expect("apply deploy/namespace.yaml and deploy/rbac.yaml");

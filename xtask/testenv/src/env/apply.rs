@@ -137,8 +137,11 @@ impl TestEnv {
 
     /// Applies the installation's namespace and RBAC (`deploy/namespace.yaml`,
     /// `deploy/rbac.yaml`), so that a test can act as poolkeeper's
-    /// ServiceAccount with exactly the permissions it ships with.
+    /// ServiceAccount with exactly the permissions it ships with. First it
+    /// creates `machine-system`, where the Machines' Role goes: in a cluster,
+    /// machine-controller-manager's installation makes that namespace.
     pub async fn apply_installed_rbac(&self) -> Result<Vec<DynamicObject>, TestEnvError> {
+        self.create_namespace("machine-system").await?;
         let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
         // xtask/testenv -> the workspace root
         let deploy = manifest_dir
