@@ -4,8 +4,6 @@
 //! no namespace (nothing serves them: the Pods here are placed by the API
 //! server alone).
 
-use std::path::PathBuf;
-
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -41,10 +39,6 @@ const CHANGES: usize = 10;
 /// How often the leaders here read the API server's evaluation errors.
 const READ_INTERVAL: Duration = Duration::from_secs(1);
 
-fn deploy() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../deploy")
-}
-
 struct Setup {
     env: TestEnv,
     identity: Client,
@@ -69,8 +63,7 @@ impl Setup {
             env.create_namespace(namespace).await.unwrap();
         }
         let ca_pem = WebhookCert::generate().unwrap().ca_pem;
-        let registration = WebhookRegistration::new(UNSERVED_PORT, ca_pem)
-            .with_files([deploy().join("webhooks")])
+        let registration = WebhookRegistration::installed(UNSERVED_PORT, ca_pem)
             .expect("deploy/webhooks parses")
             .matching_no_namespace();
         env.register_webhooks(registration).await.unwrap();

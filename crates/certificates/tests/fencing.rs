@@ -5,7 +5,6 @@
 //! fenced by the leader's epoch.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use k8s_openapi::ByteString;
@@ -33,10 +32,6 @@ const QUIET: Duration = Duration::from_secs(3);
 /// No webhook server listens here.
 const UNSERVED_PORT: u16 = 9;
 
-fn deploy() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../deploy")
-}
-
 struct Setup {
     env: TestEnv,
     identity: Client,
@@ -56,8 +51,7 @@ impl Setup {
             .await
             .expect("apply deploy/namespace.yaml and deploy/rbac.yaml");
         let ca_pem = WebhookCert::generate().unwrap().ca_pem;
-        let registration = WebhookRegistration::new(UNSERVED_PORT, ca_pem)
-            .with_files([deploy().join("webhooks")])
+        let registration = WebhookRegistration::installed(UNSERVED_PORT, ca_pem)
             .expect("deploy/webhooks parses")
             .matching_no_namespace();
         env.register_webhooks(registration).await.unwrap();

@@ -4,7 +4,6 @@
 //! created here).
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,10 +26,6 @@ const SERVICE_ACCOUNT: &str = "system:serviceaccount:poolkeeper-system:poolkeepe
 const WAIT: Duration = Duration::from_secs(30);
 /// No webhook server listens here: the configurations are only read.
 const UNSERVED_PORT: u16 = 9;
-
-fn deploy() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../deploy")
-}
 
 /// A client acting as poolkeeper's ServiceAccount with the RBAC of `deploy/`.
 async fn controller_identity(env: &TestEnv) -> Client {
@@ -96,8 +91,7 @@ impl Setup {
 
     /// `deploy/webhooks`, registered (again) as they are shipped.
     async fn register(&self) {
-        let registration = WebhookRegistration::new(UNSERVED_PORT, self.ca_pem.clone())
-            .with_files([deploy().join("webhooks")])
+        let registration = WebhookRegistration::installed(UNSERVED_PORT, self.ca_pem.clone())
             .expect("deploy/webhooks parses");
         self.env.register_webhooks(registration).await.unwrap();
     }
@@ -236,8 +230,7 @@ impl Setup {
     /// `deploy/webhooks` applied again as an installer does: server-side
     /// apply under its own field manager, without force (a conflict fails).
     async fn apply_as_installer(&self) {
-        let registration = WebhookRegistration::new(UNSERVED_PORT, self.ca_pem.clone())
-            .with_files([deploy().join("webhooks")])
+        let registration = WebhookRegistration::installed(UNSERVED_PORT, self.ca_pem.clone())
             .expect("deploy/webhooks parses");
         let (mutating, validating) = registration.rewritten();
         let params = PatchParams::apply("kubectl");

@@ -47,7 +47,6 @@ const MAX_PODS: usize = 25;
 const MAX_MACHINES: usize = 12;
 const FIELD_MANAGER: &str = "poolkeeper-soak";
 const PATIENCE: Duration = Duration::from_secs(60);
-const WEBHOOK_MANIFESTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/webhooks");
 
 struct Args {
     poolkeeper: PathBuf,
@@ -227,8 +226,7 @@ logging: {{format: text, level: info}}
 /// `deploy/webhooks` pointed at 127.0.0.1, with the namespace selectors of the bound
 /// namespace filled in (what the leader keeps in step with the bindings).
 fn registration(port: u16, ca_pem: &str) -> Result<WebhookRegistration, BoxError> {
-    let mut registration =
-        WebhookRegistration::new(port, ca_pem).with_files([WEBHOOK_MANIFESTS])?;
+    let mut registration = WebhookRegistration::installed(port, ca_pem)?;
     for configuration in &mut registration.mutating {
         *configuration =
             serde_json::from_value(bind_selectors(serde_json::to_value(&*configuration)?))?;

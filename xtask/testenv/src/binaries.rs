@@ -18,12 +18,22 @@ pub fn kubernetes_version() -> &'static str {
     required_version(KUBERNETES_GO_MOD, "k8s.io/kubernetes").unwrap_or("unknown")
 }
 
-/// The directory `cargo xtask control-plane` builds into: `<workspace>/target/control-plane/<version>`.
-pub fn default_binaries_dir() -> PathBuf {
+/// The workspace's root directory.
+pub(crate) fn workspace_root() -> &'static Path {
     let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
     // xtask/testenv -> the workspace root
-    let root = manifest_dir.ancestors().nth(2).unwrap_or(manifest_dir);
-    root.join("target")
+    manifest_dir.ancestors().nth(2).unwrap_or(manifest_dir)
+}
+
+/// The installation's manifests: `<workspace>/deploy`.
+pub fn deploy_dir() -> PathBuf {
+    workspace_root().join("deploy")
+}
+
+/// The directory `cargo xtask control-plane` builds into: `<workspace>/target/control-plane/<version>`.
+pub fn default_binaries_dir() -> PathBuf {
+    workspace_root()
+        .join("target")
         .join("control-plane")
         .join(kubernetes_version())
 }

@@ -30,7 +30,9 @@ use std::path::PathBuf;
 use std::process::ExitStatus;
 use std::time::Duration;
 
-pub use binaries::{Binaries, default_binaries_dir, kubernetes_version, openreports_crds};
+pub use binaries::{
+    Binaries, default_binaries_dir, deploy_dir, kubernetes_version, openreports_crds,
+};
 pub use certs::WebhookCert;
 pub use env::{Process, START_ATTEMPTS, TestEnv, TestEnvBuilder, eventually};
 pub use manifests::{WebhookRegistration, parse_yaml_documents, yaml_files};

@@ -127,6 +127,11 @@ impl WebhookRegistration {
         }
     }
 
+    /// The configurations of `deploy/webhooks`, as they are shipped.
+    pub fn installed(port: u16, ca_bundle_pem: impl Into<String>) -> Result<Self, TestEnvError> {
+        Self::new(port, ca_bundle_pem).with_files([crate::deploy_dir().join("webhooks")])
+    }
+
     pub fn mutating(mut self, configuration: MutatingWebhookConfiguration) -> Self {
         self.mutating.push(configuration);
         self

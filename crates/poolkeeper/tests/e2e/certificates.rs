@@ -24,7 +24,6 @@ use crate::objects::{CONTROLLER_NAMESPACE, dry_run, plain_pod, pool_affinity, wr
 
 const SHOP: &str = "shop-certificates";
 const SECRET: &str = "poolkeeper-webhook-tls";
-const WEBHOOK_MANIFESTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/webhooks");
 
 fn self_managed(lifetimes: Option<(u64, u64, u64)>) -> Config {
     let dir = std::env::temp_dir();
@@ -48,9 +47,7 @@ fn self_managed(lifetimes: Option<(u64, u64, u64)>) -> Config {
 /// Installs what the installer owns: `deploy/webhooks` as they are (with the webhook's
 /// loopback port), and the Service `poolkeeper-webhook` as an ExternalName of `localhost`.
 async fn install(env: &TestEnv, port: u16) {
-    let registration = WebhookRegistration::new(port, "")
-        .with_files([WEBHOOK_MANIFESTS])
-        .expect("deploy/webhooks parses");
+    let registration = WebhookRegistration::installed(port, "").expect("deploy/webhooks parses");
     let params = PatchParams::apply("installer").force();
     for mut configuration in registration.mutating {
         configuration.metadata.annotations = None;

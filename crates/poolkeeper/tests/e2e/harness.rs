@@ -28,7 +28,6 @@ use crate::objects::{dry_run, plain_pod, pool_affinity};
 /// Generous bound for anything the control plane does asynchronously.
 pub const TIMEOUT: Duration = Duration::from_secs(30);
 pub const BINARY: &str = env!("CARGO_BIN_EXE_poolkeeper");
-const WEBHOOK_MANIFESTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/webhooks");
 
 /// A control plane from `builder` with poolkeeper's CRDs installed and
 /// `namespaces` created.
@@ -71,9 +70,7 @@ pub async fn register_webhooks_at_a_fixed_port(env: &TestEnv, config: &mut Confi
 /// The webhook configurations of `deploy/webhooks`, pointed at a server on
 /// the loopback `port` that presents a certificate of `ca_pem`.
 pub fn deploy_webhooks(port: u16, ca_pem: &str) -> WebhookRegistration {
-    WebhookRegistration::new(port, ca_pem)
-        .with_files([WEBHOOK_MANIFESTS])
-        .expect("deploy/webhooks parses")
+    WebhookRegistration::installed(port, ca_pem).expect("deploy/webhooks parses")
 }
 
 /// `eventually` within [`TIMEOUT`] that fails the test with what it waited

@@ -142,13 +142,7 @@ impl TestEnv {
     /// machine-controller-manager's installation makes that namespace.
     pub async fn apply_installed_rbac(&self) -> Result<Vec<DynamicObject>, TestEnvError> {
         self.create_namespace("machine-system").await?;
-        let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
-        // xtask/testenv -> the workspace root
-        let deploy = manifest_dir
-            .ancestors()
-            .nth(2)
-            .unwrap_or(manifest_dir)
-            .join("deploy");
+        let deploy = crate::deploy_dir();
         self.apply_files([deploy.join("namespace.yaml"), deploy.join("rbac.yaml")])
             .await
     }
